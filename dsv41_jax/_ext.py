@@ -1,0 +1,57 @@
+"""The optional CUDA extension: loading, FFI target registration, and one clear error without it."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
+
+import jax
+
+EXTENSION = "_dsv41_jax_ext"
+
+
+class ExtensionUnavailable(NotImplementedError):
+    """The CUDA extension (or a GPU to run it on) is missing; the reference path still works."""
+
+
+@functools.cache
+def _load() -> ModuleType | str:
+    try:
+        return importlib.import_module(EXTENSION)
+    except ImportError as e:
+        return (
+            f"dsv41_jax was installed without its CUDA extension ({EXTENSION}: {e}). It is built "
+            "only when nvcc (CUDA >= 12.9) is on PATH at install time: reinstall with "
+            "`make install` (or `pip install --no-build-isolation .`) on a machine with nvcc."
+        )
+
+
+def available() -> bool:
+    return not isinstance(_load(), str)
+
+
+def extension() -> ModuleType:
+    """The extension module, or ExtensionUnavailable naming what is missing."""
+    ext = _load()
+    if isinstance(ext, str):
+        raise ExtensionUnavailable(ext)
+    return ext
+
+
+@functools.cache
+def register_targets() -> tuple[str, ...]:
+    """Register every FFI handler of the extension with XLA for the CUDA platform (once)."""
+    names = []
+    for name, capsule in extension().registrations().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+        names.append(name)
+    return tuple(names)
+
+
+def require_gpu(op: str) -> None:
+    """Raise ExtensionUnavailable unless the extension is built and JAX runs on a CUDA GPU."""
+    extension()
+    if jax.default_backend() != "gpu":
+        raise ExtensionUnavailable(f"{op}: the FFI implementation needs a CUDA GPU backend")
+    register_targets()

@@ -1,0 +1,114 @@
+"""Public candidate-block ops: block amax, top-C block selection, the published table."""
+
+from __future__ import annotations
+
+import jax
+
+from dsv41_jax import _checks
+from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax.blocks import reference
+from dsv41_jax.topk.api import check_rows
+from dsv41_jax.types import CandidateTable
+
+BLOCK_AMAX = Op("block_amax", reference=reference.block_amax)
+SELECT_CANDIDATE_BLOCKS = Op("select_candidate_blocks", reference=reference.select_candidate_blocks)
+SORT_CANDIDATE_BLOCKS = Op("sort_candidate_blocks", reference=reference.sort_candidate_blocks)
+
+
+def block_amax(
+    scores: jax.Array,
+    lengths: jax.Array,
+    *,
+    block_size: int = 8,
+    starts: jax.Array | None = None,
+    pin_newest: bool = True,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """Block scores: the max of each block's visible, non-NaN scores.
+
+    Block `b` of row `r` covers positions `[b·B, (b+1)·B)`; positions at or past `lengths[r]` are
+    never read as scores. A block with no finite-or-+inf visible score scores -inf, and so does
+    every block at or past `nblocks = ceil(len / B)`. With `pin_newest`, block `nblocks - 1` (the
+    only one that can be partial) scores +inf.
+
+    Returns float32 `[rows, ceil(N / B)]`.
+    """
+    check_rows(scores, lengths, starts)
+    block_size = _checks.positive_int(block_size, "block_size")
+    return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, bool(pin_newest))
+
+
+def select_candidate_blocks(
+    block_scores: jax.Array,
+    lengths: jax.Array,
+    *,
+    num_candidates: int,
+    block_size: int = 8,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """The candidate blocks of each row: exactly `count = min(C, nblocks)` block ids.
+
+    The newest block `nblocks - 1` is always chosen; the rest are the best blocks by (score desc,
+    block id asc), NaN counting as -inf (so -inf blocks fill a row that has too few scored
+    ones). When `nblocks <= C` every block is chosen.
+
+    Args:
+      block_scores: float `[rows, NB]`, e.g. from `block_amax`.
+      lengths: int `[rows]` row lengths in positions (`nblocks = ceil(len / B)`, at most NB).
+      num_candidates: C.
+
+    Returns:
+      int32 `[rows, C]` block ids, ascending, padded with -1.
+    """
+    _checks.rank(block_scores, 2, "block_scores")
+    _checks.floating(block_scores, "block_scores")
+    _checks.shape(lengths, (block_scores.shape[0],), "lengths")
+    _checks.integer(lengths, "lengths")
+    c = _checks.positive_int(num_candidates, "num_candidates")
+    b = _checks.positive_int(block_size, "block_size")
+    _checks.lengths_within(
+        lengths, block_scores.shape[1] * b, "lengths", f"{block_scores.shape[1]} blocks of {b}"
+    )
+    return SELECT_CANDIDATE_BLOCKS(implementation, block_scores, lengths, c, b)
+
+
+def sort_candidate_blocks(
+    selected: jax.Array,
+    lengths: jax.Array,
+    block_table: jax.Array,
+    *,
+    block_size: int = 8,
+    page_size: int = 64,
+    implementation: Implementation = None,
+) -> CandidateTable:
+    """Build the published CandidateTable from selected block ids in any order.
+
+    Ids outside `[0, nblocks)` (e.g. -1 padding) and repeats are dropped. `blocks` is ascending,
+    INT32_MAX padded; `count` the number of blocks; `valid_lens` the sparse row length (`B·(count
+    - 1) + ((len - 1) mod B) + 1` when the newest block ends the table, `B·count` otherwise, 0 for
+    an empty table); `physical` the blocks as cache slots of size B (`slot // B`) through the
+    row's page table, -1 padded (and -1 for a negative page id).
+
+    Args:
+      selected: int `[rows, C]`.
+      lengths: int `[rows]` row lengths in positions.
+      block_table: int `[rows, max_pages]` per-row page table.
+    """
+    _checks.rank(selected, 2, "selected")
+    _checks.integer(selected, "selected")
+    rows = selected.shape[0]
+    _checks.shape(lengths, (rows,), "lengths")
+    _checks.integer(lengths, "lengths")
+    _checks.rank(block_table, 2, "block_table")
+    _checks.shape(block_table, (rows, None), "block_table")
+    _checks.integer(block_table, "block_table")
+    if block_table.shape[1] == 0:
+        raise ValueError("block_table must have at least one page column")
+    b = _checks.positive_int(block_size, "block_size")
+    p = _checks.positive_int(page_size, "page_size")
+    if p % b:
+        raise ValueError(f"page_size ({p}) must be a multiple of block_size ({b})")
+    _checks.lengths_within(
+        lengths, block_table.shape[1] * p, "lengths", "positions of block_table's pages"
+    )
+    return SORT_CANDIDATE_BLOCKS(implementation, selected, lengths, block_table, b, p)

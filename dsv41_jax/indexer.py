@@ -1,0 +1,192 @@
+"""The two-level V4.1 indexer: `publish` (candidate source layer) and `select` (consumers).
+
+Ordering between layers comes from data dependencies only: a consumer reads the CandidateTable
+that `publish` returned, so XLA schedules it after the source layer; nothing else is shared.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax._dispatch import Implementation
+from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
+from dsv41_jax.config import IndexerConfig
+from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
+from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.topk import sparse_columns_to_positions, topk
+from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
+
+Path = Literal["mask", "sparse"]
+
+
+def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt: str) -> None:
+    if not isinstance(config, IndexerConfig):
+        raise ValueError(f"config must be an IndexerConfig, got {type(config).__name__}")
+    checks = (
+        ("num_heads", query.num_heads),
+        ("head_dim", head_dim),
+        ("cache_format", fmt),
+        ("next_n", query.next_n),
+    )
+    for field, got in checks:
+        if getattr(config, field) != got:
+            raise ValueError(
+                f"config.{field} is {getattr(config, field)!r} but the inputs have {got!r}"
+            )
+
+
+def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
+    _check_config(config, query, cache.head_dim, cache.format)
+    if config.page_size != cache.page_size:
+        raise ValueError(
+            f"config.page_size is {config.page_size} but the cache pages hold {cache.page_size}"
+        )
+
+
+def _publish_from_logits(logits, lens, bt, config: IndexerConfig, starts, implementation):
+    b = config.candidate_block_size
+    indices = topk(logits, lens, config.index_topk, starts=starts, implementation=implementation)
+    scores = block_amax(logits, lens, block_size=b, starts=starts, implementation=implementation)
+    selected = select_candidate_blocks(
+        scores,
+        lens,
+        num_candidates=config.candidate_topk_blocks,
+        block_size=b,
+        implementation=implementation,
+    )
+    table = sort_candidate_blocks(
+        selected, lens, bt, block_size=b, page_size=config.page_size, implementation=implementation
+    )
+    return indices, table
+
+
+def publish(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    *,
+    implementation: Implementation = None,
+) -> tuple[jax.Array, CandidateTable]:
+    """The candidate source layer of a decode step.
+
+    Scores every visible position (dense paged MQA logits), selects its own top-k, and publishes
+    the `C` best blocks of `B` positions (newest block pinned) as a CandidateTable.
+
+    Args:
+      query: `[batch, next_n, H, D]` QueryBundle (next_n > 1 for speculative verify rows).
+      cache: the layer's paged index cache.
+      context_lens: int `[batch]` request lengths; block_table: int `[batch, max_pages]`.
+      config: the IndexerConfig (checked against the inputs).
+      implementation: forwarded to every op (None = fastest available).
+
+    Returns:
+      (int32 `[batch·next_n, k]` top-k logical positions, ascending, -1 padded; the table).
+    """
+    _check_paged_config(config, query, cache)
+    logits = paged_mqa_logits(
+        query, cache, context_lens, block_table, implementation=implementation
+    )
+    lens = row_lengths(context_lens, query.next_n)
+    bt = row_block_table(block_table, query.next_n)
+    return _publish_from_logits(logits, lens, bt, config, None, implementation)
+
+
+def select(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    *,
+    path: Path = "mask",
+    implementation: Implementation = None,
+) -> jax.Array:
+    """A consumer layer of a decode step: top-k inside the published candidate blocks.
+
+    `path="mask"` scores every position densely and fuses the candidate mask into the top-k;
+    `path="sparse"` scores only the candidate blocks (the sparse row) and maps the chosen
+    columns back to positions. On identical fp32 logits both return identical results.
+
+    Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
+    """
+    _check_paged_config(config, query, cache)
+    if table.num_rows != query.num_rows:
+        raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
+    k, b = config.index_topk, config.candidate_block_size
+    if path == "mask":
+        logits = paged_mqa_logits(
+            query, cache, context_lens, block_table, implementation=implementation
+        )
+        lens = row_lengths(context_lens, query.next_n)
+        return topk(logits, lens, k, candidates=table, block_size=b, implementation=implementation)
+    if path == "sparse":
+        logits = sparse_paged_mqa_logits(
+            query,
+            cache,
+            table,
+            context_lens,
+            block_table,
+            block_size=b,
+            implementation=implementation,
+        )
+        columns = topk(logits, table.valid_lens, k, implementation=implementation)
+        return sparse_columns_to_positions(columns, table, b)
+    raise ValueError(f"path must be 'mask' or 'sparse', got {path!r}")
+
+
+def _prefill_lens(starts: jax.Array, ends: jax.Array) -> jax.Array:
+    return jnp.maximum(ends.astype(jnp.int32) - starts.astype(jnp.int32), 0)
+
+
+def publish_prefill(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    config: IndexerConfig,
+    *,
+    implementation: Implementation = None,
+) -> tuple[jax.Array, CandidateTable]:
+    """`publish` for ragged prefill rows: row `i` sees packed keys `[starts[i], ends[i])`.
+
+    Positions and block ids are relative to `starts[i]`. There is no page table: `physical`
+    equals `blocks` (with -1 padding), i.e. the identity page mapping of the relative positions.
+    """
+    fmt_dim = keys.values.shape[1] * (2 if keys.format == "mxfp4" else 1)
+    _check_config(config, query, fmt_dim, keys.format)
+    logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
+    lens = _prefill_lens(starts, ends)
+    pages = -(-logits.shape[1] // config.page_size)
+    identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
+    return _publish_from_logits(logits, lens, identity, config, starts, implementation)
+
+
+def select_prefill(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    *,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`."""
+    fmt_dim = keys.values.shape[1] * (2 if keys.format == "mxfp4" else 1)
+    _check_config(config, query, fmt_dim, keys.format)
+    logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
+    return topk(
+        logits,
+        _prefill_lens(starts, ends),
+        config.index_topk,
+        starts=starts,
+        candidates=table,
+        block_size=config.candidate_block_size,
+        implementation=implementation,
+    )

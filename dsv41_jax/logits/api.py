@@ -1,0 +1,142 @@
+"""Public logits ops: dense paged, sparse paged (candidate blocks only) and ragged prefill."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax import _checks
+from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax.logits import reference
+from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
+
+PAGED_MQA_LOGITS = Op("paged_mqa_logits", reference=reference.paged_mqa_logits)
+SPARSE_PAGED_MQA_LOGITS = Op("sparse_paged_mqa_logits", reference=reference.sparse_paged_mqa_logits)
+MQA_LOGITS = Op("mqa_logits", reference=reference.mqa_logits)
+
+
+def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> None:
+    """The bundle's dtypes and shapes, and that it matches the keys it is scored against."""
+    if query.format != format:
+        raise ValueError(f"query.format {query.format!r} does not match the {what} ({format!r})")
+    _checks.rank(query.values, 4, "query.values")
+    b, n, h, _ = query.values.shape
+    if query.head_dim != head_dim:
+        raise ValueError(
+            f"query head_dim {query.head_dim} does not match the {what} head_dim {head_dim}"
+        )
+    _checks.shape(query.weights, (b, n, h), "query.weights")
+    _checks.dtype(query.weights, jnp.float32, "query.weights")
+    if format == "fp8":
+        _checks.dtype(query.values, jnp.float8_e4m3fn, "query.values")
+        if query.scales is not None:
+            raise ValueError("query.scales must be None for fp8 (fold the scale into weights)")
+    else:
+        _checks.dtype(query.values, jnp.uint8, "query.values")
+        if query.scales is None:
+            raise ValueError("query.scales are required for mxfp4 (ue8m0 exponents per 32)")
+        _checks.shape(query.scales, (b, n, h, head_dim // 32), "query.scales")
+        _checks.dtype(query.scales, jnp.uint8, "query.scales")
+
+
+def check_paged(query: QueryBundle, cache: PagedIndexCache, context_lens, block_table) -> None:
+    check_query(query, cache.head_dim, cache.format, "cache")
+    _checks.shape(context_lens, (query.batch,), "context_lens")
+    _checks.integer(context_lens, "context_lens")
+    _checks.rank(block_table, 2, "block_table")
+    _checks.shape(block_table, (query.batch, None), "block_table")
+    _checks.integer(block_table, "block_table")
+    capacity = block_table.shape[1] * cache.page_size
+    _checks.lengths_within(
+        context_lens, capacity, "context_lens", f"block_table holds {capacity} positions per row"
+    )
+
+
+def paged_mqa_logits(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    *,
+    num_columns: int | None = None,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """Dense paged MQA logits of every visible position.
+
+    `logits[r, t] = (Σ_h w[r, h]·relu(q[r, h]·k[t]))·s[t]` in fp32, with `k[t]`, `s[t]` read through
+    the request's page table. Row `r = b·next_n + j` sees `L_b - next_n + 1 + j` positions.
+
+    Args:
+      query: the layer's QueryBundle, `[batch, next_n, H, D]`.
+      cache: the layer's paged index cache (same format and head_dim as `query`).
+      context_lens: int `[batch]` request lengths L (positions, after compression).
+      block_table: int `[batch, max_pages]` page ids of each request.
+      num_columns: logits width; default `max_pages · page_size`.
+
+    Returns:
+      float32 `[batch·next_n, num_columns]`. Columns at or past a row's length hold -inf in the
+      reference (kernels may leave them unwritten: no selection op reads past a row's length);
+      positions on a page id outside `[0, num_pages)` hold NaN. Lengths are clamped to
+      `[0, num_columns]` (an error when they are known at trace time).
+    """
+    check_paged(query, cache, context_lens, block_table)
+    if num_columns is None:
+        num_columns = block_table.shape[1] * cache.page_size
+    num_columns = _checks.positive_int(num_columns, "num_columns")
+    return PAGED_MQA_LOGITS(implementation, query, cache, context_lens, block_table, num_columns)
+
+
+def sparse_paged_mqa_logits(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    table: CandidateTable,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    *,
+    block_size: int,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """MQA logits of the published candidate blocks only (the consumer's sparse path).
+
+    Returns float32 `[rows, C·B]`: column `j` scores position `table.blocks[r, j // B]·B + j % B`
+    for `j < table.valid_lens[r]`; other columns are -inf. Same formula as `paged_mqa_logits`.
+    """
+    check_paged(query, cache, context_lens, block_table)
+    block_size = _checks.positive_int(block_size, "block_size")
+    rows = query.num_rows
+    _checks.shape(table.blocks, (rows, None), "table.blocks")
+    for name in ("count", "valid_lens"):
+        _checks.shape(getattr(table, name), (rows,), f"table.{name}")
+    lens = row_lengths(context_lens, query.next_n)
+    bt = row_block_table(block_table, query.next_n)
+    return SPARSE_PAGED_MQA_LOGITS(implementation, query, cache, table, lens, bt, block_size)
+
+
+def mqa_logits(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    *,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """Ragged prefill MQA logits: row `i` scores packed keys `[starts[i], ends[i])`.
+
+    `query` holds one row per token (`next_n == 1`). Returns float32 `[rows, T]`, -inf outside each
+    row's range.
+    """
+    check_query(
+        query,
+        2 * keys.values.shape[1] if keys.format == "mxfp4" else keys.values.shape[1],
+        keys.format,
+        "keys",
+    )
+    if query.next_n != 1:
+        raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")
+    rows = query.num_rows
+    for name, v in (("starts", starts), ("ends", ends)):
+        _checks.shape(v, (rows,), name)
+        _checks.integer(v, name)
+        _checks.lengths_within(v, keys.num_tokens, name, "positions of the packed key buffer")
+    return MQA_LOGITS(implementation, query, keys, starts, ends)

@@ -1,0 +1,19 @@
+"""Request -> query-row bookkeeping shared by every op (speculative rows, per-row page tables)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def row_lengths(context_lens: jax.Array, next_n: int) -> jax.Array:
+    """int32 `[batch·next_n]`: row `j` of a request of length L sees `max(L - next_n + 1 + j, 0)`"""
+    lens = (
+        context_lens.astype(jnp.int32)[:, None] - next_n + 1 + jnp.arange(next_n, dtype=jnp.int32)
+    )
+    return jnp.maximum(lens, 0).reshape(-1)
+
+
+def row_block_table(block_table: jax.Array, next_n: int) -> jax.Array:
+    """The per-request page table repeated for each of the request's `next_n` rows."""
+    return jnp.repeat(block_table.astype(jnp.int32), next_n, axis=0)

@@ -1,0 +1,112 @@
+"""Public selection ops: masked top-k, sparse-column and page-table transforms."""
+
+from __future__ import annotations
+
+import jax
+
+from dsv41_jax import _checks
+from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax.topk import reference
+from dsv41_jax.types import CandidateTable
+
+TOPK = Op("topk", reference=reference.topk)
+LOGICAL_TO_PHYSICAL = Op("logical_to_physical", reference=reference.logical_to_physical)
+
+
+def check_rows(scores, lengths, starts) -> int:
+    """Shared checks of a `[rows, N]` score matrix with its per-row lengths (and starts)."""
+    _checks.rank(scores, 2, "scores")
+    _checks.floating(scores, "scores")
+    rows, n = scores.shape
+    _checks.shape(lengths, (rows,), "lengths")
+    _checks.integer(lengths, "lengths")
+    if starts is None:
+        _checks.lengths_within(lengths, n, "lengths", f"scores has {n} columns")
+    else:
+        _checks.shape(starts, (rows,), "starts")
+        _checks.integer(starts, "starts")
+        _checks.lengths_within(starts, n, "starts", f"scores has {n} columns")
+        s, ln = _checks.concrete(starts), _checks.concrete(lengths)
+        if s is not None and ln is not None and s.size and ((s + ln) > n).any():
+            raise ValueError(f"starts + lengths must be at most the {n} columns of scores")
+    return rows
+
+
+def topk(
+    scores: jax.Array,
+    lengths: jax.Array,
+    k: int,
+    *,
+    starts: jax.Array | None = None,
+    candidates: CandidateTable | jax.Array | None = None,
+    block_size: int = 8,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """Top-k positions of each row by (score desc, position asc), ascending, -1 padded.
+
+    Position `p` of row `r` (its score at column `starts[r] + p`; `starts` defaults to 0) is a
+    candidate iff `0 <= p < lengths[r]`, its score is not NaN or -inf, and, when `candidates` is
+    given, block `p // block_size` is in the row's candidate table (the consumer's mask path,
+    fused: no masked copy of the scores). Pseudo-code per row::
+
+        ok = [p for p in range(len) if not isnan(s[p]) and s[p] > -inf and in_table(p // B)]
+        best = sorted(ok, key=lambda p: (-s[p], p))[:k]
+        return sorted(best) + [-1] * (k - len(best))
+
+    Args:
+      scores: float `[rows, N]` (fp32 or bf16; -0.0 equals +0.0).
+      lengths: int `[rows]` visible positions per row (clamped to the row inside jit).
+      k: positive int.
+      starts: optional int `[rows]` column of position 0 (ragged prefill rows).
+      candidates: a CandidateTable or its int32 `blocks [rows, C]` (ascending, INT32_MAX padded).
+      block_size: candidate block size B.
+
+    Returns:
+      int32 `[rows, k]` logical positions (relative to `starts`).
+    """
+    rows = check_rows(scores, lengths, starts)
+    k = _checks.positive_int(k, "k")
+    block_size = _checks.positive_int(block_size, "block_size")
+    if isinstance(candidates, CandidateTable):
+        candidates = candidates.blocks
+    if candidates is not None:
+        _checks.rank(candidates, 2, "candidates")
+        _checks.shape(candidates, (rows, None), "candidates")
+        _checks.integer(candidates, "candidates")
+    return TOPK(implementation, scores, lengths, k, starts, candidates, block_size)
+
+
+def sparse_columns_to_positions(
+    columns: jax.Array, table: CandidateTable, block_size: int
+) -> jax.Array:
+    """Sparse-row columns -> logical positions: `j -> blocks[j // B]·B + j % B`; -1 stays -1.
+
+    Ascending columns map to ascending positions (the table is ascending), so a top-k over the
+    sparse row stays in the contract's order.
+    """
+    _checks.rank(columns, 2, "columns")
+    _checks.shape(columns, (table.num_rows, None), "columns")
+    return reference.sparse_columns_to_positions(columns, table, block_size)
+
+
+def logical_to_physical(
+    indices: jax.Array,
+    block_table: jax.Array,
+    page_size: int,
+    *,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """Logical positions -> cache slots: `p -> block_table[r, p // P]·P + p % P`; -1 stays -1.
+
+    Positions past the page table, or on a negative page id, map to -1 (nothing is read out of
+    bounds). `block_table` is per row (`[rows, max_pages]`).
+    """
+    _checks.rank(indices, 2, "indices")
+    _checks.integer(indices, "indices")
+    _checks.rank(block_table, 2, "block_table")
+    _checks.shape(block_table, (indices.shape[0], None), "block_table")
+    _checks.integer(block_table, "block_table")
+    if block_table.shape[1] == 0:
+        raise ValueError("block_table must have at least one page column")
+    page_size = _checks.positive_int(page_size, "page_size")
+    return LOGICAL_TO_PHYSICAL(implementation, indices, block_table, page_size)

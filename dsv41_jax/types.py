@@ -1,0 +1,168 @@
+"""The indexer's state as explicit pytrees: caches, query bundles, the published candidate table."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax.config import CacheFormat
+
+INT32_MAX = 2**31 - 1  # padding of CandidateTable.blocks (sorts after every block id)
+
+_static = dict(static=True)
+
+
+def _row_bytes(fmt: str, head_dim: int) -> int:
+    return head_dim + 4 if fmt == "fp8" else head_dim // 2 + 4
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PagedIndexCache:
+    """A paged index-K cache in DeepGEMM's page layout.
+
+    `data` is uint8 `[num_pages, page_size, 1, row_bytes]`, but each page is one flat run of
+    bytes, not interleaved per token:
+      - "fp8":   `page_size·D` e4m3 values, then `page_size` fp32 scales (row_bytes = D + 4);
+      - "mxfp4": `page_size·D/2` packed e2m1 bytes (low nibble = even element), then `page_size`
+        int32 words of four ue8m0 exponents, one per 32 elements (row_bytes = D/2 + 4).
+    A token at slot `s` lives on page `s // page_size` at offset `s % page_size`.
+    """
+
+    data: jax.Array
+    format: CacheFormat = dataclasses.field(default="fp8", metadata=_static)
+
+    def __post_init__(self) -> None:
+        if self.format not in ("fp8", "mxfp4"):
+            raise ValueError(
+                f"PagedIndexCache.format must be 'fp8' or 'mxfp4', got {self.format!r}"
+            )
+        shape = getattr(self.data, "shape", None)
+        dtype = getattr(self.data, "dtype", None)
+        if shape is None or dtype is None:
+            return  # pytree plumbing (e.g. tree_map placeholders): nothing to check
+        if len(shape) != 4 or shape[2] != 1 or dtype != jnp.uint8:
+            raise ValueError(
+                "PagedIndexCache.data must be uint8 [num_pages, page_size, 1, row_bytes], "
+                f"got {dtype} {tuple(shape)}"
+            )
+        bad_mx = self.format == "mxfp4" and ((shape[3] - 4) % 16 or shape[3] - 4 > 64)
+        if shape[3] <= 4 or bad_mx:
+            raise ValueError(
+                f"PagedIndexCache.data last dim {shape[3]} is not a valid {self.format} row "
+                "(D + 4 for fp8; D/2 + 4 with D % 32 == 0 and D <= 128 for mxfp4)"
+            )
+
+    @property
+    def num_pages(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def page_size(self) -> int:
+        return self.data.shape[1]
+
+    @property
+    def head_dim(self) -> int:
+        row = self.data.shape[3] - 4
+        return row if self.format == "fp8" else 2 * row
+
+    @property
+    def capacity(self) -> int:
+        """Token slots in the cache."""
+        return self.num_pages * self.page_size
+
+    @staticmethod
+    def zeros(num_pages: int, page_size: int, head_dim: int, format: CacheFormat = "fp8"):
+        """An empty cache (all bytes zero: values 0, scales 0)."""
+        shape = (num_pages, page_size, 1, _row_bytes(format, head_dim))
+        return PagedIndexCache(jnp.zeros(shape, jnp.uint8), format)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KeyBuffer:
+    """Packed (non-paged) quantized keys of a ragged prefill batch.
+
+    - "fp8":   `values` float8_e4m3fn `[T, D]`, `scales` float32 `[T]` (per-token scale);
+    - "mxfp4": `values` uint8 `[T, D/2]` packed e2m1, `scales` uint8 `[T, D/32]` ue8m0 exponents.
+    """
+
+    values: jax.Array
+    scales: jax.Array
+    format: CacheFormat = dataclasses.field(default="fp8", metadata=_static)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.values.shape[0]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class QueryBundle:
+    """One layer's quantized index queries (the seeds' IndexerInputs).
+
+    Rows are `[batch, next_n]`; row `j` of a request with length `L` sees `L - next_n + 1 + j`
+    positions.
+      - "fp8":   `values` float8_e4m3fn `[batch, next_n, H, D]`; `scales` is None (the per-row
+        query scale is folded into `weights`).
+      - "mxfp4": `values` uint8 `[batch, next_n, H, D/2]` packed e2m1; `scales` uint8
+        `[batch, next_n, H, D/32]` ue8m0 exponents, applied per 32 elements inside the dot.
+    `weights` float32 `[batch, next_n, H]` are the per-head weights (head and softmax scales
+    folded in).
+    """
+
+    values: jax.Array
+    weights: jax.Array
+    scales: jax.Array | None = None
+    format: CacheFormat = dataclasses.field(default="fp8", metadata=_static)
+
+    @property
+    def batch(self) -> int:
+        return self.values.shape[0]
+
+    @property
+    def next_n(self) -> int:
+        return self.values.shape[1]
+
+    @property
+    def num_rows(self) -> int:
+        return self.values.shape[0] * self.values.shape[1]
+
+    @property
+    def num_heads(self) -> int:
+        return self.values.shape[2]
+
+    @property
+    def head_dim(self) -> int:
+        d = self.values.shape[3]
+        return d if self.format == "fp8" else 2 * d
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class CandidateTable:
+    """What the candidate source layer publishes for the consumer layers, per query row.
+
+    Attributes:
+      blocks: int32 `[rows, C]` logical block ids, ascending, padded with INT32_MAX.
+      count: int32 `[rows]`, the number of real blocks, `min(C, ceil(len / B))`.
+      valid_lens: int32 `[rows]`, the sparse row length `B·(count - 1) + ((len - 1) mod B) + 1`
+        (0 when len = 0): sparse column `j` is position `blocks[j // B]·B + j % B`.
+      physical: int32 `[rows, C]`, the same blocks as cache slots of size B through the page
+        table (`physical slot // B`), padded with -1.
+    """
+
+    blocks: jax.Array
+    count: jax.Array
+    valid_lens: jax.Array
+    physical: jax.Array
+
+    @property
+    def num_rows(self) -> int:
+        return self.blocks.shape[0]
+
+    @property
+    def num_candidates(self) -> int:
+        return self.blocks.shape[1]

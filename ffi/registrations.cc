@@ -1,0 +1,27 @@
+// The pybind11 module: one dict of FFI handler capsules, registered by dsv41_jax/_ext.py.
+#include <pybind11/pybind11.h>
+
+#include "common.h"
+
+namespace dsv41 {
+XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
+}  // namespace dsv41
+
+namespace {
+
+template <typename T>
+pybind11::capsule Capsule(T* fn) {
+  return pybind11::capsule(reinterpret_cast<void*>(fn));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_dsv41_jax_ext, m) {
+  m.doc() = "dsv41_jax CUDA extension: XLA FFI handlers for DeepGEMM and the selection kernels";
+  m.def("registrations", []() {
+    pybind11::dict d;
+    d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
+    return d;
+  });
+  m.def("cuda_version", []() { return CUDART_VERSION; });
+}

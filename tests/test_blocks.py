@@ -1,0 +1,167 @@
+"""block_amax, select_candidate_blocks and sort_candidate_blocks against the loop oracle."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from factories import scores as make_scores
+
+import dsv41_jax as dj
+
+
+def amax_expected(s, lens, b, pin=True, starts=None):
+    nb = -(-s.shape[1] // b)
+    rows = []
+    for r in range(s.shape[0]):
+        st = 0 if starts is None else int(starts[r])
+        rows.append(oracle.block_amax_row(s[r, st:], int(lens[r]), b, nb, pin))
+    return np.array(rows, np.float32)
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "special"])
+@pytest.mark.parametrize("pin", [True, False])
+def test_block_amax(rng, kind, pin):
+    b, n = 8, 203
+    lens = np.array([0, 1, 7, 8, 9, 16, 17, 200, 203, 64], np.int32)
+    s = make_scores(rng, len(lens), n, kind)
+    got = dj.block_amax(jnp.asarray(s), jnp.asarray(lens), block_size=b, pin_newest=pin)
+    np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, b, pin))
+
+
+def test_block_amax_all_nan_block_scores_minus_inf():
+    s = np.full((1, 24), np.nan, np.float32)
+    s[0, 3] = -np.inf
+    s[0, 9] = 2.0
+    got = dj.block_amax(jnp.asarray(s), jnp.array([24], jnp.int32), pin_newest=False)
+    np.testing.assert_array_equal(np.asarray(got), [[-np.inf, 2.0, -np.inf]])
+
+
+def test_block_amax_with_starts(rng):
+    s = make_scores(rng, 5, 100, "random")
+    starts = np.array([0, 3, 50, 99, 100], np.int32)
+    lens = np.array([100, 40, 50, 1, 0], np.int32)
+    got = dj.block_amax(jnp.asarray(s), jnp.asarray(lens), starts=jnp.asarray(starts))
+    np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, 8, starts=starts))
+
+
+def candidates_expected(bs, lens, c, b):
+    return np.array([oracle.candidate_row(bs[r], int(lens[r]), c, b) for r in range(len(lens))])
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
+@pytest.mark.parametrize("c", [1, 4, 16])
+def test_select_candidate_blocks(rng, kind, c):
+    b = 8
+    # nblocks around C: fewer, exactly C, C + 1, many; and C·B, C·B + 1 positions.
+    lens = np.array([0, 1, 7, 8, 9, c * b - 1, c * b, c * b + 1, 40 * b, 37 * b + 3], np.int32)
+    nb = 40
+    bs = make_scores(rng, len(lens), nb, kind)
+    got = dj.select_candidate_blocks(
+        jnp.asarray(bs), jnp.asarray(lens), num_candidates=c, block_size=b
+    )
+    np.testing.assert_array_equal(np.asarray(got), candidates_expected(bs, lens, c, b))
+
+
+def test_select_candidate_blocks_pins_newest_over_infinite_scores():
+    bs = np.full((1, 6), np.inf, np.float32)
+    bs[0, 5] = -np.inf
+    got = dj.select_candidate_blocks(
+        jnp.asarray(bs), jnp.array([48], jnp.int32), num_candidates=3, block_size=8
+    )
+    np.testing.assert_array_equal(np.asarray(got), [[0, 1, 5]])
+
+
+def table_expected(sel, lens, bt, b, p):
+    rows = [oracle.table_row(sel[r], int(lens[r]), bt[r], b, p) for r in range(len(lens))]
+    return [np.array([row[i] for row in rows]) for i in range(4)]
+
+
+@pytest.mark.parametrize("c", [1, 5, 32])
+def test_sort_candidate_blocks(rng, c):
+    b, p, pages = 8, 64, 6
+    rows = 9
+    lens = np.array([0, 1, 9, 64, 65, 383, 384, 200, 100], np.int32)
+    bt = rng.permutation(200)[: rows * pages].reshape(rows, pages).astype(np.int32)
+    bt[3, 0] = -1  # a hole in the page table maps to -1
+    sel = rng.integers(-1, 50, (rows, c)).astype(np.int32)  # any order, -1, repeats, out of range
+    table = dj.sort_candidate_blocks(
+        jnp.asarray(sel), jnp.asarray(lens), jnp.asarray(bt), block_size=b, page_size=p
+    )
+    blocks, count, valid, physical = table_expected(sel, lens, bt, b, p)
+    np.testing.assert_array_equal(np.asarray(table.blocks), blocks)
+    np.testing.assert_array_equal(np.asarray(table.count), count)
+    np.testing.assert_array_equal(np.asarray(table.valid_lens), valid)
+    np.testing.assert_array_equal(np.asarray(table.physical), physical)
+
+
+def test_pipeline_valid_lens_matches_contract_formula(rng):
+    b, c, p = 8, 4, 64
+    lens = np.array([1, 7, 8, 9, 31, 32, 33, 250], np.int32)
+    s = make_scores(rng, len(lens), 256, "random")
+    bt = np.tile(np.arange(4, dtype=np.int32), (len(lens), 1))
+    amax = dj.block_amax(jnp.asarray(s), jnp.asarray(lens), block_size=b)
+    sel = dj.select_candidate_blocks(amax, jnp.asarray(lens), num_candidates=c, block_size=b)
+    table = jax.jit(lambda *a: dj.sort_candidate_blocks(*a, block_size=b, page_size=p))(
+        sel, jnp.asarray(lens), jnp.asarray(bt)
+    )
+    count = np.minimum(c, -(-lens // b))
+    np.testing.assert_array_equal(np.asarray(table.count), count)
+    np.testing.assert_array_equal(
+        np.asarray(table.valid_lens), b * (count - 1) + (lens - 1) % b + 1
+    )
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (
+            lambda: dj.block_amax(jnp.zeros((2, 8)), jnp.zeros(2, jnp.int32), block_size=0),
+            "block_size must be a positive int",
+        ),
+        (lambda: dj.block_amax(jnp.zeros((2, 8)), jnp.full(2, 9, jnp.int32)), "lengths must lie"),
+        (
+            lambda: dj.select_candidate_blocks(
+                jnp.zeros((2, 4)), jnp.zeros(2, jnp.int32), num_candidates=0
+            ),
+            "num_candidates",
+        ),
+        (
+            lambda: dj.select_candidate_blocks(
+                jnp.zeros((2, 4)), jnp.full(2, 33, jnp.int32), num_candidates=2
+            ),
+            "lengths must lie",
+        ),
+        (
+            lambda: dj.sort_candidate_blocks(
+                jnp.zeros((2, 4), jnp.int32),
+                jnp.zeros(2, jnp.int32),
+                jnp.zeros((2, 1), jnp.int32),
+                block_size=8,
+                page_size=12,
+            ),
+            "multiple of block_size",
+        ),
+        (
+            lambda: dj.sort_candidate_blocks(
+                jnp.zeros((2, 4), jnp.int32),
+                jnp.full(2, 65, jnp.int32),
+                jnp.zeros((2, 1), jnp.int32),
+            ),
+            "lengths must lie",
+        ),
+        (
+            lambda: dj.sort_candidate_blocks(
+                jnp.zeros((2, 4), jnp.float32),
+                jnp.zeros(2, jnp.int32),
+                jnp.zeros((2, 1), jnp.int32),
+            ),
+            "selected must have",
+        ),
+    ],
+)
+def test_block_ops_bad_inputs_raise(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -1,0 +1,48 @@
+"""The CUDA extension: built wherever nvcc is, registers its FFI targets, lowers for CUDA."""
+
+from __future__ import annotations
+
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dsv41_jax import _ext
+
+needs_ext = pytest.mark.skipif(not _ext.available(), reason="extension not built (no nvcc)")
+
+
+def test_extension_is_built_where_nvcc_is():
+    if shutil.which("nvcc") is None:
+        pytest.skip("no nvcc on this machine: a pure-Python install is expected")
+    assert _ext.available(), _ext._load()
+
+
+def test_missing_extension_error_names_what_is_missing(monkeypatch):
+    monkeypatch.setattr(_ext, "_load", lambda: "dsv41_jax was installed without its CUDA extension")
+    with pytest.raises(_ext.ExtensionUnavailable, match="without its CUDA extension"):
+        _ext.extension()
+    with pytest.raises(NotImplementedError):
+        _ext.require_gpu("some_op")
+
+
+@needs_ext
+def test_every_handler_registers_for_cuda():
+    names = _ext.register_targets()
+    assert "dsv41_logical_to_physical" in names
+    assert all(name.startswith("dsv41_") for name in names)
+
+
+@needs_ext
+def test_ffi_call_lowers_to_a_cuda_custom_call():
+    _ext.register_targets()
+
+    def f(i, bt):
+        out = jax.ShapeDtypeStruct(i.shape, jnp.int32)
+        return jax.ffi.ffi_call("dsv41_logical_to_physical", out)(i, bt, page_size=np.int32(64))
+
+    args = (jnp.zeros((4, 8), jnp.int32), jnp.zeros((4, 3), jnp.int32))
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert "stablehlo.custom_call @dsv41_logical_to_physical" in text

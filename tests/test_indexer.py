@@ -1,0 +1,216 @@
+"""publish / select (decode and prefill) against the oracle applied to the same fp32 logits."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from factories import paged_cache, query
+
+import dsv41_jax as dj
+
+
+def small_config(**kw):
+    base = dict(
+        num_heads=4,
+        head_dim=64,
+        index_topk=12,
+        candidate_topk_blocks=6,
+        candidate_block_size=4,
+        page_size=16,
+    )
+    base.update(kw)
+    return dj.IndexerConfig(**base)
+
+
+def oracle_publish(logits, lens, bt_rows, cfg):
+    b, c, k = cfg.candidate_block_size, cfg.candidate_topk_blocks, cfg.index_topk
+    nb = -(-logits.shape[1] // b)
+    idx, tables = [], []
+    for r in range(logits.shape[0]):
+        n = int(lens[r])
+        idx.append(oracle.topk_row(logits[r], n, k))
+        amax = oracle.block_amax_row(logits[r], n, b, nb, True)
+        sel = oracle.candidate_row(amax, n, c, b)
+        tables.append(oracle.table_row(sel, n, bt_rows[r], b, cfg.page_size))
+    return np.array(idx), [np.array([t[i] for t in tables]) for i in range(4)]
+
+
+def oracle_select(logits, lens, blocks, cfg):
+    b = cfg.candidate_block_size
+    out = []
+    for r in range(logits.shape[0]):
+        members = {int(x) for x in blocks[r]}
+        out.append(
+            oracle.topk_row(
+                logits[r], int(lens[r]), cfg.index_topk, lambda p, m=members: p // b in m
+            )
+        )
+    return np.array(out)
+
+
+def step_inputs(rng, cfg, lens, pages):
+    cache, bt = paged_cache(rng, len(lens), pages, cfg.page_size, cfg.head_dim, cfg.cache_format)
+    q = query(rng, len(lens), cfg.next_n, cfg.num_heads, cfg.head_dim, cfg.cache_format)
+    return q, cache, jnp.asarray(np.array(lens, np.int32)), bt
+
+
+@pytest.mark.parametrize("fmt,next_n", [("fp8", 1), ("fp8", 2), ("mxfp4", 1)])
+def test_publish_and_select_match_oracle(rng, fmt, next_n):
+    cfg = small_config(cache_format=fmt, next_n=next_n)
+    cb = cfg.candidate_positions  # C·B
+    lens = [0, 1, 7, 8, 9, cfg.index_topk, cb, cb + 1, 150, 160]
+    q, cache, ctx, bt = step_inputs(rng, cfg, lens, pages=10)
+    idx, table = jax.jit(dj.publish, static_argnums=4)(q, cache, ctx, bt, cfg)
+    logits = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt))
+    rows = np.asarray(dj.row_lengths(ctx, next_n))
+    want_idx, want_table = oracle_publish(
+        logits, rows, np.asarray(dj.row_block_table(bt, next_n)), cfg
+    )
+    np.testing.assert_array_equal(np.asarray(idx), want_idx)
+    for got, want in zip((table.blocks, table.count, table.valid_lens, table.physical), want_table):
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+    # A consumer layer: its own queries and keys, selecting inside the published blocks.
+    q2, cache2, _, _ = step_inputs(rng, cfg, lens, pages=10)
+    logits2 = np.asarray(dj.paged_mqa_logits(q2, cache2, ctx, bt))
+    want = oracle_select(logits2, rows, np.asarray(table.blocks), cfg)
+    for path in ("mask", "sparse"):
+        got = dj.select(q2, cache2, ctx, bt, table, cfg, path=path)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=path)
+
+
+def test_candidate_path_is_a_noop_up_to_c_blocks(rng):
+    cfg = small_config()
+    lens = [5, 24, cfg.candidate_positions]  # every row has nblocks <= C
+    q, cache, ctx, bt = step_inputs(rng, cfg, lens, pages=2)
+    idx, table = dj.publish(q, cache, ctx, bt, cfg)
+    for path in ("mask", "sparse"):
+        np.testing.assert_array_equal(
+            np.asarray(dj.select(q, cache, ctx, bt, table, cfg, path=path)), np.asarray(idx)
+        )
+
+
+def test_mask_and_sparse_paths_agree_on_identical_logits(rng):
+    """The contract's equivalence, isolated from logits arithmetic: sparse rows gathered from the
+    dense logits (ties included) select exactly what the fused mask selects."""
+    cfg = small_config()
+    rows, n, b = 16, 200, cfg.candidate_block_size
+    logits = rng.integers(0, 3, (rows, n)).astype(np.float32)
+    logits[rng.random((rows, n)) < 0.1] = np.nan
+    lens = rng.integers(0, n + 1, rows).astype(np.int32)
+    lens[:4] = [0, 1, 9, n]
+    bt = np.tile(np.arange(-(-n // cfg.page_size), dtype=np.int32), (rows, 1))
+    amax = dj.block_amax(jnp.asarray(logits), jnp.asarray(lens), block_size=b)
+    sel = dj.select_candidate_blocks(amax, jnp.asarray(lens), num_candidates=6, block_size=b)
+    table = dj.sort_candidate_blocks(
+        sel, jnp.asarray(lens), jnp.asarray(bt), block_size=b, page_size=cfg.page_size
+    )
+    mask = dj.topk(jnp.asarray(logits), jnp.asarray(lens), 12, candidates=table, block_size=b)
+    blocks, valid = np.asarray(table.blocks), np.asarray(table.valid_lens)
+    sparse = np.full((rows, 6 * b), -np.inf, np.float32)
+    for r in range(rows):
+        for j in range(valid[r]):
+            sparse[r, j] = logits[r, blocks[r, j // b] * b + j % b]
+    cols = dj.topk(jnp.asarray(sparse), table.valid_lens, 12)
+    np.testing.assert_array_equal(
+        np.asarray(dj.sparse_columns_to_positions(cols, table, b)), np.asarray(mask)
+    )
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_prefill_publish_and_select(rng, fmt):
+    cfg = small_config(cache_format=fmt)
+    t = 90
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 64)).astype(np.float32)), fmt)
+    starts = np.array([0, 0, 10, 30, 30, 89, 90], np.int32)
+    ends = np.array([0, 1, 19, 90, 60, 90, 90], np.int32)
+    q = query(rng, len(starts), 1, 4, 64, fmt)
+    idx, table = dj.publish_prefill(q, keys, jnp.asarray(starts), jnp.asarray(ends), cfg)
+    logits = np.asarray(dj.mqa_logits(q, keys, jnp.asarray(starts), jnp.asarray(ends)))
+    shifted = np.full_like(logits, -np.inf)
+    for r in range(len(starts)):
+        shifted[r, : ends[r] - starts[r]] = logits[r, starts[r] : ends[r]]
+    ident = np.tile(np.arange(-(-t // cfg.page_size)), (len(starts), 1))
+    want_idx, want_table = oracle_publish(shifted, ends - starts, ident, cfg)
+    np.testing.assert_array_equal(np.asarray(idx), want_idx)
+    np.testing.assert_array_equal(np.asarray(table.blocks), want_table[0])
+    np.testing.assert_array_equal(np.asarray(table.physical), want_table[3])
+    got = dj.select_prefill(q, keys, jnp.asarray(starts), jnp.asarray(ends), table, cfg)
+    np.testing.assert_array_equal(
+        np.asarray(got), oracle_select(shifted, ends - starts, want_table[0], cfg)
+    )
+
+
+def test_decode_step_is_bitwise_repeatable_under_jit(rng):
+    cfg = small_config()
+    q, cache, ctx, bt = step_inputs(rng, cfg, [150, 3, 100], pages=10)
+
+    @jax.jit
+    def step(q, cache, ctx, bt):
+        idx, table = dj.publish(q, cache, ctx, bt, cfg)
+        return idx, table, dj.select(q, cache, ctx, bt, table, cfg, path="sparse")
+
+    first = jax.tree.map(np.asarray, step(q, cache, ctx, bt))
+    for _ in range(3):
+        again = jax.tree.map(np.asarray, step(q, cache, ctx, bt))
+        jax.tree.map(np.testing.assert_array_equal, again, first)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("num_heads", 8, "config.num_heads"),
+        ("page_size", 32, "config.page_size"),
+        ("next_n", 2, "config.next_n"),
+        ("head_dim", 128, "config.head_dim"),
+    ],
+)
+def test_config_mismatch_raises(rng, field, value, match):
+    cfg = small_config()
+    q, cache, ctx, bt = step_inputs(rng, cfg, [10, 20], pages=2)
+    with pytest.raises(ValueError, match=match):
+        dj.publish(q, cache, ctx, bt, small_config(**{field: value}))
+
+
+def test_select_rejects_bad_path_and_table(rng):
+    cfg = small_config()
+    q, cache, ctx, bt = step_inputs(rng, cfg, [10, 20], pages=2)
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    with pytest.raises(ValueError, match="path must be"):
+        dj.select(q, cache, ctx, bt, table, cfg, path="dense")
+    short = jax.tree.map(lambda x: x[:1], table)
+    with pytest.raises(ValueError, match="table has 1 rows"):
+        dj.select(q, cache, ctx, bt, short, cfg)
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(num_heads=0), "num_heads"),
+        (dict(index_topk=-1), "index_topk"),
+        (dict(page_size=60), "multiple of candidate_block_size"),
+        (dict(cache_format="fp4"), "cache_format"),
+        (dict(cache_format="mxfp4", head_dim=256), "at most 128"),
+        (dict(rope_head_dim=200), "rope_head_dim"),
+        (dict(next_n=True), "next_n"),
+    ],
+)
+def test_config_validation(kw, match):
+    with pytest.raises(ValueError, match=match):
+        dj.IndexerConfig(**kw)
+
+
+def test_config_defaults_are_v41():
+    cfg = dj.IndexerConfig()
+    assert (
+        cfg.num_heads,
+        cfg.head_dim,
+        cfg.index_topk,
+        cfg.candidate_topk_blocks,
+        cfg.candidate_block_size,
+        cfg.candidate_positions,
+    ) == (32, 128, 512, 2048, 8, 16384)
+    assert jax.tree.leaves(cfg) == []  # all static: passes through jit as a pytree

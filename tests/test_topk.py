@@ -1,0 +1,151 @@
+"""topk, logical_to_physical and sparse_columns_to_positions against the loop oracle."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from factories import scores as make_scores
+
+import dsv41_jax as dj
+
+EDGE_LENGTHS = (0, 1, 7, 8, 9)
+
+
+def lengths_for(rng, rows, n, k):
+    base = [length for length in (*EDGE_LENGTHS, k, k + 1, n) if length <= n]
+    return np.array(
+        [base[i % len(base)] if i < len(base) else rng.integers(0, n + 1) for i in range(rows)],
+        np.int32,
+    )
+
+
+def expected(s, lens, k, starts=None, blocks=None, block_size=8):
+    out = []
+    for r in range(s.shape[0]):
+        st = 0 if starts is None else int(starts[r])
+        allowed = None
+        if blocks is not None:
+            members = {int(b) for b in blocks[r]}
+            allowed = lambda p, m=members: p // block_size in m  # noqa: E731
+        out.append(oracle.topk_row(s[r, st:], int(lens[r]), k, allowed))
+    return np.array(out, np.int32)
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "equal", "special"])
+@pytest.mark.parametrize("n,k", [(1, 1), (9, 8), (64, 8), (300, 16), (1000, 64), (64, 100)])
+def test_topk_matches_oracle(rng, kind, n, k):
+    rows = 12
+    s = make_scores(rng, rows, n, kind)
+    lens = lengths_for(rng, rows, n, k)
+    got = np.asarray(dj.topk(jnp.asarray(s), jnp.asarray(lens), k, implementation="reference"))
+    np.testing.assert_array_equal(got, expected(s, lens, k))
+
+
+def test_topk_starts_ragged_rows(rng):
+    rows, n, k = 10, 200, 16
+    s = make_scores(rng, rows, n, "ties")
+    starts = rng.integers(0, n, rows).astype(np.int32)
+    lens = np.array([rng.integers(0, n - st + 1) for st in starts], np.int32)
+    lens[:3] = [0, 1, n - starts[2]]
+    got = dj.topk(jnp.asarray(s), jnp.asarray(lens), k, starts=jnp.asarray(starts))
+    np.testing.assert_array_equal(np.asarray(got), expected(s, lens, k, starts=starts))
+
+
+@pytest.mark.parametrize("block_size", [4, 8])
+def test_topk_candidate_mask(rng, block_size):
+    rows, n, k, c = 8, 400, 24, 10
+    s = make_scores(rng, rows, n, "special")
+    lens = lengths_for(rng, rows, n, k)
+    blocks = np.full((rows, c), dj.INT32_MAX, np.int32)
+    for r in range(rows):
+        nb = -(-int(lens[r]) // block_size)
+        pick = np.sort(rng.choice(max(nb, 1), size=min(c, nb), replace=False)) if nb else []
+        blocks[r, : len(pick)] = pick
+    got = dj.topk(
+        jnp.asarray(s), jnp.asarray(lens), k, candidates=jnp.asarray(blocks), block_size=block_size
+    )
+    np.testing.assert_array_equal(
+        np.asarray(got), expected(s, lens, k, blocks=blocks, block_size=block_size)
+    )
+
+
+def test_topk_negative_zero_ties_positive_zero():
+    s = jnp.array([[0.0, -0.0, 0.0, -0.0, -1.0]], jnp.float32)
+    got = dj.topk(s, jnp.array([5], jnp.int32), 2)
+    np.testing.assert_array_equal(np.asarray(got), [[0, 1]])
+
+
+def test_topk_bf16_scores(rng):
+    s = make_scores(rng, 4, 100, "ties").astype(jnp.bfloat16)
+    lens = np.array([100, 50, 3, 0], np.int32)
+    got = dj.topk(jnp.asarray(s), jnp.asarray(lens), 10)
+    np.testing.assert_array_equal(np.asarray(got), expected(np.asarray(s, np.float32), lens, 10))
+
+
+def test_topk_jit_and_bitwise_repeatable(rng):
+    s, lens = make_scores(rng, 6, 500, "ties"), np.full(6, 480, np.int32)
+    f = jax.jit(lambda s, n: dj.topk(s, n, 32))
+    first = np.asarray(f(jnp.asarray(s), jnp.asarray(lens)))
+    for _ in range(5):
+        np.testing.assert_array_equal(np.asarray(f(jnp.asarray(s), jnp.asarray(lens))), first)
+    np.testing.assert_array_equal(first, expected(s, lens, 32))
+
+
+def test_topk_under_jit_clamps_lengths_past_the_row(rng):
+    s = make_scores(rng, 2, 16, "random")
+    got = jax.jit(lambda s, n: dj.topk(s, n, 20))(jnp.asarray(s), jnp.array([99, -5], jnp.int32))
+    np.testing.assert_array_equal(np.asarray(got), expected(s, [16, 0], 20))
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda s, n: dj.topk(s, n, 0), "k must be a positive int"),
+        (lambda s, n: dj.topk(s, n, -3), "k must be a positive int"),
+        (lambda s, n: dj.topk(s[0], n, 4), "scores must have rank 2"),
+        (lambda s, n: dj.topk(s.astype(jnp.int32), n, 4), "scores must have a floating dtype"),
+        (lambda s, n: dj.topk(s, n.astype(jnp.float32), 4), "lengths must have an integer"),
+        (lambda s, n: dj.topk(s, n[:2], 4), "lengths must have shape"),
+        (lambda s, n: dj.topk(s, n + 100, 4), "lengths must lie in"),
+        (lambda s, n: dj.topk(s, n, 4, starts=n[:1]), "starts must have shape"),
+        (lambda s, n: dj.topk(s, n, 4, starts=n), "starts \\+ lengths"),
+        (lambda s, n: dj.topk(s, n, 4, candidates=jnp.zeros((2, 4), jnp.int32)), "candidates"),
+        (lambda s, n: dj.topk(s, n, 4, implementation="nope"), "unknown implementation 'nope'"),
+    ],
+)
+def test_topk_bad_inputs_raise(call, match):
+    s = jnp.zeros((3, 32), jnp.float32)
+    n = jnp.array([32, 10, 0], jnp.int32)
+    with pytest.raises(ValueError, match=match):
+        call(s, n)
+
+
+def test_logical_to_physical(rng):
+    rows, k, pages, page_size = 6, 40, 5, 16
+    idx = rng.integers(-1, pages * page_size + 20, (rows, k)).astype(np.int32)
+    bt = rng.integers(-1, 100, (rows, pages)).astype(np.int32)
+    got = np.asarray(dj.logical_to_physical(jnp.asarray(idx), jnp.asarray(bt), page_size))
+    want = np.array([oracle.physical_row(idx[r], bt[r], page_size) for r in range(rows)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_logical_to_physical_bad_inputs():
+    with pytest.raises(ValueError, match="block_table must have shape"):
+        dj.logical_to_physical(jnp.zeros((2, 4), jnp.int32), jnp.zeros((3, 4), jnp.int32), 64)
+    with pytest.raises(ValueError, match="page_size must be a positive int"):
+        dj.logical_to_physical(jnp.zeros((2, 4), jnp.int32), jnp.zeros((2, 4), jnp.int32), 0)
+
+
+def test_sparse_columns_to_positions():
+    table = dj.CandidateTable(
+        blocks=jnp.array([[2, 5, 9, dj.INT32_MAX]], jnp.int32),
+        count=jnp.array([3], jnp.int32),
+        valid_lens=jnp.array([19], jnp.int32),
+        physical=jnp.full((1, 4), -1, jnp.int32),
+    )
+    cols = jnp.array([[0, 7, 8, 18, -1]], jnp.int32)
+    got = dj.sparse_columns_to_positions(cols, table, 8)
+    np.testing.assert_array_equal(np.asarray(got), [[16, 23, 40, 74, -1]])
