@@ -2,8 +2,11 @@
 SHELL := /bin/bash
 VENV  := .venv
 PY    := $(VENV)/bin/python
-# jax 0.11 needs Python >= 3.12: python3.12 on PATH, else pyenv's newest 3.12.x.
-PYTHON312 ?= $(shell command -v python3.12 2>/dev/null || ls -d $(HOME)/.pyenv/versions/3.12.*/bin/python3.12 2>/dev/null | sort -V | tail -n 1)
+# jax 0.11 needs Python >= 3.12: a working python3.12 on PATH (a pyenv shim may exist and fail),
+# else pyenv's newest 3.12.x.
+PYTHON312 ?= $(shell for p in $$(command -v python3.12) \
+  $$(ls -d $(HOME)/.pyenv/versions/3.12.*/bin/python3.12 2>/dev/null | sort -rV); do \
+  $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo $$p && break; done)
 # Build inputs: a change to any of them rebuilds the extension.
 BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard ffi/* cuda/*)
 STAMP := $(VENV)/.installed
