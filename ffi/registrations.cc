@@ -5,6 +5,8 @@
 
 namespace dsv41 {
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 }  // namespace dsv41
 
 namespace {
@@ -21,6 +23,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   m.def("registrations", []() {
     pybind11::dict d;
     d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
+    d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
+    d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     return d;
   });
   m.def("cuda_version", []() { return CUDART_VERSION; });

@@ -6,13 +6,17 @@ import jax
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
-from dsv41_jax.blocks import reference
+from dsv41_jax.blocks import ffi, pallas_mgpu, reference
 from dsv41_jax.topk.api import check_rows
 from dsv41_jax.types import CandidateTable
 
-BLOCK_AMAX = Op("block_amax", reference=reference.block_amax)
+BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference.block_amax)
 SELECT_CANDIDATE_BLOCKS = Op("select_candidate_blocks", reference=reference.select_candidate_blocks)
-SORT_CANDIDATE_BLOCKS = Op("sort_candidate_blocks", reference=reference.sort_candidate_blocks)
+SORT_CANDIDATE_BLOCKS = Op(
+    "sort_candidate_blocks",
+    ffi=ffi.sort_candidate_blocks,
+    reference=reference.sort_candidate_blocks,
+)
 
 
 def block_amax(

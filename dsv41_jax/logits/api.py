@@ -7,11 +7,13 @@ import jax.numpy as jnp
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
-from dsv41_jax.logits import reference
+from dsv41_jax.logits import ffi, reference
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
-PAGED_MQA_LOGITS = Op("paged_mqa_logits", reference=reference.paged_mqa_logits)
+PAGED_MQA_LOGITS = Op(
+    "paged_mqa_logits", ffi=ffi.paged_mqa_logits, reference=reference.paged_mqa_logits
+)
 SPARSE_PAGED_MQA_LOGITS = Op("sparse_paged_mqa_logits", reference=reference.sparse_paged_mqa_logits)
 MQA_LOGITS = Op("mqa_logits", reference=reference.mqa_logits)
 

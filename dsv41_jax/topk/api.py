@@ -6,11 +6,13 @@ import jax
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
-from dsv41_jax.topk import reference
+from dsv41_jax.topk import ffi, reference
 from dsv41_jax.types import CandidateTable
 
 TOPK = Op("topk", reference=reference.topk)
-LOGICAL_TO_PHYSICAL = Op("logical_to_physical", reference=reference.logical_to_physical)
+LOGICAL_TO_PHYSICAL = Op(
+    "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical
+)
 
 
 def check_rows(scores, lengths, starts) -> int:

@@ -1,0 +1,188 @@
+// dsv41_sm90_paged_mqa_logits <-> PagedMqaLogitsSm90FFI <-> dsv41_jax.paged_mqa_logits("ffi")
+//
+// DeepGEMM's SM90 FP8 paged MQA logits (dense), instantiated ahead of time from the installed
+// sgl-deep-gemm headers: the schedule-metadata kernel, then the main kernel, on XLA's stream.
+// The launch recipe (threads, split, TMA boxes, shared memory) follows DeepGEMM's own launcher.
+#include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>
+#include <deep_gemm/scheduler/sm90_paged_mqa_logits.cuh>
+
+#include <cmath>
+
+#include "common.h"
+#include "tma.h"
+
+namespace dsv41 {
+namespace {
+
+constexpr uint32_t kHeadDim = 128;
+constexpr uint32_t kPageSize = 64;  // BLOCK_KV: one KV block is one page
+constexpr uint32_t kNumMathWarpGroups = 4;
+constexpr uint32_t kSplitKV = kPageSize * kNumMathWarpGroups;  // 256 positions per task
+constexpr uint32_t kNumTMAThreads = 128, kNumMathThreads = 128 * kNumMathWarpGroups;
+constexpr uint32_t kNumQStages = 3, kNumKVStages = 3;
+constexpr int64_t kMaxSMs = 256;  // schedule workspace rows: [kMaxSMs + 1, 2]
+
+constexpr uint32_t Align(uint32_t x, uint32_t a) { return (x + a - 1) / a * a; }
+
+// Mirrors the kernel's own shared-memory plan (sm90_fp8_paged_mqa_logits.cuh).
+constexpr uint32_t SmemBytes(uint32_t next_n, uint32_t heads) {
+  const uint32_t swizzle = kHeadDim * 8;
+  const uint32_t q_pipe = kNumQStages * (next_n * heads * kHeadDim + Align(next_n * heads * 4, swizzle)) +
+                          Align(kNumQStages * 16, swizzle);
+  const uint32_t kv_pipe = kNumKVStages * (kPageSize * kHeadDim + Align(kPageSize * 4, swizzle)) +
+                           Align(kNumKVStages * 16, swizzle);
+  return q_pipe + kNumMathWarpGroups * kv_pipe;
+}
+
+template <uint32_t kNextN, uint32_t kNumHeads>
+cudaError_t LaunchMain(cudaStream_t stream, uint32_t num_sms, uint32_t batch, uint32_t logits_stride,
+                       uint32_t block_table_stride, const int32_t* lens, float* logits,
+                       const int32_t* block_table, const int32_t* schedule, const CUtensorMap& q,
+                       const CUtensorMap& kv, const CUtensorMap& kv_scales, const CUtensorMap& w) {
+  auto kernel = &deep_gemm::sm90_fp8_paged_mqa_logits<kNextN, kNumHeads, kHeadDim, kPageSize, false,
+                                                      false, kNumQStages, kNumKVStages, kSplitKV,
+                                                      kNumTMAThreads, kNumMathThreads, float>;
+  constexpr uint32_t smem = SmemBytes(kNextN, kNumHeads);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  kernel<<<num_sms, kNumTMAThreads + kNumMathThreads, smem, stream>>>(
+      batch, logits_stride, block_table_stride, reinterpret_cast<const uint32_t*>(lens), logits,
+      reinterpret_cast<const uint32_t*>(block_table), nullptr,
+      reinterpret_cast<const uint32_t*>(schedule), q, kv, kv_scales, w);
+  return cudaGetLastError();
+}
+
+template <uint32_t kAlignedBatch, uint32_t kNumSMs>
+void LaunchSchedule(cudaStream_t stream, uint32_t batch, uint32_t next_n, const int32_t* lens,
+                    int32_t* schedule) {
+  deep_gemm::sched::sm90_paged_mqa_logits_metadata<kAlignedBatch, kSplitKV, kNumSMs, false>
+      <<<1, 32, kAlignedBatch * sizeof(uint32_t), stream>>>(
+          batch, next_n, false, reinterpret_cast<const uint32_t*>(lens), nullptr,
+          reinterpret_cast<uint32_t*>(schedule));
+}
+
+template <uint32_t kNumSMs>
+bool ScheduleForSMs(cudaStream_t stream, uint32_t batch, uint32_t next_n, const int32_t* lens,
+                    int32_t* schedule) {
+  if (batch <= 32) LaunchSchedule<32, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 64) LaunchSchedule<64, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 128) LaunchSchedule<128, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 256) LaunchSchedule<256, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 512) LaunchSchedule<512, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 1024) LaunchSchedule<1024, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else return false;
+  return true;
+}
+
+// Positions on a page id outside [0, num_pages) read TMA's zero fill in the kernel: mark them
+// NaN, as the contract says, so nothing can select them.
+__global__ void MarkInvalidPagesKernel(float* logits, int64_t stride, const int32_t* lens,
+                                       const int32_t* block_table, int64_t max_pages,
+                                       int64_t num_pages, int32_t next_n) {
+  const int64_t row = blockIdx.x, b = row / next_n, j = row % next_n;
+  const int64_t visible = int64_t(lens[b]) - next_n + 1 + j;
+  const int64_t len = visible > 0 ? visible : 0;
+  const int64_t pages = (len + kPageSize - 1) / kPageSize;
+  for (int64_t c = threadIdx.x; c < pages; c += blockDim.x) {
+    const int32_t page = block_table[b * max_pages + c];
+    if (page >= 0 && page < num_pages) continue;
+    const int64_t end = (c + 1) * kPageSize < len ? (c + 1) * kPageSize : len;
+    for (int64_t t = c * kPageSize; t < end; ++t) logits[row * stride + t] = NAN;
+  }
+}
+
+ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
+                              Buffer<ffi::U8> kv, Buffer<ffi::S32> lens,
+                              Buffer<ffi::S32> block_table, Result<ffi::F32> logits,
+                              Result<ffi::S32> schedule) {
+  constexpr const char* kOp = "dsv41_sm90_paged_mqa_logits";
+  if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(kOp, "q must be float8_e4m3fn");
+  const auto qd = q.dimensions(), kd = kv.dimensions(), bd = block_table.dimensions();
+  const auto ld = logits->dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || bd.size() != 2 || ld.size() != 2) {
+    return InvalidArgument(kOp, "expected q [b, n, h, d], kv [pages, P, 1, d + 4], "
+                                "block_table [b, pages], logits [b * n, cols]");
+  }
+  const int64_t batch = qd[0], next_n = qd[1], heads = qd[2], cols = ld[1];
+  if (qd[3] != kHeadDim || kd[1] != kPageSize || kd[2] != 1 || kd[3] != kHeadDim + 4) {
+    return InvalidArgument(kOp, "needs head_dim 128 and an fp8 cache of 64-token pages");
+  }
+  if ((heads != 32 && heads != 64) || (next_n != 1 && next_n != 2)) {
+    return InvalidArgument(kOp, "needs 32 or 64 heads and next_n 1 or 2");
+  }
+  if (bd[0] != batch || lens.element_count() != batch || ld[0] != batch * next_n ||
+      cols % kSplitKV != 0 || cols < bd[1] * kPageSize ||
+      schedule->element_count() != 2 * (kMaxSMs + 1) || weights.element_count() != batch * next_n * heads) {
+    return InvalidArgument(kOp, "inconsistent shapes (logits columns must cover the page table "
+                                "and be a multiple of 256)");
+  }
+  if (batch == 0) return ffi::Error::Success();
+  if (kd[0] == 0 || bd[1] == 0) return InvalidArgument(kOp, "empty cache or page table");
+
+  int device = 0, num_sms = 0;
+  if (cudaStreamGetDevice(stream, &device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return LastCudaError(kOp);
+  }
+
+  // TMA maps (DeepGEMM's): q [b·n·h, d] 128B-swizzled; kv values [pages, P, d] inside each
+  // page; kv scales [pages, P] right after the page's values; weights [b·n, h].
+  const uint8_t* kv_base = kv.typed_data();
+  const uint64_t page_bytes = kPageSize * (kHeadDim + 4);
+  CUtensorMap q_map, kv_map, sc_map, w_map;
+  const bool ok =
+      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q.untyped_data(),
+                  {kHeadDim, uint64_t(batch * next_n * heads)}, {kHeadDim},
+                  {kHeadDim, uint32_t(next_n * heads)}, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, kv_base,
+                  {kHeadDim, kPageSize, uint64_t(kd[0])}, {kHeadDim, page_bytes},
+                  {kHeadDim, kPageSize, 1}, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      EncodeTiled(&sc_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kv_base + kPageSize * kHeadDim,
+                  {kPageSize, uint64_t(kd[0])}, {page_bytes}, {kPageSize, 1},
+                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
+      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, weights.typed_data(),
+                  {uint64_t(heads), uint64_t(batch * next_n)}, {uint64_t(heads * 4)},
+                  {uint32_t(heads), uint32_t(next_n)}, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
+
+  int32_t* sched = schedule->typed_data();
+  bool scheduled = false;
+  switch (num_sms) {
+    case 132: scheduled = ScheduleForSMs<132>(stream, batch, next_n, lens.typed_data(), sched); break;
+    case 114: scheduled = ScheduleForSMs<114>(stream, batch, next_n, lens.typed_data(), sched); break;
+    case 78: scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens.typed_data(), sched); break;
+    default: return InvalidArgument(kOp, "no schedule instantiated for " + std::to_string(num_sms) + " SMs");
+  }
+  if (!scheduled) return InvalidArgument(kOp, "batch above 1024 requests");
+  if (auto e = LastCudaError(kOp); e.failure()) return e;
+
+  using MainFn = decltype(&LaunchMain<1, 32>);
+  const MainFn main = next_n == 1 ? (heads == 32 ? LaunchMain<1, 32> : LaunchMain<1, 64>)
+                                  : (heads == 32 ? LaunchMain<2, 32> : LaunchMain<2, 64>);
+  const cudaError_t err = main(stream, num_sms, batch, cols, bd[1], lens.typed_data(),
+                               logits->typed_data(), block_table.typed_data(), sched, q_map,
+                               kv_map, sc_map, w_map);
+  if (err != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
+
+  MarkInvalidPagesKernel<<<batch * next_n, 128, 0, stream>>>(logits->typed_data(), cols,
+                                                            lens.typed_data(), block_table.typed_data(),
+                                                            bd[1], kd[0], int32_t(next_n));
+  return LastCudaError(kOp);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI, PagedMqaLogitsSm90,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<ffi::AnyBuffer>()     // q [batch, next_n, H, 128] fp8
+                                  .Arg<Buffer<ffi::F32>>()   // weights [batch, next_n, H]
+                                  .Arg<Buffer<ffi::U8>>()    // cache [pages, 64, 1, 132]
+                                  .Arg<Buffer<ffi::S32>>()   // context_lens [batch], clamped
+                                  .Arg<Buffer<ffi::S32>>()   // block_table [batch, max_pages]
+                                  .Ret<Buffer<ffi::F32>>()   // logits [batch * next_n, cols]
+                                  .Ret<Buffer<ffi::S32>>(),  // schedule workspace [257, 2]
+                              kCmdBuffer);
+
+}  // namespace dsv41

@@ -1,0 +1,52 @@
+// TMA descriptors through the driver entry point: no libcuda link at build time.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <mutex>
+
+namespace dsv41 {
+
+inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                         &status) == cudaSuccess &&
+        status == cudaDriverEntryPointSuccess) {
+      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+    }
+  });
+  return fn;
+}
+
+// A tiled map over a row-major tensor: `dims` innermost first (elements), `strides_bytes` for
+// dims 1.. (bytes), `box` innermost first. Returns false when the driver rejects it.
+inline bool EncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, const void* base,
+                        std::initializer_list<uint64_t> dims,
+                        std::initializer_list<uint64_t> strides_bytes,
+                        std::initializer_list<uint32_t> box, CUtensorMapSwizzle swizzle) {
+  auto encode = TensorMapEncoder();
+  if (encode == nullptr) return false;
+  const uint32_t rank = static_cast<uint32_t>(dims.size());
+  cuuint64_t d[5], s[4];
+  cuuint32_t b[5], e[5];
+  uint32_t i = 0;
+  for (uint64_t v : dims) d[i++] = v;
+  i = 0;
+  for (uint64_t v : strides_bytes) s[i++] = v;
+  i = 0;
+  for (uint32_t v : box) b[i++] = v;
+  for (i = 0; i < rank; ++i) e[i] = 1;
+  return encode(map, dtype, rank, const_cast<void*>(base), d, s, b, e,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace dsv41

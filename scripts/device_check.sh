@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Everything the GPU needs in one device call (DESIGN.md §5): install the carried wheels, build
+# the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
+# benchmark. Steps: build test sanitize bench probe:<file> (default: build test bench).
+# Full logs go to $OUT; a short summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dsv41_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+PY=${PY:-python3}
+STEPS=${*:-build test bench}
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+# sgl-deep-gemm is carried as a wheel (.whl/, see scripts/fetch_wheels.sh): headers only.
+$PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/build:/tmp/site:$PWD
+export DSV41_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+for step in $STEPS; do
+  case $step in
+    build)
+      t0=$SECONDS
+      if cmake -S . -B /tmp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+           -DPython_EXECUTABLE="$(command -v $PY)" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
+           >"$OUT/cmake.log" 2>&1 && ninja -C /tmp/build >"$OUT/build.log" 2>&1; then
+        note "build ok ($((SECONDS - t0)) s)"
+      else
+        tail -40 "$OUT/cmake.log" "$OUT/build.log"; note "build FAILED"; break
+      fi ;;
+    test)
+      $PY -m pytest -q -m gpu tests -p no:cacheprovider >"$OUT/pytest.log" 2>&1
+      note "gpu tests: $(tail -1 "$OUT/pytest.log")"
+      grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 3 $PY scripts/sanitize_run.py \
+          >"$OUT/sanitize_$tool.log" 2>&1
+        note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+      done ;;
+    bench)
+      $PY -m dsv41_jax.bench --quick --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+      note "bench rc=$?"; cat "$OUT/bench.md" 2>/dev/null || tail -30 "$OUT/bench.log" ;;
+    probe:*)
+      f=${step#probe:}
+      $PY "$f" >"$OUT/probe_$(basename "$f").log" 2>&1
+      note "probe $f rc=$?"; grep -E "^(OK|FAIL|BAD|TIME)" "$OUT/probe_$(basename "$f").log" | head -40 ;;
+  esac
+done
+echo; echo "==== summary"; printf '%s\n' "${summary[@]}"

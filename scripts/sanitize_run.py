@@ -1,0 +1,42 @@
+"""Small calls of every FFI handler, run under compute-sanitizer by scripts/device_check.sh."""
+
+import jax.numpy as jnp
+import numpy as np
+
+import dsv41_jax as dj
+
+rng = np.random.default_rng(0)
+pages, batch = 40, 3
+cache = dj.write_cache(
+    dj.PagedIndexCache.zeros(batch * pages, 64, 128),
+    jnp.asarray(rng.standard_normal((batch * pages * 64, 128)), jnp.float32),
+    jnp.arange(batch * pages * 64, dtype=jnp.int32),
+)
+bt = (
+    jnp.asarray(rng.permutation(batch * pages).reshape(batch, pages).astype(np.int32))
+    .at[1, 3]
+    .set(-1)
+)
+q = dj.quantize_queries(
+    jnp.asarray(rng.standard_normal((batch, 2, 32, 128)), jnp.float32),
+    jnp.ones((batch, 2, 32), jnp.float32),
+)
+lens = jnp.array([0, 1000, pages * 64 + 999], jnp.int32)  # the last is past the page table
+logits = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi")
+rows = dj.row_lengths(jnp.minimum(lens, pages * 64), 2)
+sel = jnp.asarray(rng.integers(-3, 400, (6, 64)).astype(np.int32))
+table = dj.sort_candidate_blocks(sel, rows, dj.row_block_table(bt, 2), implementation="ffi")
+phys = dj.logical_to_physical(
+    jnp.asarray(rng.integers(-1, 3000, (6, 32)).astype(np.int32)),
+    dj.row_block_table(bt, 2),
+    64,
+    implementation="ffi",
+)
+amax = dj.block_amax(jnp.where(jnp.isnan(logits), 0.0, logits), rows, implementation="pallas")
+print(
+    "sanitize run done",
+    float(jnp.nansum(jnp.where(jnp.isfinite(logits), logits, 0))),
+    int(table.count.sum()),
+    int(phys.sum()),
+    float(jnp.where(jnp.isfinite(amax), amax, 0).sum()),
+)
