@@ -1,6 +1,7 @@
 // Counting sort over a per-row bitmap: one CTA per row sets a bit per selected block, scans
 // the words' popcounts, and emits the set bits in order. O(nblocks / 32 + c) per row, no
 // comparisons, and duplicates vanish for free.
+#include "smxx_block_scan.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -9,33 +10,14 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int32_t kPad = 0x7fffffff;
+// Page tables up to this many entries are staged in shared memory (64 KiB): the emit loop then
+// looks pages up without a dependent global load per block.
+constexpr int64_t kMaxStagedPages = 16384;
 
-__device__ int32_t BlockExclusiveScan(int32_t value, int32_t* warp_sums, int32_t* total) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int32_t inclusive = value;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int32_t y = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d) inclusive += y;
-  }
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    int32_t s = lane < kWarps ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int32_t y = __shfl_up_sync(0xffffffffu, s, d);
-      if (lane >= d) s += y;
-    }
-    if (lane < kWarps) warp_sums[lane] = s;  // inclusive over warps
-    if (lane == kWarps - 1) *total = s;
-  }
-  __syncthreads();
-  return inclusive - value + (warp > 0 ? warp_sums[warp - 1] : 0);
-}
-
-__global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocksArgs a) {
+__global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocksArgs a,
+                                                                      int64_t bitmap_words) {
   extern __shared__ uint32_t bitmap[];
+  int32_t* staged = reinterpret_cast<int32_t*>(bitmap + bitmap_words);
   __shared__ int32_t warp_sums[kWarps];
   __shared__ int32_t total;
   const int64_t row = blockIdx.x;
@@ -45,6 +27,12 @@ __global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocks
   const int64_t words = (nblocks + 31) / 32;
 
   for (int64_t w = threadIdx.x; w < words; w += kThreads) bitmap[w] = 0;
+  const bool stage = a.max_pages <= kMaxStagedPages;
+  const int32_t* row_pages = a.block_table + row * a.max_pages;
+  const int64_t used_pages = (len + a.page_size - 1) / a.page_size;
+  if (stage) {
+    for (int64_t i = threadIdx.x; i < used_pages; i += kThreads) staged[i] = row_pages[i];
+  }
   __syncthreads();
   const int32_t* sel = a.selected + row * a.c;
   for (int64_t i = threadIdx.x; i < a.c; i += kThreads) {
@@ -58,12 +46,12 @@ __global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocks
   const int64_t w0 = min(int64_t(threadIdx.x) * per, words), w1 = min(w0 + per, words);
   int32_t mine = 0;
   for (int64_t w = w0; w < w1; ++w) mine += __popc(bitmap[w]);
-  int32_t out = BlockExclusiveScan(mine, warp_sums, &total);
+  int32_t out = BlockExclusiveScan<kThreads>(mine, warp_sums, &total);
   const int32_t n = total;
 
   int32_t* blocks = a.blocks + row * a.c;
   int32_t* physical = a.physical + row * a.c;
-  const int32_t* pages = a.block_table + row * a.max_pages;
+  const int32_t* pages = stage ? staged : row_pages;
   const int32_t slots_per_page = a.page_size / a.block_size;
   for (int64_t w = w0; w < w1; ++w) {
     for (uint32_t bits = bitmap[w]; bits != 0; bits &= bits - 1) {
@@ -94,11 +82,13 @@ __global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocks
 cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   const int64_t max_blocks = (args.max_pages * args.page_size + args.block_size - 1) / args.block_size;
-  const size_t smem = size_t((max_blocks + 31) / 32) * sizeof(uint32_t);
+  const int64_t words = (max_blocks + 31) / 32;
+  const int64_t staged = args.max_pages <= kMaxStagedPages ? args.max_pages : 0;
+  const size_t smem = size_t(words + staged) * sizeof(uint32_t);
   cudaError_t err = cudaFuncSetAttribute(SortCandidateBlocksKernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (err != cudaSuccess) return err;
-  SortCandidateBlocksKernel<<<unsigned(args.rows), kThreads, smem, stream>>>(args);
+  SortCandidateBlocksKernel<<<unsigned(args.rows), kThreads, smem, stream>>>(args, words);
   return cudaGetLastError();
 }
 

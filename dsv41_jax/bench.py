@@ -173,17 +173,54 @@ def bench_block_amax(rng, bw) -> list[Row]:
     return rows
 
 
+def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
+    import torch
+
+    import dsv41_jax as dj
+
+    rows = []
+    cases = [
+        ("topk k=512", 8, 131072, 512),
+        ("topk k=512", 64, 131072, 512),
+        ("topk k=512", 8, 1 << 20, 512),
+        ("candidate top-2048", 8, 16384, 2048),
+    ]
+    for op, bs, n, k in cases:
+        sets = [(_rand(rng, (bs, n)), jnp.full((bs,), n - 3, jnp.int32)) for _ in range(3)]
+        floor = bs * n * 4 / (bw * 1e3)
+        shape = f"[{bs}, {n // 1024}K]"
+        if op.startswith("candidate"):
+            lens = [jnp.full((bs,), n * 8 - 3, jnp.int32)] * 3
+            sets = [(s[0], ln) for s, ln in zip(sets, lens)]
+            for impl in (*[i for i in impls if i != "pallas"], "reference"):
+                fn = lambda s, l, impl=impl: dj.select_candidate_blocks(  # noqa: E731
+                    s, l, num_candidates=k, implementation=impl
+                )
+                rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+        else:
+            for impl in (*impls, "reference"):
+                fn = lambda s, l, impl=impl: dj.topk(s, l, k, implementation=impl)  # noqa: E731
+                rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+        t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
+        rows.append(Row(op, shape, "lax.top_k (baseline)", t, floor))
+        ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
+        t = kernel_time_us(lambda i: torch.topk(ts[i % 3], k, dim=1).indices)
+        rows.append(Row(op, shape, "torch.topk (baseline)", t, floor))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="dsv41_jax device-time benchmarks")
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
-    ap.add_argument("--only", default="", help="comma list: logits,sort,amax")
+    ap.add_argument("--only", default="", help="comma list: logits,sort,amax,topk")
+    ap.add_argument("--topk-impls", default="ffi", help="comma list of top-k implementations")
     ap.add_argument("--out", default="", help="write the markdown table here")
     args = ap.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit("dsv41_jax.bench needs a GPU")
     rng = np.random.default_rng(0)
     bw = copy_bandwidth_gbs()
-    only = set(filter(None, args.only.split(","))) or {"logits", "sort", "amax"}
+    only = set(filter(None, args.only.split(","))) or {"logits", "sort", "amax", "topk"}
     rows: list[Row] = []
     if "logits" in only:
         rows += bench_logits(rng, bw, args.quick)
@@ -191,6 +228,8 @@ def main() -> None:
         rows += bench_sort(rng, bw)
     if "amax" in only:
         rows += bench_block_amax(rng, bw)
+    if "topk" in only:
+        rows += bench_topk(rng, bw, args.topk_impls.split(","))
     commit = (
         os.environ.get("DSV41_COMMIT")
         or subprocess.run(

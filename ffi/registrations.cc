@@ -7,6 +7,7 @@ namespace dsv41 {
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
 }  // namespace dsv41
 
 namespace {
@@ -25,6 +26,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
     d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
+    d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
     return d;
   });
   m.def("cuda_version", []() { return CUDART_VERSION; });

@@ -1,5 +1,6 @@
 """Small calls of every FFI handler, run under compute-sanitizer by scripts/device_check.sh."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -22,7 +23,8 @@ q = dj.quantize_queries(
     jnp.ones((batch, 2, 32), jnp.float32),
 )
 lens = jnp.array([0, 1000, pages * 64 + 999], jnp.int32)  # the last is past the page table
-logits = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi")
+# Under jit the lengths are not visible at trace time: the FFI path must clamp them itself.
+logits = jax.jit(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"))(q, cache, lens, bt)
 rows = dj.row_lengths(jnp.minimum(lens, pages * 64), 2)
 sel = jnp.asarray(rng.integers(-3, 400, (6, 64)).astype(np.int32))
 table = dj.sort_candidate_blocks(sel, rows, dj.row_block_table(bt, 2), implementation="ffi")

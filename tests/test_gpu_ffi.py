@@ -33,8 +33,11 @@ def test_ffi_paged_logits_match_reference(rng, heads, next_n):
     want = np.asarray(dj.paged_mqa_logits(q, cache, lens, bt, implementation="reference"))
     vis = visible_mask(np.asarray(dj.row_lengths(lens, next_n)), got.shape[1])
     assert np.isfinite(got[vis]).all()
-    assert calc_diff(got[vis], want[vis]) < 5e-6  # same dequantized inputs: near-exact
-    np.testing.assert_allclose(got[vis], want[vis], rtol=1e-4, atol=1e-3)
+    # DeepGEMM's own criterion against dequantized inputs. Hopper's FP8 tensor cores accumulate
+    # with reduced precision, so single logits may differ by ~1e-3 of the row's scale.
+    assert calc_diff(got[vis], want[vis]) < 5e-6
+    scale = np.abs(want[vis]).max()
+    np.testing.assert_allclose(got[vis], want[vis], rtol=0, atol=2e-3 * scale)
 
 
 def test_ffi_paged_logits_invalid_pages_are_nan(rng):
@@ -85,7 +88,7 @@ def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages):
     for r in range(rows):
         pick = rng.choice(max(int(nb[r]), 1), size=min(c, int(nb[r])), replace=False)
         sel[r, : len(pick)] = pick
-    sel[5, :10] = sel[5, 10:20]  # repeats
+    sel[5, : c // 2] = sel[5, c // 2 : 2 * (c // 2)]  # repeats
     sel[6, :3] = [-5, cap, 2**30]  # out of range
     bt = rng.integers(-1, 10_000, (rows, pages)).astype(np.int32)
     args = (jnp.asarray(sel), jnp.asarray(lens), jnp.asarray(bt))
@@ -126,3 +129,24 @@ def test_ffi_decode_step_equals_reference(rng):
     )
     assert overlap > 0.98
     assert got_table.blocks.shape == want_table.blocks.shape
+
+
+def test_decode_step_identical_under_command_buffers():
+    """The FFI handlers are command-buffer compatible: the whole step captured as CUDA graphs
+    gives bit-identical results."""
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "decode_step_digest.py")
+
+    def digest(flags: str) -> str:
+        env = dict(os.environ, XLA_FLAGS=flags)
+        run = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run.stdout.split("digest")[-1].strip()
+
+    plain = digest("--xla_gpu_enable_command_buffer=")
+    graphs = digest("--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+                    "--xla_gpu_graph_min_graph_size=1")
+    assert plain == graphs

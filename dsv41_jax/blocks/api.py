@@ -11,7 +11,11 @@ from dsv41_jax.topk.api import check_rows
 from dsv41_jax.types import CandidateTable
 
 BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference.block_amax)
-SELECT_CANDIDATE_BLOCKS = Op("select_candidate_blocks", reference=reference.select_candidate_blocks)
+SELECT_CANDIDATE_BLOCKS = Op(
+    "select_candidate_blocks",
+    ffi=ffi.select_candidate_blocks,
+    reference=reference.select_candidate_blocks,
+)
 SORT_CANDIDATE_BLOCKS = Op(
     "sort_candidate_blocks",
     ffi=ffi.sort_candidate_blocks,

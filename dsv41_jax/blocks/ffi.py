@@ -39,3 +39,11 @@ def sort_candidate_blocks(
         page_size=np.int32(page_size),
     )
     return CandidateTable(blocks, count, valid, physical)
+
+
+def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
+    from dsv41_jax.topk.ffi import CANDIDATE_BLOCKS, radix_topk
+
+    return radix_topk(
+        block_scores, lengths, num_candidates, None, None, block_size, CANDIDATE_BLOCKS
+    )

@@ -9,7 +9,7 @@ from dsv41_jax._dispatch import Implementation, Op
 from dsv41_jax.topk import ffi, reference
 from dsv41_jax.types import CandidateTable
 
-TOPK = Op("topk", reference=reference.topk)
+TOPK = Op("topk", ffi=ffi.topk, reference=reference.topk)
 LOGICAL_TO_PHYSICAL = Op(
     "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical
 )

@@ -17,3 +17,32 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
     return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
         indices.astype(jnp.int32), block_table.astype(jnp.int32), page_size=np.int32(page_size)
     )
+
+
+RADIX_TOPK = "dsv41_radix_topk"
+POSITIONS, CANDIDATE_BLOCKS = 0, 1  # TopkMode in cuda/sm90_radix_topk.cuh
+
+
+def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Array:
+    """The CUDA cluster radix select: exact, ascending output, -1 padded."""
+    _ext.require_gpu(RADIX_TOPK)
+    if scores.dtype != jnp.float32:
+        raise NotImplementedError(f"{RADIX_TOPK}: float32 scores only (got {scores.dtype})")
+    rows = scores.shape[0]
+    if members is None:
+        members = jnp.zeros((rows, 0), jnp.int32)
+    out = jax.ShapeDtypeStruct((rows, k), jnp.int32)
+    return jax.ffi.ffi_call(RADIX_TOPK, out, vmap_method="sequential")(
+        scores,
+        lengths.astype(jnp.int32),
+        (jnp.zeros((rows,), jnp.int32) if starts is None else starts.astype(jnp.int32)),
+        members.astype(jnp.int32),
+        k=np.int32(k),
+        block_size=np.int32(block_size),
+        mode=np.int32(mode),
+        has_starts=starts is not None,
+    )
+
+
+def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
+    return radix_topk(scores, lengths, k, starts, candidates, block_size, POSITIONS)

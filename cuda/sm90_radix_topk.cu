@@ -1,0 +1,243 @@
+// Exact top-k: each row is split over a cluster of up to 16 CTAs. Scores become order-preserving
+// 32-bit keys (0 = never selected); four 8-bit radix passes find the k-th key T, each pass
+// building per-CTA shared-memory histograms that the cluster sums through distributed shared
+// memory. Then every CTA emits, in position order, its keys above T and the first ties at T
+// (ties ranked by position across the cluster), at offsets known from the CTAs before it.
+// Deterministic: counts are order-independent and the emission order is the position order.
+#include <cooperative_groups.h>
+
+#include "sm90_radix_topk.cuh"
+#include "smxx_block_scan.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace dsv41 {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kBins = 256;
+constexpr int kPerThread = 4;                 // consecutive elements per thread when emitting
+constexpr int kTile = kThreads * kPerThread;  // elements per emission step
+constexpr int64_t kCachedKeys = 16384;        // a chunk up to this size keeps its keys in smem
+constexpr int kMaxCluster = 16;
+constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
+
+__device__ __forceinline__ uint32_t OrderedKey(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);  // -0 ties +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct Shared {
+  uint32_t hist[kBins];
+  uint32_t total[kBins];
+  int32_t warp_sums[kThreads / 32];
+  int32_t scan_total;
+  uint32_t prefix, mask;
+  int64_t k_rem, need_eq;
+  int32_t counts[2];  // this CTA's (gt, eq) for the emission offsets
+};
+
+struct Row {
+  const float* scores;
+  int64_t len;    // positions (or blocks) that may be selected
+  int64_t lo, hi; // this CTA's chunk
+  int64_t newest; // kCandidateBlocks: the pinned block
+  const uint32_t* member_bits;  // this CTA's candidate bitmap (kPositions with members)
+  int64_t member_base;          // first block covered by member_bits
+};
+
+__device__ __forceinline__ uint32_t KeyAt(const TopkArgs& a, const Row& r, int64_t p) {
+  const float v = r.scores[p];
+  if (a.mode == TopkMode::kCandidateBlocks) {
+    if (p == r.newest) return kPinned;
+    const uint32_t key = OrderedKey(v);
+    return (v != v || v == -INFINITY || key < 2) ? kLowest : key;
+  }
+  if (v != v || v == -INFINITY) return kExcluded;
+  if (r.member_bits != nullptr) {
+    const int64_t b = p / a.block_size - r.member_base;
+    if (!((r.member_bits[b >> 5] >> (b & 31)) & 1u)) return kExcluded;
+  }
+  return OrderedKey(v);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64_t chunk) {
+  extern __shared__ uint32_t dyn[];  // [cached keys | member bitmap]
+  __shared__ Shared sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / cl;
+
+  // ---- the row and this CTA's chunk (lengths clamped: nothing is read past the row)
+  Row r;
+  const int64_t start = a.starts ? min(max(int64_t(a.starts[row]), int64_t(0)), a.n) : 0;
+  r.scores = a.scores + row * a.n + start;
+  const int64_t avail = a.n - start;
+  const int64_t raw_len = min(max(int64_t(a.lens[row]), int64_t(0)),
+                              a.mode == TopkMode::kCandidateBlocks ? avail * a.block_size : avail);
+  r.len = a.mode == TopkMode::kCandidateBlocks ? (raw_len + a.block_size - 1) / a.block_size : raw_len;
+  r.newest = r.len - 1;
+  r.lo = min(int64_t(rank) * chunk, r.len);
+  r.hi = min(r.lo + chunk, r.len);
+  const int64_t mine = r.hi - r.lo;
+  const bool cached = chunk <= kCachedKeys;
+  uint32_t* keys = dyn;
+  r.member_bits = nullptr;
+  if (a.members != nullptr && a.mode == TopkMode::kPositions) {
+    uint32_t* bits = dyn + (cached ? kCachedKeys : 0);
+    r.member_base = r.lo / a.block_size;
+    const int64_t words = ((r.hi + a.block_size - 1) / a.block_size - r.member_base + 31) / 32;
+    for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
+    __syncthreads();
+    const int32_t* m = a.members + row * a.num_members;
+    const int64_t b_hi = (r.hi + a.block_size - 1) / a.block_size;
+    for (int64_t i = threadIdx.x; i < a.num_members; i += kThreads) {
+      const int64_t b = m[i];
+      if (b >= r.member_base && b < b_hi) {
+        atomicOr(&bits[(b - r.member_base) >> 5], 1u << ((b - r.member_base) & 31));
+      }
+    }
+    r.member_bits = bits;
+    __syncthreads();
+  }
+  if (cached) {
+    for (int64_t i = threadIdx.x; i < mine; i += kThreads) keys[i] = KeyAt(a, r, r.lo + i);
+  }
+  auto key = [&](int64_t i) { return cached ? keys[i] : KeyAt(a, r, r.lo + i); };
+
+  // ---- four radix passes for the k-th largest key
+  if (threadIdx.x == 0) {
+    sh.prefix = 0;
+    sh.mask = 0;
+    sh.k_rem = a.k;
+    sh.need_eq = 0;
+  }
+  __syncthreads();
+  for (int pass = 0; pass < 4; ++pass) {
+    const int shift = 24 - 8 * pass;
+    const uint32_t prefix = sh.prefix, mask = sh.mask;
+    const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
+    for (int b = threadIdx.x; b < kBins; b += kThreads) sh.hist[b] = 0;
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < mine; i += kThreads) {
+      const uint32_t kk = key(i);
+      if (kk != kExcluded && (kk & mask) == prefix) atomicAdd(&sh.hist[(kk >> shift) & 0xff], 1u);
+    }
+    cluster.sync();  // every CTA's histogram is complete
+    int32_t count = 0;
+    const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
+    if (threadIdx.x < kBins) {
+      for (int c = 0; c < cl; ++c) count += int32_t(cluster.map_shared_rank(sh.hist, c)[bin]);
+    }
+    const int32_t above = BlockExclusiveScan<kThreads>(count, sh.warp_sums, &sh.scan_total);
+    const int64_t valid = sh.scan_total;  // keys matching the prefix, cluster-wide
+    if (pass == 0 && valid <= k_rem) {
+      if (threadIdx.x == 0) {  // at most k valid keys: all selected (mask 0 makes all "ties")
+        sh.need_eq = valid;
+        sh.k_rem = 0;
+      }
+    } else if (threadIdx.x < kBins && above < k_rem && above + count >= k_rem) {
+      sh.prefix = prefix | (uint32_t(bin) << shift);
+      sh.mask = mask | (0xffu << shift);
+      sh.k_rem = k_rem - above;  // still needed from this bin
+      sh.need_eq = k_rem - above;
+    }
+    cluster.sync();  // peers are done reading this pass's histograms
+    if (sh.k_rem == 0) break;  // uniform across the cluster (same totals everywhere)
+  }
+  const uint32_t prefix = sh.prefix, mask = sh.mask;
+  const int64_t need_eq = sh.need_eq;
+  auto is_gt = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) > prefix; };
+  auto is_eq = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) == prefix; };
+
+  // ---- this CTA's counts, then every CTA's, for the emission offsets
+  int32_t gt = 0, eq = 0;
+  for (int64_t i = threadIdx.x; i < mine; i += kThreads) {
+    const uint32_t kk = key(i);
+    gt += is_gt(kk);
+    eq += is_eq(kk);
+  }
+  gt = BlockExclusiveScan<kThreads>(gt, sh.warp_sums, &sh.scan_total), gt = sh.scan_total;
+  eq = BlockExclusiveScan<kThreads>(eq, sh.warp_sums, &sh.scan_total), eq = sh.scan_total;
+  if (threadIdx.x == 0) sh.counts[0] = gt, sh.counts[1] = eq;
+  cluster.sync();
+  int64_t out_base = 0, eq_before = 0, total = 0, eq_total = 0;
+  for (int c = 0; c < cl; ++c) {
+    const int32_t* peer = cluster.map_shared_rank(sh.counts, c);
+    const int64_t g = peer[0], e = peer[1];
+    const int64_t take = min(max(need_eq - eq_total, int64_t(0)), e);
+    if (c < rank) out_base += g + take, eq_before += e;
+    total += g + take;
+    eq_total += e;
+  }
+  cluster.sync();  // peers' counts read: they may exit or reuse shared memory
+
+  // ---- emission in position order: tiles of kTile, kPerThread consecutive elements per thread
+  int32_t* out = a.out + row * int64_t(a.k);
+  for (int64_t t0 = 0; t0 < mine; t0 += kTile) {
+    const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
+    uint32_t kk[kPerThread];
+    int32_t my_eq = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      kk[j] = i0 + j < mine ? key(i0 + j) : kExcluded;
+      my_eq += is_eq(kk[j]);
+    }
+    int64_t eq_rank = eq_before + BlockExclusiveScan<kThreads>(my_eq, sh.warp_sums, &sh.scan_total);
+    const int32_t tile_eq = sh.scan_total;
+    bool take[kPerThread];
+    int32_t my_sel = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const bool e = is_eq(kk[j]);
+      take[j] = is_gt(kk[j]) || (e && eq_rank < need_eq);
+      eq_rank += e;
+      my_sel += take[j];
+    }
+    int64_t slot = out_base + BlockExclusiveScan<kThreads>(my_sel, sh.warp_sums, &sh.scan_total);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (take[j] && slot < a.k) out[slot++] = int32_t(r.lo + i0 + j);
+    }
+    out_base += sh.scan_total;
+    eq_before += tile_eq;
+  }
+  if (rank == cl - 1) {
+    for (int64_t s = total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
+  if (args.rows == 0 || args.k == 0) return cudaSuccess;
+  const int64_t len_max = args.n;
+  int cl = 1;
+  while (cl < kMaxCluster && (len_max + cl - 1) / cl > kCachedKeys) cl *= 2;
+  while (cl > 1 && args.rows * cl < 128 && (len_max + 2 * cl - 1) / (2 * cl) >= 2048 && cl < kMaxCluster) cl *= 2;
+  const int64_t chunk = (len_max + cl - 1) / cl;
+  const bool cached = chunk <= kCachedKeys;
+  const int64_t member_words = args.members ? (chunk / args.block_size + 2 + 31) / 32 + 1 : 0;
+  const size_t smem = size_t((cached ? kCachedKeys : 0) + member_words) * sizeof(uint32_t);
+  cudaError_t err = cudaFuncSetAttribute(RadixTopkKernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (err == cudaSuccess && cl > 8) {
+    err = cudaFuncSetAttribute(RadixTopkKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  }
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(args.rows * cl));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cl);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, RadixTopkKernel, args, chunk);
+}
+
+}  // namespace dsv41

@@ -1,0 +1,32 @@
+// Exact top-k by radix select over a cluster of CTAs per row (SM90: thread block clusters).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsv41 {
+
+enum class TopkMode : int32_t {
+  // Positions p < len of `scores[row, start + p]`: NaN / -inf / blocks outside `members` never
+  // selected; ties by smaller position.
+  kPositions = 0,
+  // Candidate blocks b < nblocks = ceil(len / block_size) of block scores: the newest block is
+  // always chosen, NaN / -inf blocks rank last but are chosen when needed.
+  kCandidateBlocks = 1,
+};
+
+struct TopkArgs {
+  const float* scores;     // [rows, n]
+  const int32_t* lens;     // [rows] visible positions (kPositions) / row lengths (kCandidateBlocks)
+  const int32_t* starts;   // [rows] column of position 0, or nullptr
+  const int32_t* members;  // [rows, num_members] candidate block ids (any order), or nullptr
+  int32_t* out;            // [rows, k] ascending, -1 padded
+  int64_t rows, n, num_members;
+  int32_t k, block_size;
+  TopkMode mode;
+};
+
+cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream);
+
+}  // namespace dsv41

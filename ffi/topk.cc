@@ -1,0 +1,58 @@
+// dsv41_radix_topk <-> RadixTopkFFI <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
+#include "common.h"
+#include "sm90_radix_topk.cuh"
+
+namespace dsv41 {
+
+static ffi::Error RadixTopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<ffi::S32> lens,
+                                Buffer<ffi::S32> starts, Buffer<ffi::S32> members,
+                                Result<ffi::S32> out, int32_t k, int32_t block_size, int32_t mode,
+                                bool has_starts) {
+  constexpr const char* kOp = "dsv41_radix_topk";
+  const auto sd = scores.dimensions(), md = members.dimensions(), od = out->dimensions();
+  if (sd.size() != 2 || md.size() != 2 || od.size() != 2) {
+    return InvalidArgument(kOp, "expected scores [rows, n], members [rows, m], out [rows, k]");
+  }
+  const int64_t rows = sd[0];
+  if (lens.element_count() != rows || starts.element_count() != rows || md[0] != rows ||
+      od[0] != rows || od[1] != k) {
+    return InvalidArgument(kOp, "inconsistent shapes");
+  }
+  if (k <= 0 || block_size <= 0 || (mode != 0 && mode != 1)) {
+    return InvalidArgument(kOp, "k and block_size must be positive, mode 0 or 1");
+  }
+  if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
+    return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");
+  }
+  const TopkArgs args{scores.typed_data(),
+                      lens.typed_data(),
+                      has_starts ? starts.typed_data() : nullptr,
+                      md[1] > 0 ? members.typed_data() : nullptr,
+                      out->typed_data(),
+                      rows,
+                      sd[1],
+                      md[1],
+                      k,
+                      block_size,
+                      static_cast<TopkMode>(mode)};
+  if (cudaError_t err = LaunchRadixTopk(args, stream); err != cudaSuccess) {
+    return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, RadixTopkImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<Buffer<ffi::F32>>()  // scores [rows, n]
+                                  .Arg<Buffer<ffi::S32>>()  // lens [rows]
+                                  .Arg<Buffer<ffi::S32>>()  // starts [rows] (read if has_starts)
+                                  .Arg<Buffer<ffi::S32>>()  // members [rows, m], m = 0: none
+                                  .Ret<Buffer<ffi::S32>>()  // out [rows, k]
+                                  .Attr<int32_t>("k")
+                                  .Attr<int32_t>("block_size")
+                                  .Attr<int32_t>("mode")
+                                  .Attr<bool>("has_starts"),
+                              kCmdBuffer);
+
+}  // namespace dsv41
