@@ -21,10 +21,20 @@ constexpr int kTile = kThreads * kPerThread;  // elements per emission step
 constexpr int64_t kCachedKeys = 16384;        // a chunk up to this size keeps its keys in smem
 constexpr int kMaxCluster = 16;
 constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
+constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareRadixTopk (not under capture)
 
 __device__ __forceinline__ uint32_t OrderedKey(float v) {
   const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);  // -0 ties +0
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Same-bin increments of a warp become one atomic: scores cluster in few bins per pass, and
+// plain atomics on one address serialise.
+__device__ __forceinline__ void HistAdd(uint32_t* hist, uint32_t bin, bool active) {
+  const unsigned lanes = __ballot_sync(0xffffffffu, active);
+  if (!active) return;
+  const unsigned peers = __match_any_sync(lanes, bin);
+  if ((threadIdx.x & 31) == unsigned(__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
 }
 
 struct Shared {
@@ -35,6 +45,7 @@ struct Shared {
   uint32_t prefix, mask;
   int64_t k_rem, need_eq;
   int32_t counts[2];  // this CTA's (gt, eq) for the emission offsets
+  int32_t num_cand;   // keys kept in smem after the first pass (non-cached chunks)
 };
 
 struct Row {
@@ -81,10 +92,10 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
   r.hi = min(r.lo + chunk, r.len);
   const int64_t mine = r.hi - r.lo;
   const bool cached = chunk <= kCachedKeys;
-  uint32_t* keys = dyn;
+  uint32_t* keys = dyn;  // the chunk's keys (cached), or the first pass's bucket (compacted)
   r.member_bits = nullptr;
   if (a.members != nullptr && a.mode == TopkMode::kPositions) {
-    uint32_t* bits = dyn + (cached ? kCachedKeys : 0);
+    uint32_t* bits = dyn + kCachedKeys;
     r.member_base = r.lo / a.block_size;
     const int64_t words = ((r.hi + a.block_size - 1) / a.block_size - r.member_base + 31) / 32;
     for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
@@ -104,6 +115,12 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     for (int64_t i = threadIdx.x; i < mine; i += kThreads) keys[i] = KeyAt(a, r, r.lo + i);
   }
   auto key = [&](int64_t i) { return cached ? keys[i] : KeyAt(a, r, r.lo + i); };
+  // After the first pass a non-cached chunk keeps only its keys in the chosen top-byte bucket:
+  // later passes see nothing else (elements above it are counted in `gt_first`).
+  bool compacted = false;
+  int64_t num_cand = mine;
+  int32_t gt_first = 0;
+  auto pass_key = [&](int64_t i) { return compacted ? keys[i] : key(i); };
 
   // ---- four radix passes for the k-th largest key
   if (threadIdx.x == 0) {
@@ -111,6 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     sh.mask = 0;
     sh.k_rem = a.k;
     sh.need_eq = 0;
+    sh.num_cand = 0;
   }
   __syncthreads();
   for (int pass = 0; pass < 4; ++pass) {
@@ -119,9 +137,10 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
     for (int b = threadIdx.x; b < kBins; b += kThreads) sh.hist[b] = 0;
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < mine; i += kThreads) {
-      const uint32_t kk = key(i);
-      if (kk != kExcluded && (kk & mask) == prefix) atomicAdd(&sh.hist[(kk >> shift) & 0xff], 1u);
+    for (int64_t base = 0; base < num_cand; base += kThreads) {
+      const int64_t i = base + threadIdx.x;
+      const uint32_t kk = i < num_cand ? pass_key(i) : kExcluded;
+      HistAdd(sh.hist, (kk >> shift) & 0xff, kk != kExcluded && (kk & mask) == prefix);
     }
     cluster.sync();  // every CTA's histogram is complete
     int32_t count = 0;
@@ -144,6 +163,27 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     }
     cluster.sync();  // peers are done reading this pass's histograms
     if (sh.k_rem == 0) break;  // uniform across the cluster (same totals everywhere)
+    if (pass == 0 && !cached) {
+      // Keep this CTA's keys of the chosen bucket; count the ones above it.
+      const uint32_t first = sh.prefix >> 24;
+      const int32_t mine_above =
+          threadIdx.x < kBins && uint32_t(bin) > first ? int32_t(sh.hist[bin]) : 0;
+      BlockExclusiveScan<kThreads>(mine_above, sh.warp_sums, &sh.scan_total);
+      gt_first = sh.scan_total;
+      for (int64_t base = 0; base < mine; base += kThreads) {
+        const int64_t i = base + threadIdx.x;
+        const uint32_t kk = i < mine ? key(i) : kExcluded;
+        const bool keep = kk != kExcluded && (kk >> 24) == first;
+        const unsigned lanes = __ballot_sync(0xffffffffu, keep);
+        int32_t slot = 0;
+        if ((threadIdx.x & 31) == 0 && lanes) slot = atomicAdd(&sh.num_cand, __popc(lanes));
+        slot = __shfl_sync(0xffffffffu, slot, 0) + __popc(lanes & ((1u << (threadIdx.x & 31)) - 1));
+        if (keep && slot < kCachedKeys) keys[slot] = kk;
+      }
+      __syncthreads();
+      compacted = sh.num_cand <= kCachedKeys;  // else: keep reading the chunk from global
+      num_cand = compacted ? sh.num_cand : mine;
+    }
   }
   const uint32_t prefix = sh.prefix, mask = sh.mask;
   const int64_t need_eq = sh.need_eq;
@@ -152,13 +192,14 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
 
   // ---- this CTA's counts, then every CTA's, for the emission offsets
   int32_t gt = 0, eq = 0;
-  for (int64_t i = threadIdx.x; i < mine; i += kThreads) {
-    const uint32_t kk = key(i);
+  for (int64_t i = threadIdx.x; i < num_cand; i += kThreads) {
+    const uint32_t kk = pass_key(i);
     gt += is_gt(kk);
     eq += is_eq(kk);
   }
   gt = BlockExclusiveScan<kThreads>(gt, sh.warp_sums, &sh.scan_total), gt = sh.scan_total;
   eq = BlockExclusiveScan<kThreads>(eq, sh.warp_sums, &sh.scan_total), eq = sh.scan_total;
+  if (compacted) gt += gt_first;
   if (threadIdx.x == 0) sh.counts[0] = gt, sh.counts[1] = eq;
   cluster.sync();
   int64_t out_base = 0, eq_before = 0, total = 0, eq_total = 0;
@@ -209,6 +250,13 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
 
 }  // namespace
 
+cudaError_t PrepareRadixTopk() {
+  cudaError_t err = cudaFuncSetAttribute(RadixTopkKernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxTopkSmem);
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(RadixTopkKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+
 cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   if (args.rows == 0 || args.k == 0) return cudaSuccess;
   const int64_t len_max = args.n;
@@ -216,15 +264,9 @@ cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   while (cl < kMaxCluster && (len_max + cl - 1) / cl > kCachedKeys) cl *= 2;
   while (cl > 1 && args.rows * cl < 128 && (len_max + 2 * cl - 1) / (2 * cl) >= 2048 && cl < kMaxCluster) cl *= 2;
   const int64_t chunk = (len_max + cl - 1) / cl;
-  const bool cached = chunk <= kCachedKeys;
   const int64_t member_words = args.members ? (chunk / args.block_size + 2 + 31) / 32 + 1 : 0;
-  const size_t smem = size_t((cached ? kCachedKeys : 0) + member_words) * sizeof(uint32_t);
-  cudaError_t err = cudaFuncSetAttribute(RadixTopkKernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (err == cudaSuccess && cl > 8) {
-    err = cudaFuncSetAttribute(RadixTopkKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  }
-  if (err != cudaSuccess) return err;
+  const size_t smem = size_t(kCachedKeys + member_words) * sizeof(uint32_t);
+  if (smem > kMaxTopkSmem) return cudaErrorInvalidValue;  // rows beyond ~50M positions
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(args.rows * cl));
   config.blockDim = dim3(kThreads);

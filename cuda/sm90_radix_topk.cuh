@@ -27,6 +27,8 @@ struct TopkArgs {
   TopkMode mode;
 };
 
+// One-time kernel attributes of the current device; call outside any stream capture.
+cudaError_t PrepareRadixTopk();
 cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

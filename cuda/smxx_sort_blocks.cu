@@ -79,15 +79,21 @@ __global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocks
 
 }  // namespace
 
+// Largest dynamic shared memory: the 2^20-block bitmap plus the staged page table.
+constexpr size_t kMaxSortSmem = size_t(kMaxSortBlocks / 32 + kMaxStagedPages) * sizeof(uint32_t);
+
+cudaError_t PrepareSortCandidateBlocks() {
+  return cudaFuncSetAttribute(SortCandidateBlocksKernel,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSortSmem));
+}
+
 cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   const int64_t max_blocks = (args.max_pages * args.page_size + args.block_size - 1) / args.block_size;
   const int64_t words = (max_blocks + 31) / 32;
   const int64_t staged = args.max_pages <= kMaxStagedPages ? args.max_pages : 0;
   const size_t smem = size_t(words + staged) * sizeof(uint32_t);
-  cudaError_t err = cudaFuncSetAttribute(SortCandidateBlocksKernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (err != cudaSuccess) return err;
+  if (smem > kMaxSortSmem) return cudaErrorInvalidValue;
   SortCandidateBlocksKernel<<<unsigned(args.rows), kThreads, smem, stream>>>(args, words);
   return cudaGetLastError();
 }

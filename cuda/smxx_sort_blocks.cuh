@@ -22,6 +22,8 @@ struct SortBlocksArgs {
 // Largest row (in blocks) one CTA's bitmap covers: 2^20 blocks = 128 KiB of shared memory.
 inline constexpr int64_t kMaxSortBlocks = int64_t(1) << 20;
 
+// One-time kernel attributes of the current device; call outside any stream capture.
+cudaError_t PrepareSortCandidateBlocks();
 cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

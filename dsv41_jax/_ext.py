@@ -49,9 +49,19 @@ def register_targets() -> tuple[str, ...]:
     return tuple(names)
 
 
+@functools.cache
+def _prepare_devices() -> None:
+    # Kernel attributes are set here, once, outside any CUDA-graph capture.
+    jax.devices("gpu")  # JAX's CUDA context exists before the extension touches the devices
+    error = extension().prepare()
+    if error:
+        raise RuntimeError(f"dsv41_jax CUDA extension: preparing the devices failed: {error}")
+
+
 def require_gpu(op: str) -> None:
     """Raise ExtensionUnavailable unless the extension is built and JAX runs on a CUDA GPU."""
     extension()
     if jax.default_backend() != "gpu":
         raise ExtensionUnavailable(f"{op}: the FFI implementation needs a CUDA GPU backend")
     register_targets()
+    _prepare_devices()

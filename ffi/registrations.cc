@@ -1,9 +1,16 @@
 // The pybind11 module: one dict of FFI handler capsules, registered by dsv41_jax/_ext.py.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
 
 #include "common.h"
 
+#include "sm90_radix_topk.cuh"
+#include "smxx_sort_blocks.cuh"
+
 namespace dsv41 {
+cudaError_t PreparePagedMqaLogitsSm90();
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
@@ -30,4 +37,27 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     return d;
   });
   m.def("cuda_version", []() { return CUDART_VERSION; });
+  // Kernel attributes and device facts, set once per device before any call: the handlers
+  // themselves must not make such calls (illegal while XLA captures a CUDA graph).
+  m.def("prepare", []() {
+    int count = 0, current = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      return std::string("no CUDA device");
+    }
+    cudaGetDevice(&current);
+    std::string error;
+    for (int d = 0; d < count && error.empty(); ++d) {
+      cudaSetDevice(d);
+      for (auto prepare : {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareRadixTopk,
+                           dsv41::PrepareSortCandidateBlocks}) {
+        if (cudaError_t err = prepare(); err != cudaSuccess) {
+          error = "device " + std::to_string(d) + ": " + cudaGetErrorString(err);
+          break;
+        }
+      }
+    }
+    cudaSetDevice(current);
+    return error;
+  });
 }

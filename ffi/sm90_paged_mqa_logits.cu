@@ -43,15 +43,24 @@ cudaError_t LaunchMain(cudaStream_t stream, uint32_t num_sms, uint32_t batch, ui
                                                       false, kNumQStages, kNumKVStages, kSplitKV,
                                                       kNumTMAThreads, kNumMathThreads, float>;
   constexpr uint32_t smem = SmemBytes(kNextN, kNumHeads);
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
   kernel<<<num_sms, kNumTMAThreads + kNumMathThreads, smem, stream>>>(
       batch, logits_stride, block_table_stride, reinterpret_cast<const uint32_t*>(lens), logits,
       reinterpret_cast<const uint32_t*>(block_table), nullptr,
       reinterpret_cast<const uint32_t*>(schedule), q, kv, kv_scales, w);
   return cudaGetLastError();
 }
+
+template <uint32_t kNextN, uint32_t kNumHeads>
+cudaError_t SetSmemAttribute() {
+  auto kernel = &deep_gemm::sm90_fp8_paged_mqa_logits<kNextN, kNumHeads, kHeadDim, kPageSize, false,
+                                                      false, kNumQStages, kNumKVStages, kSplitKV,
+                                                      kNumTMAThreads, kNumMathThreads, float>;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              SmemBytes(kNextN, kNumHeads));
+}
+
+constexpr int kMaxDevices = 64;
+int g_num_sms[kMaxDevices] = {};  // filled by PreparePagedMqaLogitsSm90, read by the handler
 
 template <uint32_t kAlignedBatch, uint32_t kNumSMs>
 void LaunchSchedule(cudaStream_t stream, uint32_t batch, uint32_t next_n, const int32_t* lens,
@@ -120,11 +129,12 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
   if (batch == 0) return ffi::Error::Success();
   if (kd[0] == 0 || bd[1] == 0) return InvalidArgument(kOp, "empty cache or page table");
 
-  int device = 0, num_sms = 0;
-  if (cudaStreamGetDevice(stream, &device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return LastCudaError(kOp);
+  // No set-up calls here: they are illegal while XLA captures the stream into a CUDA graph.
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= kMaxDevices || g_num_sms[device] == 0) {
+    return ffi::Error::Internal(std::string(kOp) + ": device not prepared (dsv41_jax._ext.prepare)");
   }
+  const int num_sms = g_num_sms[device];
 
   // TMA maps (DeepGEMM's): q [b·n·h, d] 128B-swizzled; kv values [pages, P, d] inside each
   // page; kv scales [pages, P] right after the page's values; weights [b·n, h].
@@ -172,6 +182,19 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
 }
 
 }  // namespace
+
+cudaError_t PreparePagedMqaLogitsSm90() {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess && device < kMaxDevices) {
+    err = cudaDeviceGetAttribute(&g_num_sms[device], cudaDevAttrMultiProcessorCount, device);
+  }
+  for (auto set : {SetSmemAttribute<1, 32>, SetSmemAttribute<1, 64>, SetSmemAttribute<2, 32>,
+                   SetSmemAttribute<2, 64>}) {
+    if (err == cudaSuccess) err = set();
+  }
+  return err;
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI, PagedMqaLogitsSm90,
                               ffi::Ffi::Bind()

@@ -18,8 +18,10 @@ cache = dj.write_cache(
     jnp.arange(batch * pages * 64, dtype=jnp.int32),
 )
 bt = jnp.asarray(rng.permutation(batch * pages).reshape(batch, pages).astype(np.int32))
-q = dj.quantize_queries(jnp.asarray(rng.standard_normal((batch, 1, 32, 128)), jnp.float32),
-                        jnp.asarray(rng.uniform(size=(batch, 1, 32)), jnp.float32))
+q = dj.quantize_queries(
+    jnp.asarray(rng.standard_normal((batch, 1, 32, 128)), jnp.float32),
+    jnp.asarray(rng.uniform(size=(batch, 1, 32)), jnp.float32),
+)
 lens = jnp.array([900, 16384, 20000, pages * 64], jnp.int32)
 
 

@@ -147,6 +147,7 @@ def test_decode_step_identical_under_command_buffers():
         return run.stdout.split("digest")[-1].strip()
 
     plain = digest("--xla_gpu_enable_command_buffer=")
-    graphs = digest("--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
-                    "--xla_gpu_graph_min_graph_size=1")
+    graphs = digest(
+        "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+    )
     assert plain == graphs

@@ -68,7 +68,7 @@ def _block_amax(scores, lengths, *, cfg: BlockAmaxConfig, pin: bool, interpret: 
             plgpu.SMEM((cfg.tile_blocks,), jnp.float32),
             plgpu.Barrier(num_arrivals=1),
         ],
-        grid=(rows, nb // cfg.tile_blocks),
+        grid=(rows, pl.cdiv(nb, cfg.tile_blocks)),  # TMA clips a partial last tile
         grid_names=("row", "tile"),
         interpret=plgpu.InterpretGPUParams() if interpret else None,
     )
@@ -83,9 +83,9 @@ def block_amax(scores, lengths, block_size, starts, pin_newest, *, interpret: bo
     if scores.dtype != jnp.float32:
         raise NotImplementedError("block_amax pallas: float32 scores only")
     cfg = BlockAmaxConfig(block_size=block_size)
-    if scores.shape[1] % (cfg.tile_blocks * block_size):
+    if scores.shape[1] % block_size:
         raise NotImplementedError(
-            f"block_amax pallas: row length must be a multiple of {cfg.tile_blocks * block_size}"
+            f"block_amax pallas: row length must be a multiple of {block_size}"
         )
     lengths = jnp.clip(lengths.astype(jnp.int32), 0, scores.shape[1])
     return _block_amax(scores, lengths, cfg=cfg, pin=pin_newest, interpret=interpret)
