@@ -16,8 +16,9 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kBins = 256;
-constexpr int kPerThread = 4;                 // consecutive elements per thread when emitting
-constexpr int kTile = kThreads * kPerThread;  // elements per emission step
+constexpr int kPerThread = 8;                 // consecutive elements per thread per round
+constexpr int kTile = kThreads * kPerThread;  // elements per round (one load batch)
+constexpr int kWarps = kThreads / 32;
 constexpr int64_t kCachedKeys = 16384;        // a chunk up to this size keeps its keys in smem
 constexpr int kMaxCluster = 16;
 constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
@@ -28,17 +29,9 @@ __device__ __forceinline__ uint32_t OrderedKey(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Same-bin increments of a warp become one atomic: scores cluster in few bins per pass, and
-// plain atomics on one address serialise.
-__device__ __forceinline__ void HistAdd(uint32_t* hist, uint32_t bin, bool active) {
-  const unsigned lanes = __ballot_sync(0xffffffffu, active);
-  if (!active) return;
-  const unsigned peers = __match_any_sync(lanes, bin);
-  if ((threadIdx.x & 31) == unsigned(__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
-}
-
 struct Shared {
-  uint32_t hist[kBins];
+  uint32_t warp_hist[kWarps][kBins];  // per-warp histograms: contention stays inside a warp
+  uint32_t hist[kBins];               // this CTA's histogram, read by the cluster
   uint32_t total[kBins];
   int32_t warp_sums[kThreads / 32];
   int32_t scan_total;
@@ -57,8 +50,7 @@ struct Row {
   int64_t member_base;          // first block covered by member_bits
 };
 
-__device__ __forceinline__ uint32_t KeyAt(const TopkArgs& a, const Row& r, int64_t p) {
-  const float v = r.scores[p];
+__device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row& r, int64_t p, float v) {
   if (a.mode == TopkMode::kCandidateBlocks) {
     if (p == r.newest) return kPinned;
     const uint32_t key = OrderedKey(v);
@@ -70,6 +62,28 @@ __device__ __forceinline__ uint32_t KeyAt(const TopkArgs& a, const Row& r, int64
     if (!((r.member_bits[b >> 5] >> (b & 31)) & 1u)) return kExcluded;
   }
   return OrderedKey(v);
+}
+
+// The keys of elements [i0, i0 + kPerThread) of the chunk (kExcluded past its end). Loads are
+// issued together (two 16-byte loads when aligned) so a thread has them all in flight at once.
+__device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row& r, int64_t mine,
+                                         int64_t i0, bool aligned, uint32_t (&out)[kPerThread]) {
+  float v[kPerThread];
+  if (aligned && i0 + kPerThread <= mine) {
+    const float4* src = reinterpret_cast<const float4*>(r.scores + r.lo + i0);
+#pragma unroll
+    for (int j = 0; j < kPerThread / 4; ++j) {
+      const float4 q = src[j];
+      v[4 * j] = q.x, v[4 * j + 1] = q.y, v[4 * j + 2] = q.z, v[4 * j + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) v[j] = i0 + j < mine ? r.scores[r.lo + i0 + j] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    out[j] = i0 + j < mine ? KeyOf(a, r, r.lo + i0 + j, v[j]) : kExcluded;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64_t chunk) {
@@ -111,16 +125,34 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     r.member_bits = bits;
     __syncthreads();
   }
+  const bool aligned = (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
+  // Keys of this thread's kPerThread consecutive elements in the round starting at `base`.
+  auto round_keys = [&](int64_t base, uint32_t (&kk)[kPerThread]) {
+    const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+    if (cached) {
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) kk[j] = i0 + j < mine ? keys[i0 + j] : kExcluded;
+    } else {
+      LoadKeys(a, r, mine, i0, aligned, kk);
+    }
+  };
   if (cached) {
-    for (int64_t i = threadIdx.x; i < mine; i += kThreads) keys[i] = KeyAt(a, r, r.lo + i);
+    for (int64_t base = 0; base < mine; base += kTile) {
+      uint32_t kk[kPerThread];
+      const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+      LoadKeys(a, r, mine, i0, aligned, kk);
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        if (i0 + j < mine) keys[i0 + j] = kk[j];
+      }
+    }
+    __syncthreads();
   }
-  auto key = [&](int64_t i) { return cached ? keys[i] : KeyAt(a, r, r.lo + i); };
   // After the first pass a non-cached chunk keeps only its keys in the chosen top-byte bucket:
   // later passes see nothing else (elements above it are counted in `gt_first`).
   bool compacted = false;
   int64_t num_cand = mine;
   int32_t gt_first = 0;
-  auto pass_key = [&](int64_t i) { return compacted ? keys[i] : key(i); };
 
   // ---- four radix passes for the k-th largest key
   if (threadIdx.x == 0) {
@@ -135,12 +167,28 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     const int shift = 24 - 8 * pass;
     const uint32_t prefix = sh.prefix, mask = sh.mask;
     const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
-    for (int b = threadIdx.x; b < kBins; b += kThreads) sh.hist[b] = 0;
+    for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) (&sh.warp_hist[0][0])[b] = 0;
     __syncthreads();
-    for (int64_t base = 0; base < num_cand; base += kThreads) {
-      const int64_t i = base + threadIdx.x;
-      const uint32_t kk = i < num_cand ? pass_key(i) : kExcluded;
-      HistAdd(sh.hist, (kk >> shift) & 0xff, kk != kExcluded && (kk & mask) == prefix);
+    uint32_t* my_hist = sh.warp_hist[threadIdx.x / 32];
+    auto count_key = [&](uint32_t kk) {
+      if (kk != kExcluded && (kk & mask) == prefix) atomicAdd(&my_hist[(kk >> shift) & 0xff], 1u);
+    };
+    if (compacted) {
+      for (int64_t i = threadIdx.x; i < num_cand; i += kThreads) count_key(keys[i]);
+    } else {
+      for (int64_t base = 0; base < mine; base += kTile) {
+        uint32_t kk[kPerThread];
+        round_keys(base, kk);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) count_key(kk[j]);
+      }
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < kBins; b += kThreads) {
+      uint32_t sum = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += sh.warp_hist[w][b];
+      sh.hist[b] = sum;
     }
     cluster.sync();  // every CTA's histogram is complete
     int32_t count = 0;
@@ -170,15 +218,16 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
           threadIdx.x < kBins && uint32_t(bin) > first ? int32_t(sh.hist[bin]) : 0;
       BlockExclusiveScan<kThreads>(mine_above, sh.warp_sums, &sh.scan_total);
       gt_first = sh.scan_total;
-      for (int64_t base = 0; base < mine; base += kThreads) {
-        const int64_t i = base + threadIdx.x;
-        const uint32_t kk = i < mine ? key(i) : kExcluded;
-        const bool keep = kk != kExcluded && (kk >> 24) == first;
-        const unsigned lanes = __ballot_sync(0xffffffffu, keep);
-        int32_t slot = 0;
-        if ((threadIdx.x & 31) == 0 && lanes) slot = atomicAdd(&sh.num_cand, __popc(lanes));
-        slot = __shfl_sync(0xffffffffu, slot, 0) + __popc(lanes & ((1u << (threadIdx.x & 31)) - 1));
-        if (keep && slot < kCachedKeys) keys[slot] = kk;
+      for (int64_t base = 0; base < mine; base += kTile) {
+        uint32_t kk[kPerThread];
+        round_keys(base, kk);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+          if (kk[j] != kExcluded && (kk[j] >> 24) == first) {
+            const int32_t slot = atomicAdd(&sh.num_cand, 1);
+            if (slot < kCachedKeys) keys[slot] = kk[j];
+          }
+        }
       }
       __syncthreads();
       compacted = sh.num_cand <= kCachedKeys;  // else: keep reading the chunk from global
@@ -192,10 +241,18 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
 
   // ---- this CTA's counts, then every CTA's, for the emission offsets
   int32_t gt = 0, eq = 0;
-  for (int64_t i = threadIdx.x; i < num_cand; i += kThreads) {
-    const uint32_t kk = pass_key(i);
-    gt += is_gt(kk);
-    eq += is_eq(kk);
+  if (compacted) {
+    for (int64_t i = threadIdx.x; i < num_cand; i += kThreads) {
+      gt += is_gt(keys[i]);
+      eq += is_eq(keys[i]);
+    }
+  } else {
+    for (int64_t base = 0; base < mine; base += kTile) {
+      uint32_t kk[kPerThread];
+      round_keys(base, kk);
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) gt += is_gt(kk[j]), eq += is_eq(kk[j]);
+    }
   }
   gt = BlockExclusiveScan<kThreads>(gt, sh.warp_sums, &sh.scan_total), gt = sh.scan_total;
   eq = BlockExclusiveScan<kThreads>(eq, sh.warp_sums, &sh.scan_total), eq = sh.scan_total;
@@ -218,12 +275,14 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
   for (int64_t t0 = 0; t0 < mine; t0 += kTile) {
     const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
     uint32_t kk[kPerThread];
+    if (compacted) {  // the compacted keys are not in position order: reload the chunk
+      LoadKeys(a, r, mine, i0, aligned, kk);
+    } else {
+      round_keys(t0, kk);
+    }
     int32_t my_eq = 0;
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      kk[j] = i0 + j < mine ? key(i0 + j) : kExcluded;
-      my_eq += is_eq(kk[j]);
-    }
+    for (int j = 0; j < kPerThread; ++j) my_eq += is_eq(kk[j]);
     int64_t eq_rank = eq_before + BlockExclusiveScan<kThreads>(my_eq, sh.warp_sums, &sh.scan_total);
     const int32_t tile_eq = sh.scan_total;
     bool take[kPerThread];

@@ -1,7 +1,7 @@
 """`implementation="pallas"` of block_amax: a Mosaic GPU kernel (plgpu.kernel), any Hopper GPU.
 
-The row is viewed as `[blocks, B]`; each CTA reduces `TILE_BLOCKS` blocks of one row. A tile is
-one TMA box (`TILE_BLOCKS x B`, both dims <= 256), loaded with the WGMMA register layout so the
+The row is viewed as `[blocks, B]`; each CTA reduces one tile of 256, 128 or 64 blocks (the
+largest that divides the row) of one row. A tile is one TMA box (both dims <= 256), loaded with the WGMMA register layout so the
 per-block max is a lowered row reduction. Positions at or past the row's length and NaNs are
 masked to -inf before the max; the newest block is pinned to +inf.
 """
@@ -68,7 +68,7 @@ def _block_amax(scores, lengths, *, cfg: BlockAmaxConfig, pin: bool, interpret: 
             plgpu.SMEM((cfg.tile_blocks,), jnp.float32),
             plgpu.Barrier(num_arrivals=1),
         ],
-        grid=(rows, pl.cdiv(nb, cfg.tile_blocks)),  # TMA clips a partial last tile
+        grid=(rows, nb // cfg.tile_blocks),
         grid_names=("row", "tile"),
         interpret=plgpu.InterpretGPUParams() if interpret else None,
     )
