@@ -1,8 +1,8 @@
 """`implementation="pallas"` of block_amax: a Mosaic GPU kernel (plgpu.kernel), any Hopper GPU.
 
 The row is viewed as `[blocks, B]`; each CTA reduces one tile of 256, 128 or 64 blocks (the
-largest that divides the row) of one row. A tile is one TMA box (both dims <= 256), loaded with the WGMMA register layout so the
-per-block max is a lowered row reduction. Positions at or past the row's length and NaNs are
+largest that divides the row) of one row. A tile is one TMA box (both dims <= 256), loaded with
+the WGMMA register layout so the per-block max is a lowered row reduction. Positions at or past the row's length and NaNs are
 masked to -inf before the max; the newest block is pinned to +inf.
 """
 
@@ -82,10 +82,14 @@ def block_amax(scores, lengths, block_size, starts, pin_newest, *, interpret: bo
         raise NotImplementedError("block_amax pallas: rows with starts (prefill) not supported")
     if scores.dtype != jnp.float32:
         raise NotImplementedError("block_amax pallas: float32 scores only")
-    cfg = BlockAmaxConfig(block_size=block_size)
-    if scores.shape[1] % block_size:
+    nb = scores.shape[1] // block_size
+    # Whole tiles only: a partially out-of-bounds TMA tile read wrong data on the H200 (while
+    # interpret mode accepted it), so the tile must divide the row.
+    tile = next((t for t in (256, 128, 64) if nb % t == 0), None)
+    if scores.shape[1] % block_size or tile is None:
         raise NotImplementedError(
-            f"block_amax pallas: row length must be a multiple of {block_size}"
+            f"block_amax pallas: row length must be a multiple of {64 * block_size}"
         )
+    cfg = BlockAmaxConfig(block_size=block_size, tile_blocks=tile)
     lengths = jnp.clip(lengths.astype(jnp.int32), 0, scores.shape[1])
     return _block_amax(scores, lengths, cfg=cfg, pin=pin_newest, interpret=interpret)
