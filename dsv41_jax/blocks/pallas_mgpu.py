@@ -2,8 +2,8 @@
 
 The row is viewed as `[blocks, B]`; each CTA reduces one tile of 256, 128 or 64 blocks (the
 largest that divides the row) of one row. A tile is one TMA box (both dims <= 256), loaded with
-the WGMMA register layout so the per-block max is a lowered row reduction. Positions at or past the row's length and NaNs are
-masked to -inf before the max; the newest block is pinned to +inf.
+the WGMMA register layout so the per-block max is a lowered row reduction. Positions at or past
+the row's length and NaNs are masked to -inf before the max; the newest block is pinned to +inf.
 """
 
 from __future__ import annotations
