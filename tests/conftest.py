@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import jax
-import numpy as np
-import pytest
+import os
+
+# Eight host devices for the multi-device tests (must precede JAX's backend start; harmless to
+# every other test, which uses device 0).
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 

@@ -1,0 +1,292 @@
+"""Multi-device selection with JAX's own engine: `Mesh` + `shard_map` + collectives.
+
+Two layouts (DESIGN.md §1.2), both bitwise equal to the unsharded result:
+
+- **Row sharding** (tensor parallel): the indexer is replicated; each device selects a contiguous,
+  equal slice of the requests and an all-gather rebuilds the full outputs. `publish_row_sharded`
+  / `select_row_sharded` wrap the `shard_map` themselves.
+- **Decode context parallel (DCP)**: each device holds the compressed positions `g` with
+  `(g // I) % W == rank` (interleave `I`) in its own paged cache. Every device takes its local
+  top-k with global ids, the `(score, id)` pairs are all-gathered and re-selected in the same
+  order; candidate blocks come from per-device block maxima, `pmax`, the global newest-block pin
+  and the same top-C. `dcp_publish` / `dcp_select` run inside the caller's `shard_map`.
+
+Exactness of the merge: a position in the global top-k has at most k - 1 positions above it
+anywhere, hence on its own device, so it is in its device's local top-k.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from dsv41_jax import _checks
+from dsv41_jax._dispatch import Implementation
+from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
+from dsv41_jax.blocks.reference import num_blocks
+from dsv41_jax.config import IndexerConfig
+from dsv41_jax.indexer import publish, select
+from dsv41_jax.logits import paged_mqa_logits
+from dsv41_jax.rows import row_lengths
+from dsv41_jax.topk import topk
+from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
+
+logger = logging.getLogger("dsv41_jax")
+
+
+# ----------------------------------------------------------------------------- row sharding
+def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
+    """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0)."""
+    if axis not in mesh.axis_names:
+        raise ValueError(f"axis {axis!r} is not a mesh axis {mesh.axis_names}")
+    world = mesh.shape[axis]
+    if world == 1 or batch % world:
+        if world > 1:
+            logger.warning(
+                "row sharding: %d requests do not divide over %d devices of axis %r; "
+                "running replicated",
+                batch,
+                world,
+                axis,
+            )
+        return fn(*args)
+    per = batch // world
+
+    def body(*local_args):
+        start = lax.axis_index(axis) * per
+        sliced = jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, start, per, 0), local_args[0])
+        out = fn(sliced, *local_args[1:])
+        return jax.tree.map(lambda x: lax.all_gather(x, axis, axis=0, tiled=True), out)
+
+    per_request, shared = args[0], args[1:]
+    specs = (
+        jax.tree.map(lambda _: P(), per_request),
+        *[jax.tree.map(lambda _: P(), a) for a in shared],
+    )
+    return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)(
+        per_request, *shared
+    )
+
+
+def publish_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    *,
+    mesh: Mesh,
+    axis: str,
+    implementation: Implementation = None,
+) -> tuple[jax.Array, CandidateTable]:
+    """`publish` with the requests split over mesh axis `axis` (replicated inputs and outputs).
+
+    Each device selects `batch / W` contiguous requests (all their `next_n` rows); one all-gather
+    rebuilds the top-k and the table. Falls back to replicated, with a log line, when the requests
+    do not divide.
+    """
+
+    def fn(per_request, cache):
+        q, lens, bt = per_request
+        return publish(q, cache, lens, bt, config, implementation=implementation)
+
+    return _row_sharded(fn, mesh, axis, query.batch, ((query, context_lens, block_table), cache))
+
+
+def select_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    *,
+    mesh: Mesh,
+    axis: str,
+    path: Literal["mask", "sparse"] = "mask",
+    implementation: Implementation = None,
+) -> jax.Array:
+    """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
+    n = query.next_n
+    rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
+
+    def fn(per_request, cache):
+        q, lens, bt, tbl = per_request
+        tbl = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbl)
+        return select(q, cache, lens, bt, tbl, config, path=path, implementation=implementation)
+
+    return _row_sharded(
+        fn, mesh, axis, query.batch, ((query, context_lens, block_table, rows_table), cache)
+    )
+
+
+# ----------------------------------------------------------------------------- DCP
+def dcp_local_length(global_lens: jax.Array, world: int, rank, interleave: int) -> jax.Array:
+    """Positions `g < L` that live on `rank`: `(g // I) % W == rank`."""
+    cycle = world * interleave
+    lens = jnp.maximum(global_lens.astype(jnp.int32), 0)
+    partial = jnp.clip(lens % cycle - rank * interleave, 0, interleave)
+    return (lens // cycle) * interleave + partial
+
+
+def dcp_local_to_global(local: jax.Array, world: int, rank, interleave: int) -> jax.Array:
+    """Local position `j` on `rank` -> global position; -1 stays -1."""
+    g = ((local // interleave) * world + rank) * interleave + local % interleave
+    return jnp.where(local >= 0, g, -1).astype(jnp.int32)
+
+
+def _merge_topk(scores: jax.Array, ids: jax.Array, k: int) -> jax.Array:
+    """The k best (score desc, id asc) of all-gathered candidates; ascending ids, -1 padded.
+
+    Candidates with id -1 are padding; scores are finite or +inf (local top-k never returns NaN
+    or -inf). -0.0 ties +0.0 as in every other implementation.
+    """
+    invalid = (ids < 0).astype(jnp.int32)
+    neg = jnp.where(scores == 0, 0.0, -scores)
+    ranked = lax.sort((invalid, neg, jnp.where(ids < 0, INT32_MAX, ids)), dimension=1, num_keys=3)
+    take = min(k, ids.shape[1])
+    best = jnp.where(ranked[0][:, :take] == 0, ranked[2][:, :take], INT32_MAX)
+    best = jnp.sort(best, axis=1)
+    best = jnp.where(best == INT32_MAX, -1, best)
+    return jnp.pad(best, ((0, 0), (0, k - take)), constant_values=-1)
+
+
+def _dcp_topk(logits, local_lens, k, member, axis, world, rank, interleave, implementation):
+    scores = logits if member is None else jnp.where(member, logits, -jnp.inf)
+    local = topk(scores, local_lens, k, implementation=implementation)
+    picked = jnp.take_along_axis(scores, jnp.maximum(local, 0), axis=1)
+    ids = dcp_local_to_global(local, world, rank, interleave)
+    all_scores = lax.all_gather(jnp.where(local >= 0, picked, -jnp.inf), axis, axis=1, tiled=True)
+    all_ids = lax.all_gather(ids, axis, axis=1, tiled=True)
+    return _merge_topk(all_scores, all_ids, k)
+
+
+def _dcp_rows(query: QueryBundle, global_context_lens, axis, interleave):
+    world, rank = lax.axis_size(axis), lax.axis_index(axis)
+    global_rows = row_lengths(global_context_lens, query.next_n)
+    local_rows = dcp_local_length(global_rows, world, rank, interleave)
+    # The kernels score every request up to its last row's local length.
+    local_requests = dcp_local_length(global_context_lens, world, rank, interleave)
+    return world, rank, global_rows, local_rows, local_requests
+
+
+def _local_global_blocks(n_local: int, world, rank, interleave, block_size) -> jax.Array:
+    """Global block id of every local position column."""
+    return (
+        dcp_local_to_global(jnp.arange(n_local, dtype=jnp.int32), world, rank, interleave)
+        // block_size
+    )
+
+
+def dcp_publish(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table: jax.Array,
+    global_context_lens: jax.Array,
+    config: IndexerConfig,
+    *,
+    axis: str,
+    interleave: int = 1,
+    implementation: Implementation = None,
+) -> tuple[jax.Array, CandidateTable]:
+    """`publish` under decode context parallelism; call inside `shard_map` over `axis`.
+
+    Args:
+      query: the layer's queries (replicated over `axis`).
+      cache, block_table: this device's own paged cache and page table of its local positions.
+      global_context_lens: int `[batch]` request lengths in global positions (replicated).
+      interleave: I, positions per run on one device.
+
+    Returns:
+      (top-k global positions, the table). `blocks` and `count` are global and identical on every
+      device; `valid_lens` is the global sparse length; `physical` is -1 (a block's positions are
+      spread over devices: each device maps them through its own page table).
+    """
+    _checks.positive_int(interleave, "interleave")
+    b = config.candidate_block_size
+    world, rank, global_rows, local_rows, local_req = _dcp_rows(
+        query, global_context_lens, axis, interleave
+    )
+    logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
+    indices = _dcp_topk(
+        logits, local_rows, config.index_topk, None, axis, world, rank, interleave, implementation
+    )
+
+    # Per-device maxima of every global block, then the cluster-wide max.
+    n_local = logits.shape[1]
+    nb = -(-(n_local * world) // b)
+    cols = jnp.arange(n_local, dtype=jnp.int32)
+    visible = (cols[None] < local_rows[:, None]) & ~jnp.isnan(logits)
+    vals = jnp.where(visible, logits, -jnp.inf)
+    gblock = _local_global_blocks(n_local, world, rank, interleave, b)
+    if interleave == 1 and b % world == 0:
+        # Local block j // (B / W) is exactly this device's part of global block j // (B / W).
+        local_max = block_amax(
+            vals, local_rows, block_size=b // world, pin_newest=False, implementation=implementation
+        )
+        local_max = jnp.pad(
+            local_max, ((0, 0), (0, nb - local_max.shape[1])), constant_values=-jnp.inf
+        )[:, :nb]
+    else:
+        local_max = jnp.full((vals.shape[0], nb), -jnp.inf, vals.dtype)
+        local_max = local_max.at[:, gblock].max(vals, mode="drop")
+    global_max = lax.pmax(local_max, axis)
+    newest = num_blocks(global_rows, b) - 1
+    global_max = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, global_max)
+    selected = select_candidate_blocks(
+        global_max,
+        global_rows,
+        num_candidates=config.candidate_topk_blocks,
+        block_size=b,
+        implementation=implementation,
+    )
+    pages = -(-(nb * b) // config.page_size)
+    identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (selected.shape[0], pages))
+    table = sort_candidate_blocks(
+        selected,
+        global_rows,
+        identity,
+        block_size=b,
+        page_size=config.page_size,
+        implementation=implementation,
+    )
+    return indices, CandidateTable(
+        table.blocks, table.count, table.valid_lens, jnp.full_like(table.physical, -1)
+    )
+
+
+def dcp_select(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table: jax.Array,
+    global_context_lens: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    *,
+    axis: str,
+    interleave: int = 1,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """`select` (mask path) under DCP; call inside `shard_map` over `axis`.
+
+    Each device scores its local positions, keeps those whose global block is in the table, takes
+    its local top-k with global ids; the all-gathered candidates are re-selected exactly.
+    """
+    _checks.positive_int(interleave, "interleave")
+    b = config.candidate_block_size
+    world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
+    logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
+    gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)
+    member_blocks = jnp.zeros((logits.shape[0], -(-(logits.shape[1] * world) // b)), bool)
+    rows = jnp.arange(logits.shape[0])[:, None]
+    member_blocks = member_blocks.at[rows, table.blocks].set(True, mode="drop")
+    member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
+    return _dcp_topk(
+        logits, local_rows, config.index_topk, member, axis, world, rank, interleave, implementation
+    )

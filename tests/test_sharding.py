@@ -1,0 +1,164 @@
+"""Row sharding and DCP on 2, 4 and 8 host devices: bitwise equal to the unsharded selection."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+import dsv41_jax as dj
+from dsv41_jax import sharding
+
+CFG = dj.IndexerConfig(
+    num_heads=4,
+    head_dim=64,
+    index_topk=12,
+    candidate_topk_blocks=6,
+    candidate_block_size=4,
+    page_size=16,
+)
+
+
+def mesh_of(w: int) -> Mesh:
+    if len(jax.devices()) < w:
+        pytest.skip(f"needs {w} devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    return Mesh(np.array(jax.devices()[:w]), ("x",))
+
+
+def tied_keys(rng, n: int, d: int) -> np.ndarray:
+    """Keys drawn from 5 distinct vectors: many exactly equal logits, across devices too."""
+    table = rng.standard_normal((5, d)).astype(np.float32)
+    return table[rng.integers(0, 5, n)]
+
+
+def paged(rng, keys_per_request: list[np.ndarray], pages: int):
+    """A cache holding each request's keys on scattered pages, with its page table."""
+    batch, p = len(keys_per_request), CFG.page_size
+    perm = rng.permutation(batch * pages).astype(np.int32).reshape(batch, pages)
+    keys = np.zeros((batch * pages * p, CFG.head_dim), np.float32)
+    for b, kb in enumerate(keys_per_request):
+        for t in range(len(kb)):
+            keys[perm[b, t // p] * p + t % p] = kb[t]
+    cache = dj.write_cache(
+        dj.PagedIndexCache.zeros(batch * pages, p, CFG.head_dim),
+        jnp.asarray(keys),
+        jnp.arange(len(keys), dtype=jnp.int32),
+    )
+    return cache, jnp.asarray(perm)
+
+
+def queries(rng, batch, next_n=1):
+    q = rng.standard_normal((batch, next_n, 4, 64)).astype(np.float32)
+    return dj.quantize_queries(jnp.asarray(q), jnp.ones((batch, next_n, 4), jnp.float32))
+
+
+# ----------------------------------------------------------------------------- row sharding
+@pytest.mark.parametrize("w", [2, 4, 8])
+@pytest.mark.parametrize("batch,next_n", [(8, 1), (8, 2), (6, 1)])  # 6 rows: replicated fallback
+def test_row_sharded_equals_unsharded(rng, w, batch, next_n):
+    mesh = mesh_of(w)
+    cfg = dj.IndexerConfig(**{**vars(CFG), "next_n": next_n}) if next_n > 1 else CFG
+    pages = 8
+    lens = rng.integers(0, pages * 16 + 1, batch).astype(np.int32)
+    lens[:3] = [0, 5, pages * 16]
+    cache, bt = paged(rng, [tied_keys(rng, pages * 16, 64) for _ in range(batch)], pages)
+    q, ctx = queries(rng, batch, next_n), jnp.asarray(lens)
+    want_idx, want_table = dj.publish(q, cache, ctx, bt, cfg)
+    got_idx, got_table = jax.jit(
+        functools.partial(sharding.publish_row_sharded, config=cfg, mesh=mesh, axis="x")
+    )(q, cache, ctx, bt)
+    np.testing.assert_array_equal(np.asarray(got_idx), np.asarray(want_idx))
+    jax.tree.map(
+        lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
+        got_table,
+        want_table,
+    )
+    for path in ("mask", "sparse"):
+        got = sharding.select_row_sharded(
+            q, cache, ctx, bt, want_table, cfg, mesh=mesh, axis="x", path=path
+        )
+        want = dj.select(q, cache, ctx, bt, want_table, cfg, path=path)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=path)
+
+
+def test_row_sharding_rejects_unknown_axis():
+    with pytest.raises(ValueError, match="not a mesh axis"):
+        sharding._row_sharded(lambda *a: a, mesh_of(2), "tp", 4, ((jnp.zeros(4),),))
+
+
+# ----------------------------------------------------------------------------- DCP
+def dcp_layout(rng, global_keys: list[np.ndarray], w: int, interleave: int, pages_local: int):
+    """Stacked per-device caches and page tables holding each device's striped positions."""
+    caches, tables = [], []
+    for d in range(w):
+        local = []
+        for kb in global_keys:
+            j = np.arange(pages_local * 16)
+            g = ((j // interleave) * w + d) * interleave + j % interleave
+            kl = np.zeros((len(j), 64), np.float32)
+            kl[g < len(kb)] = kb[g[g < len(kb)]]
+            local.append(kl)
+        cache, bt = paged(rng, local, pages_local)
+        caches.append(cache.data)
+        tables.append(bt)
+    return jnp.stack(caches), jnp.stack(tables)
+
+
+@pytest.mark.parametrize("w", [2, 4, 8])
+@pytest.mark.parametrize("interleave", [1, 2, 3])
+def test_dcp_equals_unsharded(rng, w, interleave):
+    mesh = mesh_of(w)
+    batch, global_pages = 6, 12
+    cap = global_pages * 16
+    # Lengths off multiples of W·I, below k, and one at capacity.
+    lens = np.array([0, 5, 11, w * interleave * 7 + 1, 101, cap], np.int32)
+    global_keys = [tied_keys(rng, cap, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    q, ctx = queries(rng, batch), jnp.asarray(lens)
+    want_idx, want_table = dj.publish(q, cache, ctx, bt, CFG)
+    q2 = queries(rng, batch)
+    want_sel = dj.select(q2, cache, ctx, bt, want_table, CFG)
+
+    pages_local = -(-global_pages // w) + 1
+    local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
+
+    @functools.partial(
+        jax.shard_map,
+        mesh=mesh,
+        in_specs=(P(), P("x"), P("x"), P(), P()),
+        out_specs=P(),
+        check_vma=False,
+    )
+    def step(q, caches, tables, ctx, q2):
+        cache = dj.PagedIndexCache(caches[0])
+        idx, table = sharding.dcp_publish(
+            q, cache, tables[0], ctx, CFG, axis="x", interleave=interleave
+        )
+        sel = sharding.dcp_select(
+            q2, cache, tables[0], ctx, table, CFG, axis="x", interleave=interleave
+        )
+        return idx, table.blocks, table.count, table.valid_lens, sel
+
+    idx, blocks, count, valid, sel = jax.jit(step)(q, local_caches, local_tables, ctx, q2)
+    np.testing.assert_array_equal(np.asarray(idx), np.asarray(want_idx))
+    np.testing.assert_array_equal(np.asarray(blocks), np.asarray(want_table.blocks))
+    np.testing.assert_array_equal(np.asarray(count), np.asarray(want_table.count))
+    np.testing.assert_array_equal(np.asarray(valid), np.asarray(want_table.valid_lens))
+    np.testing.assert_array_equal(np.asarray(sel), np.asarray(want_sel))
+
+
+def test_dcp_position_maps_round_trip():
+    for w, i in ((2, 1), (4, 3), (8, 2)):
+        g = np.arange(500)
+        owner = (g // i) % w
+        for d in range(w):
+            local = np.arange(int(np.sum(owner == d)))
+            back = np.asarray(sharding.dcp_local_to_global(jnp.asarray(local), w, d, i))
+            np.testing.assert_array_equal(back, g[owner == d])
+            counts = np.asarray(sharding.dcp_local_length(jnp.arange(501), w, d, i))
+            np.testing.assert_array_equal(counts, np.concatenate([[0], np.cumsum(owner == d)]))
