@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU needs in one device call (DESIGN.md §5): install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
-# benchmark. Steps: build test sanitize bench probe:<file> (default: build test bench).
+# benchmark. Steps: build test sanitize demo bench probe:<file> (default: build test bench).
 # Full logs go to $OUT; a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,9 @@ for step in $STEPS; do
           >"$OUT/sanitize_$tool.log" 2>&1
         note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
       done ;;
+    demo)
+      $PY examples/decode_step.py >"$OUT/demo.log" 2>&1
+      note "demo rc=$?"; cat "$OUT/demo.log" ;;
     bench)
       $PY -m dsv41_jax.bench --quick --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
       note "bench rc=$?"; cat "$OUT/bench.md" 2>/dev/null || tail -30 "$OUT/bench.log" ;;

@@ -74,7 +74,8 @@ def paged_mqa_logits(
       cache: the layer's paged index cache (same format and head_dim as `query`).
       context_lens: int `[batch]` request lengths L (positions, after compression).
       block_table: int `[batch, max_pages]` page ids of each request.
-      num_columns: logits width; default `max_pages · page_size`.
+      num_columns: logits width; default `max_pages · page_size` rounded up to a multiple of 256
+        (the columns past the page table are never visible).
 
     Returns:
       float32 `[batch·next_n, num_columns]`. Columns at or past a row's length hold -inf in the
@@ -83,8 +84,8 @@ def paged_mqa_logits(
       `[0, num_columns]` (an error when they are known at trace time).
     """
     check_paged(query, cache, context_lens, block_table)
-    if num_columns is None:
-        num_columns = block_table.shape[1] * cache.page_size
+    if num_columns is None:  # whole 256-position splits: the width DeepGEMM's kernel writes
+        num_columns = -(-block_table.shape[1] * cache.page_size // 256) * 256
     num_columns = _checks.positive_int(num_columns, "num_columns")
     return PAGED_MQA_LOGITS(implementation, query, cache, context_lens, block_table, num_columns)
 
