@@ -16,7 +16,7 @@ note() { summary+=("$1"); echo "== $1"; }
 # sgl-deep-gemm is carried as a wheel (.whl/, see scripts/fetch_wheels.sh): headers only.
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/build:/tmp/site:$PWD
-export DSV41_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export DSV41_COMMIT=${DSV41_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 for step in $STEPS; do
   case $step in
