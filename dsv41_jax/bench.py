@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+BREAKDOWN: list[str] = []  # filled when --breakdown: the kernels behind each timed row
+
 
 def kernel_time_us(run: Callable[[int], object], calls: int = 20, repeats: int = 5) -> float:
     """Median over repeats of GPU kernel time per call of `run(i)` (i = call index)."""
@@ -41,12 +43,19 @@ def kernel_time_us(run: Callable[[int], object], calls: int = 20, repeats: int =
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             prof.export_chrome_trace(f.name)
             events = json.load(open(f.name))["traceEvents"]
-        busy = sum(
-            e.get("dur", 0)
+        device = [
+            e
             for e in events
             if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-        )
-        per_call.append(busy / calls)
+        ]
+        per_call.append(sum(e.get("dur", 0) for e in device) / calls)
+    if os.environ.get("DSV41_BENCH_BREAKDOWN"):
+        by_name: dict[str, float] = {}
+        for e in device:
+            name = e.get("name", "?")[:90]
+            by_name[name] = by_name.get(name, 0.0) + e["dur"]
+        top = sorted(by_name.items(), key=lambda kv: -kv[1])[:4]
+        BREAKDOWN.append("; ".join(f"{n}: {d / calls:.1f}" for n, d in top))
     return statistics.median(per_call)
 
 
@@ -192,7 +201,7 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
         if op.startswith("candidate"):
             lens = [jnp.full((bs,), n * 8 - 3, jnp.int32)] * 3
             sets = [(s[0], ln) for s, ln in zip(sets, lens)]
-            for impl in (*[i for i in impls if i != "pallas"], "reference"):
+            for impl in (*impls, "reference"):
                 fn = lambda s, l, impl=impl: dj.select_candidate_blocks(  # noqa: E731
                     s, l, num_candidates=k, implementation=impl
                 )
@@ -213,7 +222,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description="dsv41_jax device-time benchmarks")
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
     ap.add_argument("--only", default="", help="comma list: logits,sort,amax,topk")
-    ap.add_argument("--topk-impls", default="ffi", help="comma list of top-k implementations")
+    ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
+    ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
     ap.add_argument("--out", default="", help="write the markdown table here")
     args = ap.parse_args()
     if jax.default_backend() != "gpu":
@@ -221,6 +231,8 @@ def main() -> None:
     rng = np.random.default_rng(0)
     bw = copy_bandwidth_gbs()
     only = set(filter(None, args.only.split(","))) or {"logits", "sort", "amax", "topk"}
+    if args.breakdown:
+        os.environ["DSV41_BENCH_BREAKDOWN"] = "1"
     rows: list[Row] = []
     if "logits" in only:
         rows += bench_logits(rng, bw, args.quick)
@@ -247,6 +259,9 @@ def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
+    if BREAKDOWN:
+        print("\nkernel breakdown (us per call, in timing order):")
+        print("\n".join(BREAKDOWN))
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")

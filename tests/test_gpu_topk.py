@@ -11,8 +11,8 @@ from factories import scores as make_scores
 import dsv41_jax as dj
 
 pytestmark = pytest.mark.gpu
-TOPK_IMPLS = ["ffi"]
-CANDIDATE_IMPLS = ["ffi"]
+TOPK_IMPLS = ["ffi", "pallas"]
+CANDIDATE_IMPLS = ["ffi", "pallas"]
 POISON = 0x5A5A5A5A
 
 
@@ -29,7 +29,14 @@ def edge_lengths(rng, rows, n, k):
     )
 
 
+def supported(impl, n, starts=False):
+    """The Pallas kernels take whole 512-position tiles and no prefill starts."""
+    if impl == "pallas" and (n % 512 or starts):
+        pytest.skip("pallas declines this shape (NotImplementedError -> next implementation)")
+
+
 def check(impl, *args, **kw):
+    supported(impl, args[0].shape[1], kw.get("starts") is not None)
     poison_device_memory()
     got = np.asarray(dj.topk(*args, implementation=impl, **kw))
     want = np.asarray(dj.topk(*args, implementation="reference", **kw))
@@ -50,7 +57,7 @@ def test_topk_equals_reference(rng, impl, kind, rows, n, k):
 
 @pytest.mark.parametrize("impl", TOPK_IMPLS)
 def test_topk_candidate_mask_and_starts(rng, impl):
-    rows, n, k, c, b = 12, 70000, 512, 2048, 8
+    rows, n, k, c, b = 12, 70144, 512, 2048, 8
     s = make_scores(rng, rows, n, "special")
     lens = edge_lengths(rng, rows, n, k)
     blocks = np.full((rows, c), dj.INT32_MAX, np.int32)
@@ -67,6 +74,7 @@ def test_topk_candidate_mask_and_starts(rng, impl):
 @pytest.mark.parametrize("impl", TOPK_IMPLS)
 def test_topk_never_reads_past_length(rng, impl):
     s = make_scores(rng, 6, 4096, "random")
+    supported(impl, 4096)
     lens = jnp.array([0, 1, 100, 513, 4000, 4096], jnp.int32)
     poisoned = jnp.where(jnp.arange(4096)[None] < lens[:, None], jnp.asarray(s), jnp.inf)
     got = dj.topk(poisoned, lens, 512, implementation=impl)
@@ -85,7 +93,9 @@ def test_topk_bitwise_repeatable(rng, impl):
 
 @pytest.mark.parametrize("impl", CANDIDATE_IMPLS)
 @pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
-@pytest.mark.parametrize("rows,nb,c", [(8, 16384, 2048), (64, 131072, 2048), (7, 300, 16)])
+@pytest.mark.parametrize(
+    "rows,nb,c", [(8, 16384, 2048), (64, 131072, 2048), (7, 300, 16), (3, 512, 16)]
+)
 def test_candidate_blocks_equal_reference(rng, impl, kind, rows, nb, c):
     bs = make_scores(rng, rows, nb, kind)
     b = 8
@@ -96,6 +106,7 @@ def test_candidate_blocks_equal_reference(rng, impl, kind, rows, nb, c):
     )
     lens = np.minimum(lens, nb * b)
     args = (jnp.asarray(bs), jnp.asarray(lens))
+    supported(impl, nb)
     poison_device_memory()
     got = np.asarray(dj.select_candidate_blocks(*args, num_candidates=c, implementation=impl))
     want = np.asarray(

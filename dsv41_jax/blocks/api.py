@@ -7,6 +7,7 @@ import jax
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
 from dsv41_jax.blocks import ffi, pallas_mgpu, reference
+from dsv41_jax.topk import pallas_mgpu as topk_pallas
 from dsv41_jax.topk.api import check_rows
 from dsv41_jax.types import CandidateTable
 
@@ -14,6 +15,7 @@ BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference
 SELECT_CANDIDATE_BLOCKS = Op(
     "select_candidate_blocks",
     ffi=ffi.select_candidate_blocks,
+    pallas=topk_pallas.select_candidate_blocks,
     reference=reference.select_candidate_blocks,
 )
 SORT_CANDIDATE_BLOCKS = Op(

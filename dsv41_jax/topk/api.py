@@ -6,10 +6,11 @@ import jax
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
-from dsv41_jax.topk import ffi, reference
+from dsv41_jax.topk import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
-TOPK = Op("topk", ffi=ffi.topk, reference=reference.topk)
+# Fastest first: the CUDA radix select, then the pure-Pallas kernels (BENCHMARKS.md).
+TOPK = Op("topk", ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
 LOGICAL_TO_PHYSICAL = Op(
     "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical
 )

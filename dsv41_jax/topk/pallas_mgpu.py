@@ -1,0 +1,279 @@
+"""`implementation="pallas"` of topk and select_candidate_blocks: Mosaic GPU kernels (plgpu.kernel).
+
+Mosaic GPU has no scatter, histogram, argmax or cumsum, so the exact selection is built from what
+it has (see BENCHMARKS.md for what that costs):
+
+1. Scores become order-preserving int32 keys (INT32_MIN = never selected). A **counting kernel**
+   counts, per 2048-position tile, the keys >= each of 16 thresholds: vectorised compares and row
+   reductions on tiles in the WGMMA layout. Eight passes of 4 bits each (thresholds
+   `prefix + j << shift`) give the exact k-th key T; the per-tile sums between passes are XLA.
+2. The same kernel at thresholds (T, T + 1) gives every tile's count above T and of ties at T;
+   XLA turns them into each tile's output offset and first tie rank (ties go by position).
+3. An **emission kernel** builds per-block bitmasks of "above" and "tie" positions with vector
+   code, then one warp walks the tile's 256 blocks in order with scalar code (Lane lowering
+   semantics: the only way to write data-dependent addresses) and writes the tile's selected
+   positions, ascending, to its own slice of a scratch buffer.
+4. An XLA gather concatenates the tiles' slices into the ascending, -1 padded output.
+
+The candidate mask is fused: block membership is loaded per tile and broadcast over the block's
+positions (no masked copy of the scores).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+EXCLUDED = -(2**31)  # key of anything that may not be selected
+LOWEST = EXCLUDED + 1  # candidate blocks scoring NaN / -inf: last, but selectable
+PINNED = 2**31 - 2  # the newest candidate block (T + 1 must not overflow)
+NUM_THRESHOLDS = 16
+POSITIONS, CANDIDATE_BLOCKS = 0, 1
+_LANE = plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane)
+_ROWS = plgpu.Layout.WGMMA.reduce(1)
+
+
+def _keys(v, first_block, tile_blocks, group, length, member, mode, cand_block_size):
+    """int32 keys of a `[tile_blocks, group]` tile (WGMMA layout) of one row."""
+    blk = first_block + plgpu.broadcasted_iota(
+        jnp.int32, (tile_blocks, group), 0, layout=plgpu.Layout.WGMMA
+    )
+    lane = plgpu.broadcasted_iota(jnp.int32, (tile_blocks, group), 1, layout=plgpu.Layout.WGMMA)
+    pos = blk * group + lane
+    v = jnp.where(v == 0, 0.0, v)  # -0 ties +0
+    bits = lax.bitcast_convert_type(v, jnp.int32)
+    key = jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    bad = (v != v) | (v == -jnp.inf)
+    if mode == POSITIONS:
+        ok = (pos < length) & (v == v) & (v != -jnp.inf)  # (no `~`: i1 vectors don't lower)
+        if member is not None:
+            ok &= lax.broadcast_in_dim(member, (tile_blocks, group), (0,)) != 0
+        return jnp.where(ok, key, EXCLUDED)
+    nblocks = (length + cand_block_size - 1) // cand_block_size
+    key = jnp.where(bad, LOWEST, key)
+    key = jnp.where(pos == nblocks - 1, PINNED, key)
+    return jnp.where(pos < nblocks, key, EXCLUDED)
+
+
+def _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member):
+    plgpu.copy_gmem_to_smem(scores.at[row, pl.ds(t * tb, tb)], tile, bar)
+    if has_member:
+        plgpu.copy_gmem_to_smem(member.at[row, pl.ds(t * tb, tb)], mtile, bar)
+    plgpu.barrier_wait(bar)
+    v = plgpu.load(tile, (), layout=plgpu.Layout.WGMMA, optimized=False)
+    m = plgpu.load(mtile, (), layout=_ROWS, optimized=False) if has_member else None
+    return v, m
+
+
+def _count_kernel(scores, lengths, member, thresholds, counts, tile, mtile, bar, *, cfg):
+    tb, group, mode, cbs, has_member = cfg
+    row, t = lax.axis_index("row"), lax.axis_index("tile")
+    v, m = _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member)
+    key = _keys(v, t * tb, tb, group, lengths[row], m, mode, cbs)
+    valid = key != EXCLUDED
+    for j in range(NUM_THRESHOLDS):
+        c = jnp.sum(jnp.where(valid & (key >= thresholds[row, j]), 1, 0), axis=1)
+        counts[row, t, j] = jnp.sum(c)
+
+
+def _emit_kernel(scores, lengths, member, params, out, tile, mtile, masks, scal, buf, bar, *, cfg):
+    tb, group, mode, cbs, has_member, cap_rows = cfg
+    row, t = lax.axis_index("row"), lax.axis_index("tile")
+    v, m = _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member)
+    key = _keys(v, t * tb, tb, group, lengths[row], m, mode, cbs)
+    threshold = params[row, 0]
+    valid = key != EXCLUDED
+    lane = plgpu.broadcasted_iota(jnp.int32, (tb, group), 1, layout=plgpu.Layout.WGMMA)
+    bit = jnp.left_shift(1, lane)
+    masks[0] = jnp.sum(jnp.where(valid & (key > threshold), bit, 0), axis=1)
+    masks[1] = jnp.sum(jnp.where(valid & (key == threshold), bit, 0), axis=1)
+    buf[...] = jnp.full((cap_rows, 128), -1, jnp.int32)
+    scal[0] = params[row, 1]  # ties still wanted in the row
+    scal[1] = params[row, 2 + t]  # ties before this tile
+    scal[2] = t * tb * group  # first position of the tile
+    plgpu.commit_smem()
+
+    def walk(w):
+        @pl.when(w == 0)
+        def _():
+            need, base = scal[0], scal[2]
+
+            def block(b, carry):
+                count, ties = carry
+                gt, eq = masks[0, b], masks[1, b]
+                for j in range(group):
+                    is_eq = (eq >> j) & 1
+                    take = (((gt >> j) & 1) | (is_eq & (ties < need).astype(jnp.int32))) != 0
+
+                    @pl.when(take)
+                    def _():
+                        buf[count // 128, count % 128] = base + b * group + j
+
+                    count = count + take.astype(jnp.int32)
+                    ties = ties + is_eq
+                return count, ties
+
+            lax.fori_loop(0, tb, block, (jnp.int32(0), scal[1]))
+
+    plgpu.warp_map(walk)
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(buf, out.at[row, t])
+    plgpu.wait_smem_to_gmem(0)
+
+
+def _scratch(tb, group, has_member):
+    return [
+        plgpu.SMEM((tb, group), jnp.float32),
+        plgpu.SMEM((tb,), jnp.int32),
+        plgpu.Barrier(num_arrivals=2 if has_member else 1),
+    ]
+
+
+@functools.partial(jax.jit, static_argnames=("k", "mode", "group", "cbs", "interpret"))
+def _select(scores, lengths, member, *, k, mode, group, cbs, interpret=False):
+    rows, n = scores.shape
+    nbg = n // group
+    tb = next(t for t in (256, 128, 64) if nbg % t == 0)
+    tiles = nbg // tb
+    s3 = scores.reshape(rows, nbg, group)
+    has_member = member is not None
+    member_arg = member if has_member else jnp.zeros((rows, nbg), jnp.int32)
+    ip = plgpu.InterpretGPUParams() if interpret else None
+    count = plgpu.kernel(
+        functools.partial(_count_kernel, cfg=(tb, group, mode, cbs, has_member)),
+        out_type=jax.ShapeDtypeStruct((rows, tiles, NUM_THRESHOLDS), jnp.int32),
+        scratch_types=_scratch(tb, group, has_member),
+        grid=(rows, tiles),
+        grid_names=("row", "tile"),
+        interpret=ip,
+    )
+
+    def counts_at(thresholds):
+        return jnp.sum(count(s3, lengths, member_arg, thresholds), axis=1)
+
+    # Exact k-th key, 4 bits per pass, in unsigned key order (signed key ^ 0x80000000).
+    j = jnp.arange(NUM_THRESHOLDS, dtype=jnp.uint32)
+    prefix = jnp.zeros((rows,), jnp.uint32)
+    valid_total = None
+    for p in range(8):
+        shift = 28 - 4 * p
+        t_u = prefix[:, None] + (j[None] << shift)
+        c = counts_at(lax.bitcast_convert_type(t_u ^ jnp.uint32(0x80000000), jnp.int32))
+        if p == 0:
+            valid_total = c[:, 0]
+        digit = jnp.sum(c[:, 1:] >= k, axis=1).astype(jnp.uint32)
+        prefix = prefix + (digit << shift)
+    threshold = lax.bitcast_convert_type(prefix ^ jnp.uint32(0x80000000), jnp.int32)
+    # At most k valid keys: all of them are "above" the lowest key.
+    threshold = jnp.where(valid_total <= k, jnp.int32(EXCLUDED), threshold)
+
+    thr2 = jnp.concatenate(
+        [
+            threshold[:, None],
+            threshold[:, None] + 1,
+            jnp.full((rows, NUM_THRESHOLDS - 2), 2**31 - 1, jnp.int32),
+        ],
+        axis=1,
+    )
+    per_tile = count(s3, lengths, member_arg, thr2)
+    gt, eq = per_tile[:, :, 1], per_tile[:, :, 0] - per_tile[:, :, 1]
+    need_eq = jnp.maximum(k - jnp.sum(gt, axis=1), 0)
+    eq_before = jnp.cumsum(eq, axis=1) - eq
+    taken = gt + jnp.clip(need_eq[:, None] - eq_before, 0, eq)
+    offset = jnp.cumsum(taken, axis=1) - taken
+    total = jnp.sum(taken, axis=1)
+
+    cap = min(k, tb * group)
+    cap_rows = -(-cap // 128)
+    params = jnp.concatenate([threshold[:, None], need_eq[:, None], eq_before], axis=1)
+    emit = plgpu.kernel(
+        functools.partial(_emit_kernel, cfg=(tb, group, mode, cbs, has_member, cap_rows)),
+        out_type=jax.ShapeDtypeStruct((rows, tiles, cap_rows, 128), jnp.int32),
+        scratch_types=[
+            *_scratch(tb, group, has_member)[:2],
+            plgpu.SMEM((2, tb), jnp.int32),
+            plgpu.SMEM((4,), jnp.int32),
+            plgpu.SMEM((cap_rows, 128), jnp.int32),
+            _scratch(tb, group, has_member)[2],
+        ],
+        grid=(rows, tiles),
+        grid_names=("row", "tile"),
+        interpret=ip,
+        compiler_params=_LANE,
+    )
+    lists = emit(s3, lengths, member_arg, params.astype(jnp.int32))
+    lists = lists.reshape(rows, tiles, cap_rows * 128)
+
+    # Slot s comes from the tile whose output range holds it.
+    s = jnp.arange(k, dtype=jnp.int32)
+    ends = offset + taken
+    tile_of = jnp.sum(ends[:, :, None] <= s[None, None, :], axis=1)
+    tile_of = jnp.minimum(tile_of, tiles - 1)
+    local = s[None] - jnp.take_along_axis(offset, tile_of, axis=1)
+    flat = tile_of * (cap_rows * 128) + jnp.clip(local, 0, cap_rows * 128 - 1)
+    picked = jnp.take_along_axis(lists.reshape(rows, -1), flat, axis=1)
+    return jnp.where(s[None] < total[:, None], picked, -1)
+
+
+def _check(scores, group, what):
+    if scores.dtype != jnp.float32:
+        raise NotImplementedError(f"{what} pallas: float32 scores only")
+    n = scores.shape[1]
+    if n % group or all((n // group) % t for t in (256, 128, 64)):
+        raise NotImplementedError(f"{what} pallas: row length must be a multiple of {64 * group}")
+
+
+def _require_gpu(interpret: bool, what: str) -> None:
+    if not interpret and jax.default_backend() != "gpu":
+        raise NotImplementedError(f"{what} pallas: needs a GPU (or interpret=True)")
+
+
+def topk(scores, lengths, k, starts, candidates, block_size, *, interpret: bool = False):
+    _require_gpu(interpret, "topk")
+    if starts is not None:
+        raise NotImplementedError("topk pallas: rows with starts (prefill) not supported")
+    group = block_size if candidates is not None else 8
+    _check(scores, group, "topk")
+    rows, n = scores.shape
+    member = None
+    if candidates is not None:
+        nb = n // group
+        blk = jnp.where((candidates >= 0) & (candidates < nb), candidates, nb)
+        member = (
+            jnp.zeros((rows, nb), jnp.int32).at[jnp.arange(rows)[:, None], blk].set(1, mode="drop")
+        )
+    lengths = jnp.clip(lengths.astype(jnp.int32), 0, n)
+    return _select(
+        scores,
+        lengths,
+        member,
+        k=k,
+        mode=POSITIONS,
+        group=group,
+        cbs=block_size,
+        interpret=interpret,
+    )
+
+
+def select_candidate_blocks(
+    block_scores, lengths, num_candidates, block_size, *, interpret: bool = False
+):
+    _require_gpu(interpret, "select_candidate_blocks")
+    _check(block_scores, 8, "select_candidate_blocks")
+    nb = block_scores.shape[1]
+    lengths = jnp.clip(lengths.astype(jnp.int32), 0, nb * block_size)
+    return _select(
+        block_scores,
+        lengths,
+        None,
+        k=num_candidates,
+        mode=CANDIDATE_BLOCKS,
+        group=8,
+        cbs=block_size,
+        interpret=interpret,
+    )
