@@ -48,14 +48,15 @@ def _keys(v, first_block, tile_blocks, group, length, member, mode, cand_block_s
     v = jnp.where(v == 0, 0.0, v)  # -0 ties +0
     bits = lax.bitcast_convert_type(v, jnp.int32)
     key = jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-    bad = (v != v) | (v == -jnp.inf)
+    # Boolean vectors only combined with `&`: `~` fails to lower and `|` gave wrong lanes on the
+    # H200 (interpret mode accepted both).
     if mode == POSITIONS:
-        ok = (pos < length) & (v == v) & (v != -jnp.inf)  # (no `~`: i1 vectors don't lower)
+        ok = (pos < length) & (v == v) & (v != -jnp.inf)
         if member is not None:
             ok &= lax.broadcast_in_dim(member, (tile_blocks, group), (0,)) != 0
         return jnp.where(ok, key, EXCLUDED)
     nblocks = (length + cand_block_size - 1) // cand_block_size
-    key = jnp.where(bad, LOWEST, key)
+    key = jnp.where((v == v) & (v != -jnp.inf), key, LOWEST)
     key = jnp.where(pos == nblocks - 1, PINNED, key)
     return jnp.where(pos < nblocks, key, EXCLUDED)
 
