@@ -44,3 +44,44 @@ def test_block_amax_pallas_refuses_what_it_cannot_do():
         pallas_mgpu.block_amax(jnp.zeros((2, 4104)), n, 8, None, True, interpret=True)
     with pytest.raises(NotImplementedError, match="starts"):
         pallas_mgpu.block_amax(jnp.zeros((2, 16)), n, 8, n, True, interpret=True)
+
+
+# ----------------------------------------------------------------------------- selection kernels
+from dsv41_jax.blocks import reference as blocks_reference  # noqa: E402
+from dsv41_jax.topk import pallas_mgpu as topk_pallas  # noqa: E402
+from dsv41_jax.topk import reference as topk_reference  # noqa: E402
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
+def test_topk_interpret_equals_reference(rng, kind):
+    rows, n, k = 4, 1024, 40
+    s = jnp.asarray(make_scores(rng, rows, n, kind))
+    lens = jnp.array([0, 1, 39, 1024], jnp.int32)
+    got = topk_pallas.topk(s, lens, k, None, None, 8, interpret=True)
+    np.testing.assert_array_equal(np.asarray(got),
+                                  np.asarray(topk_reference.topk(s, lens, k, None, None, 8)))
+
+
+def test_topk_interpret_candidate_mask(rng):
+    s = jnp.asarray(make_scores(rng, 3, 1024, "ties"))
+    lens = jnp.array([1024, 700, 8], jnp.int32)
+    blocks = jnp.asarray(np.sort(rng.choice(128, (3, 12), replace=False), axis=1).astype(np.int32))
+    got = topk_pallas.topk(s, lens, 30, None, blocks, 8, interpret=True)
+    want = topk_reference.topk(s, lens, 30, None, blocks, 8)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("kind", ["random", "special"])
+def test_candidate_blocks_interpret_equals_reference(rng, kind):
+    bs = jnp.asarray(make_scores(rng, 4, 512, kind))
+    lens = jnp.array([0, 8, 9, 4096], jnp.int32)
+    got = topk_pallas.select_candidate_blocks(bs, lens, 16, 8, interpret=True)
+    want = blocks_reference.select_candidate_blocks(bs, lens, 16, 8)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("mode,k,shape", [(0, 512, (8, 131072)), (1, 2048, (8, 16384))])
+def test_selection_kernels_lower_for_cuda(mode, k, shape):
+    f = jax.jit(lambda s, n: topk_pallas._select(s, n, None, k=k, mode=mode, group=8, cbs=8))
+    args = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct((8,), jnp.int32))
+    assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
