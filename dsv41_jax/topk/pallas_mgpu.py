@@ -192,15 +192,17 @@ def _select(scores, lengths, member, *, k, mode, group, cbs, interpret=False):
     cap = min(k, tb * group)
     cap_rows = -(-cap // 128)
     params = jnp.concatenate([threshold[:, None], need_eq[:, None], eq_before], axis=1)
+    tile_smem, member_smem, barrier = _scratch(tb, group, has_member)
     emit = plgpu.kernel(
         functools.partial(_emit_kernel, cfg=(tb, group, mode, cbs, has_member, cap_rows)),
         out_type=jax.ShapeDtypeStruct((rows, tiles, cap_rows, 128), jnp.int32),
         scratch_types=[
-            *_scratch(tb, group, has_member)[:2],
-            plgpu.SMEM((2, tb), jnp.int32),
-            plgpu.SMEM((4,), jnp.int32),
-            plgpu.SMEM((cap_rows, 128), jnp.int32),
-            _scratch(tb, group, has_member)[2],
+            tile_smem,
+            member_smem,
+            plgpu.SMEM((2, tb), jnp.int32),  # per-block bitmasks: above T, tie at T
+            plgpu.SMEM((4,), jnp.int32),  # scalars handed to the emitting warp
+            plgpu.SMEM((cap_rows, 128), jnp.int32),  # the tile's selected positions
+            barrier,
         ],
         grid=(rows, tiles),
         grid_names=("row", "tile"),
