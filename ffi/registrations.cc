@@ -6,6 +6,7 @@
 
 #include "common.h"
 
+#include "sm100_paged_sparse_mqa_logits.h"
 #include "sm90_radix_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
@@ -15,6 +16,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
 }  // namespace dsv41
 
 namespace {
@@ -34,9 +36,15 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
+    d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
     return d;
   });
   m.def("cuda_version", []() { return CUDART_VERSION; });
+  // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
+  m.def("sm100_sparse_workspace_bytes", [](int64_t rows) {
+    return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),
+                                dsv41::Sm100SparseWorkspaceBytes(rows));
+  });
   // Kernel attributes and device facts, set once per device before any call: the handlers
   // themselves must not make such calls (illegal while XLA captures a CUDA graph).
   m.def("prepare", []() {
@@ -50,7 +58,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     for (int d = 0; d < count && error.empty(); ++d) {
       cudaSetDevice(d);
       for (auto prepare : {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareRadixTopk,
-                           dsv41::PrepareSortCandidateBlocks}) {
+                           dsv41::PrepareSortCandidateBlocks,
+                           dsv41::PreparePagedSparseMqaLogitsSm100}) {
         if (cudaError_t err = prepare(); err != cudaSuccess) {
           error = "device " + std::to_string(d) + ": " + cudaGetErrorString(err);
           break;

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -11,8 +10,15 @@
 
 namespace dsv41 {
 
-inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+// cuTensorMapEncodeTiled's signature (CUDA 12.0 ABI), spelled out: cudaTypedefs.h is not
+// reliably includable after CUTLASS's headers.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                   const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn TensorMapEncoder() {
+  static EncodeTiledFn fn = nullptr;
   static std::once_flag once;
   std::call_once(once, [] {
     void* ptr = nullptr;
@@ -20,7 +26,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
                                          &status) == cudaSuccess &&
         status == cudaDriverEntryPointSuccess) {
-      fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+      fn = reinterpret_cast<EncodeTiledFn>(ptr);
     }
   });
   return fn;

@@ -25,13 +25,19 @@ def _has_gpu() -> bool:
         return False
 
 
+def _has_sm100() -> bool:
+    return _has_gpu() and str(getattr(jax.devices()[0], "compute_capability", "")).startswith("10.")
+
+
 def pytest_collection_modifyitems(config, items):
-    if _has_gpu():
-        return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine)")
+    gpu, sm100 = _has_gpu(), _has_sm100()
+    no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine)")
+    no_sm100 = pytest.mark.skip(reason="needs an SM100 (Blackwell) GPU")
     for item in items:
-        if "gpu" in item.keywords or "sm100" in item.keywords:
-            item.add_marker(skip)
+        if "sm100" in item.keywords and not sm100:
+            item.add_marker(no_sm100)
+        elif "gpu" in item.keywords and not gpu:
+            item.add_marker(no_gpu)
 
 
 @pytest.fixture

@@ -46,3 +46,37 @@ def test_ffi_call_lowers_to_a_cuda_custom_call():
     args = (jnp.zeros((4, 8), jnp.int32), jnp.zeros((4, 3), jnp.int32))
     text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     assert "stablehlo.custom_call @dsv41_logical_to_physical" in text
+
+
+@needs_ext
+def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
+    """The SM100 kernel never ran here (no Blackwell machine): check the call it would make."""
+    import dsv41_jax as dj
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    rng = np.random.default_rng(0)
+    rows = 4
+    q = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((rows, 1, 32, 128)), jnp.float32),
+        jnp.ones((rows, 1, 32), jnp.float32),
+        "mxfp4",
+    )
+    cache = dj.PagedIndexCache.zeros(8, 64, 128, "mxfp4")
+    table = dj.CandidateTable(
+        jnp.zeros((rows, 2048), jnp.int32),
+        jnp.zeros(rows, jnp.int32),
+        jnp.zeros(rows, jnp.int32),
+        jnp.zeros((rows, 2048), jnp.int32),
+    )
+    bt = jnp.zeros((rows, 8), jnp.int32)
+    args = (q, cache, table, jnp.zeros(rows, jnp.int32), bt, 8)
+    with pytest.raises(NotImplementedError):
+        logits_ffi.sparse_paged_mqa_logits(*args)  # no GPU here / not an SM100 GPU
+    monkeypatch.setattr(_ext, "require_gpu", lambda op: _ext.register_targets())
+    monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: True)
+    lowered = (
+        jax.jit(lambda *a: logits_ffi.sparse_paged_mqa_logits(*a, 8))
+        .trace(*args[:5])
+        .lower(lowering_platforms=("cuda",))
+    )
+    assert "custom_call @dsv41_sm100_paged_sparse_mqa_logits" in lowered.as_text()

@@ -58,8 +58,9 @@ def test_topk_interpret_equals_reference(rng, kind):
     s = jnp.asarray(make_scores(rng, rows, n, kind))
     lens = jnp.array([0, 1, 39, 1024], jnp.int32)
     got = topk_pallas.topk(s, lens, k, None, None, 8, interpret=True)
-    np.testing.assert_array_equal(np.asarray(got),
-                                  np.asarray(topk_reference.topk(s, lens, k, None, None, 8)))
+    np.testing.assert_array_equal(
+        np.asarray(got), np.asarray(topk_reference.topk(s, lens, k, None, None, 8))
+    )
 
 
 def test_topk_interpret_candidate_mask(rng):

@@ -155,8 +155,12 @@ def test_opt_in_implementations_are_never_picked_automatically():
     from dsv41_jax._dispatch import Op
 
     calls = []
-    op = Op("probe", opt_in=("fast",), fast=lambda: calls.append("fast"),
-            reference=lambda: calls.append("reference"))
+    op = Op(
+        "probe",
+        opt_in=("fast",),
+        fast=lambda: calls.append("fast"),
+        reference=lambda: calls.append("reference"),
+    )
     op(None)
     op("fast")
     assert calls == ["reference", "fast"]

@@ -14,7 +14,11 @@ from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBun
 PAGED_MQA_LOGITS = Op(
     "paged_mqa_logits", ffi=ffi.paged_mqa_logits, reference=reference.paged_mqa_logits
 )
-SPARSE_PAGED_MQA_LOGITS = Op("sparse_paged_mqa_logits", reference=reference.sparse_paged_mqa_logits)
+SPARSE_PAGED_MQA_LOGITS = Op(
+    "sparse_paged_mqa_logits",
+    ffi=ffi.sparse_paged_mqa_logits,  # SM100 only, compile-verified only
+    reference=reference.sparse_paged_mqa_logits,
+)
 MQA_LOGITS = Op("mqa_logits", reference=reference.mqa_logits)
 
 
@@ -102,8 +106,10 @@ def sparse_paged_mqa_logits(
 ) -> jax.Array:
     """MQA logits of the published candidate blocks only (the consumer's sparse path).
 
-    Returns float32 `[rows, C·B]`: column `j` scores position `table.blocks[r, j // B]·B + j % B`
-    for `j < table.valid_lens[r]`; other columns are -inf. Same formula as `paged_mqa_logits`.
+    Returns `[rows, C·B]`: column `j` scores position `table.blocks[r, j // B]·B + j % B` for
+    `j < table.valid_lens[r]`. The reference gives float32 with -inf in the other columns; the
+    "ffi" implementation (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives
+    bfloat16 with the other columns unspecified. Same formula as `paged_mqa_logits`.
     """
     check_paged(query, cache, context_lens, block_table)
     block_size = _checks.positive_int(block_size, "block_size")

@@ -52,3 +52,50 @@ def paged_mqa_logits(
         query.values, query.weights, cache.data, lens, block_table.astype(jnp.int32)
     )
     return logits
+
+
+SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
+
+
+def _on_sm100() -> bool:
+    device = jax.devices()[0]
+    return str(getattr(device, "compute_capability", "")).startswith("10.")
+
+
+def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, block_size):
+    """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
+    `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
+    machine); on other GPUs it declines, so the reference (or a later Hopper kernel) runs."""
+    _ext.require_gpu(SPARSE_TARGET)
+    if not _on_sm100():
+        raise NotImplementedError(f"{SPARSE_TARGET}: runs on SM100 (Blackwell) GPUs only")
+    unsupported = [
+        (cache.format != "mxfp4", "needs the mxfp4 cache (the fp8 path wants MXFP8 scales)"),
+        (cache.head_dim != 128 or cache.page_size not in (64, 128), "needs D 128, page 64/128"),
+        (query.num_heads != 32, "needs 32 heads"),
+        (table.num_candidates != 2048 or block_size != 8, "needs C 2048 blocks of 8"),
+    ]
+    for bad, why in unsupported:
+        if bad:
+            raise NotImplementedError(f"{SPARSE_TARGET}: {why}")
+    rows = query.num_rows
+    meta_bytes, work_bytes = _ext.extension().sm100_sparse_workspace_bytes(rows)
+    sf_q = jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32)
+    # Consecutive rows of one request (speculative rows) share a KV pass in DeepGEMM's schedule.
+    request_ids = jnp.arange(rows, dtype=jnp.int32) // query.next_n
+    out = (
+        jax.ShapeDtypeStruct((rows, 2048 * 8), jnp.bfloat16),
+        jax.ShapeDtypeStruct((meta_bytes,), jnp.uint8),
+        jax.ShapeDtypeStruct((work_bytes,), jnp.uint8),
+    )
+    logits, _, _ = jax.ffi.ffi_call(SPARSE_TARGET, out, vmap_method="sequential")(
+        query.values.reshape(rows, 32, 64),
+        sf_q,
+        query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+        cache.data,
+        table.valid_lens.astype(jnp.int32),
+        row_block_table.astype(jnp.int32),
+        request_ids,
+        table.blocks.astype(jnp.int32),
+    )
+    return logits

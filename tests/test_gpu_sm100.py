@@ -1,0 +1,58 @@
+"""DeepGEMM's SM100 paged sparse MQA logits: runs only where an SM100 (Blackwell) GPU is present.
+
+No such machine is lent to this project: the kernel is compile-verified only (CI builds it for
+sm_100a; tests/test_ext.py checks its FFI call lowers). On an SM100 machine these run as they are.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from factories import paged_cache, query
+
+import dsv41_jax as dj
+
+pytestmark = pytest.mark.sm100
+
+
+def calc_diff(x, y) -> float:
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    return float(1 - 2 * (x * y).sum() / max((x * x + y * y).sum(), 1e-30))
+
+
+@pytest.mark.parametrize("next_n,page", [(1, 64), (2, 64), (1, 128)])
+def test_sm100_sparse_logits_match_reference(rng, next_n, page):
+    cfg = dj.IndexerConfig(cache_format="mxfp4", page_size=page, next_n=next_n)
+    batch, pages = 4, 40000 // page
+    cache, bt = paged_cache(rng, batch, pages, page, 128, "mxfp4")
+    q = query(rng, batch, next_n, 32, 128, "mxfp4")
+    lens = jnp.array([9, 16384, 20000, 39000], jnp.int32)
+    _, table = dj.publish(q, cache, lens, bt, cfg)
+    got = dj.sparse_paged_mqa_logits(q, cache, table, lens, bt, block_size=8, implementation="ffi")
+    want = dj.sparse_paged_mqa_logits(
+        q, cache, table, lens, bt, block_size=8, implementation="reference"
+    )
+    assert got.dtype == jnp.bfloat16
+    valid = np.asarray(table.valid_lens)
+    vis = np.arange(got.shape[1])[None] < valid[:, None]
+    assert calc_diff(np.asarray(got.astype(jnp.float32))[vis], np.asarray(want)[vis]) < 1e-3
+
+
+def test_sm100_sparse_path_selects_like_the_mask_path(rng):
+    cfg = dj.IndexerConfig(cache_format="mxfp4")
+    cache, bt = paged_cache(rng, 2, 600, 64, 128, "mxfp4")
+    q = query(rng, 2, 1, 32, 128, "mxfp4")
+    lens = jnp.array([20000, 38000], jnp.int32)
+    _, table = dj.publish(q, cache, lens, bt, cfg)
+    sparse = jax.jit(lambda *a: dj.select(*a, cfg, path="sparse"))(q, cache, lens, bt, table)
+    mask = dj.select(q, cache, lens, bt, table, cfg, path="mask")
+    overlap = np.mean(
+        [
+            len(set(np.asarray(sparse[r]).tolist()) & set(np.asarray(mask[r]).tolist()))
+            / cfg.index_topk
+            for r in range(2)
+        ]
+    )
+    assert overlap > 0.95  # bf16 logits: differences only among near-ties of the k-th score
