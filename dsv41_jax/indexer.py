@@ -158,8 +158,7 @@ def publish_prefill(
     Positions and block ids are relative to `starts[i]`. There is no page table: `physical`
     equals `blocks` (with -1 padding), i.e. the identity page mapping of the relative positions.
     """
-    fmt_dim = keys.values.shape[1] * (2 if keys.format == "mxfp4" else 1)
-    _check_config(config, query, fmt_dim, keys.format)
+    _check_config(config, query, keys.head_dim, keys.format)
     logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
     lens = _prefill_lens(starts, ends)
     pages = -(-logits.shape[1] // config.page_size)
@@ -178,8 +177,7 @@ def select_prefill(
     implementation: Implementation = None,
 ) -> jax.Array:
     """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`."""
-    fmt_dim = keys.values.shape[1] * (2 if keys.format == "mxfp4" else 1)
-    _check_config(config, query, fmt_dim, keys.format)
+    _check_config(config, query, keys.head_dim, keys.format)
     logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
     return topk(
         logits,

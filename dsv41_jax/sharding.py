@@ -35,7 +35,8 @@ from dsv41_jax.indexer import publish, select
 from dsv41_jax.logits import paged_mqa_logits
 from dsv41_jax.rows import row_lengths
 from dsv41_jax.topk import topk
-from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
+from dsv41_jax.topk.reference import ordered_select
+from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
 
@@ -143,18 +144,8 @@ def dcp_local_to_global(local: jax.Array, world: int, rank, interleave: int) -> 
 
 def _merge_topk(scores: jax.Array, ids: jax.Array, k: int) -> jax.Array:
     """The k best (score desc, id asc) of all-gathered candidates; ascending ids, -1 padded.
-
-    Candidates with id -1 are padding; scores are finite or +inf (local top-k never returns NaN
-    or -inf). -0.0 ties +0.0 as in every other implementation.
-    """
-    invalid = (ids < 0).astype(jnp.int32)
-    neg = jnp.where(scores == 0, 0.0, -scores)
-    ranked = lax.sort((invalid, neg, jnp.where(ids < 0, INT32_MAX, ids)), dimension=1, num_keys=3)
-    take = min(k, ids.shape[1])
-    best = jnp.where(ranked[0][:, :take] == 0, ranked[2][:, :take], INT32_MAX)
-    best = jnp.sort(best, axis=1)
-    best = jnp.where(best == INT32_MAX, -1, best)
-    return jnp.pad(best, ((0, 0), (0, k - take)), constant_values=-1)
+    Candidates with id -1 are padding (local top-k never returns NaN or -inf)."""
+    return ordered_select(scores, ids >= 0, k, ids=ids)
 
 
 def _dcp_topk(logits, local_lens, k, member, axis, world, rank, interleave, implementation):
@@ -227,12 +218,10 @@ def dcp_publish(
     gblock = _local_global_blocks(n_local, world, rank, interleave, b)
     if interleave == 1 and b % world == 0:
         # Local block j // (B / W) is exactly this device's part of global block j // (B / W).
+        # (ceil(n / (B / W)) local blocks: exactly the nb global blocks)
         local_max = block_amax(
             vals, local_rows, block_size=b // world, pin_newest=False, implementation=implementation
         )
-        local_max = jnp.pad(
-            local_max, ((0, 0), (0, nb - local_max.shape[1])), constant_values=-jnp.inf
-        )[:, :nb]
     else:
         local_max = jnp.full((vals.shape[0], nb), -jnp.inf, vals.dtype)
         local_max = local_max.at[:, gblock].max(vals, mode="drop")

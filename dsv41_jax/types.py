@@ -97,6 +97,11 @@ class KeyBuffer:
     def num_tokens(self) -> int:
         return self.values.shape[0]
 
+    @property
+    def head_dim(self) -> int:
+        d = self.values.shape[1]
+        return d if self.format == "fp8" else 2 * d
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _ext
+from dsv41_jax.topk.ffi import CANDIDATE_BLOCKS, radix_topk
 from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
@@ -42,8 +43,6 @@ def sort_candidate_blocks(
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
-    from dsv41_jax.topk.ffi import CANDIDATE_BLOCKS, radix_topk
-
     return radix_topk(
         block_scores, lengths, num_candidates, None, None, block_size, CANDIDATE_BLOCKS
     )

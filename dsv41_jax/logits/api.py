@@ -135,12 +135,7 @@ def mqa_logits(
     `query` holds one row per token (`next_n == 1`). Returns float32 `[rows, T]`, -inf outside each
     row's range.
     """
-    check_query(
-        query,
-        2 * keys.values.shape[1] if keys.format == "mxfp4" else keys.values.shape[1],
-        keys.format,
-        "keys",
-    )
+    check_query(query, keys.head_dim, keys.format, "keys")
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")
     rows = query.num_rows

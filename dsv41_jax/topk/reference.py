@@ -25,19 +25,25 @@ def shift_rows(scores: jax.Array, starts: jax.Array | None, lengths: jax.Array):
 
 
 def ordered_select(
-    scores: jax.Array, eligible: jax.Array, k: int, priority: jax.Array | None = None
+    scores: jax.Array,
+    eligible: jax.Array,
+    k: int,
+    priority: jax.Array | None = None,
+    ids: jax.Array | None = None,
 ) -> jax.Array:
-    """The k best eligible entries of each row by (priority first, score desc, index asc).
+    """The k best eligible entries of each row by (priority first, score desc, id asc).
 
-    Returns int32 `[rows, k]` indices in ascending order, padded with -1.
+    `ids` (int32, default the column index) name the entries: ties go to the smaller id and the
+    output lists ids. Returns int32 `[rows, k]` ids in ascending order, padded with -1.
     """
     rows, n = scores.shape
-    idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (rows, n))
+    if ids is None:
+        ids = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (rows, n))
     neg = jnp.where(scores == 0, 0.0, -scores.astype(jnp.float32))  # -0.0 ties +0.0
     keys = [(~eligible).astype(jnp.int32)]
     if priority is not None:
         keys.append((~priority).astype(jnp.int32))
-    keys += [neg, idx]
+    keys += [neg, jnp.where(eligible, ids, INT32_MAX)]
     ranked = lax.sort(keys, dimension=1, num_keys=len(keys))
     take = min(k, n)
     chosen = jnp.where(ranked[0][:, :take] == 0, ranked[-1][:, :take], INT32_MAX)
