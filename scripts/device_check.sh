@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU needs in one device call (DESIGN.md §5): install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
-# benchmark. Steps: build test sanitize demo bench probe:<file> (default: build test bench).
+# benchmark. Steps: build test sanitize demo bench probe:<file> (default: build test bench);
+# BENCH_ARGS adds benchmark options (e.g. "--only sort,topk --breakdown").
 # Full logs go to $OUT; a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,7 @@ for step in $STEPS; do
       $PY examples/decode_step.py >"$OUT/demo.log" 2>&1
       note "demo rc=$?"; cat "$OUT/demo.log" ;;
     bench)
-      $PY -m dsv41_jax.bench --quick --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+      $PY -m dsv41_jax.bench --quick ${BENCH_ARGS:-} --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
       note "bench rc=$?"; cat "$OUT/bench.md" 2>/dev/null || tail -30 "$OUT/bench.log" ;;
     probe:*)
       f=${step#probe:}

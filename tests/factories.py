@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -45,3 +46,12 @@ def scores(rng, rows, n, kind="random"):
         s[(pick >= 0.35) & (pick < 0.45)] = -0.0
         return s
     raise ValueError(kind)
+
+
+POISON = 0x5A5A5A5A
+
+
+def poison_device_memory(nbytes: int = 1 << 28) -> None:
+    """Fill, then free, a large device buffer: an output the kernel forgets to write would likely
+    read this pattern back (the allocator reuses freed blocks)."""
+    jax.block_until_ready(jnp.full((nbytes // 4,), POISON, jnp.int32)).delete()

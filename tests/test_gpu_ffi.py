@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import paged_cache, query
+from factories import POISON, paged_cache, poison_device_memory, query
 
 import dsv41_jax as dj
 
@@ -77,7 +77,7 @@ def test_ffi_logits_bitwise_repeatable_and_jit(rng):
         np.testing.assert_array_equal(again[vis], first[vis])
 
 
-@pytest.mark.parametrize("c,pages", [(16, 4), (2048, 2048), (2048, 16384)])
+@pytest.mark.parametrize("c,pages", [(16, 4), (2048, 2048), (2048, 16384), (3000, 20000)])
 def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages):
     rows, b, p = 8, 8, 64
     cap = pages * p
@@ -92,7 +92,9 @@ def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages):
     sel[6, :3] = [-5, cap, 2**30]  # out of range
     bt = rng.integers(-1, 10_000, (rows, pages)).astype(np.int32)
     args = (jnp.asarray(sel), jnp.asarray(lens), jnp.asarray(bt))
+    poison_device_memory()
     got = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="ffi")
+    assert not any((np.asarray(x) == POISON).any() for x in jax.tree.leaves(got))
     want = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="reference")
     jax.tree.map(
         lambda g, w: np.testing.assert_array_equal(np.asarray(g), np.asarray(w)), got, want

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from factories import POISON, poison_device_memory
 from factories import scores as make_scores
 
 import dsv41_jax as dj
@@ -13,13 +14,6 @@ import dsv41_jax as dj
 pytestmark = pytest.mark.gpu
 TOPK_IMPLS = ["ffi", "pallas"]
 CANDIDATE_IMPLS = ["ffi", "pallas"]
-POISON = 0x5A5A5A5A
-
-
-def poison_device_memory(nbytes: int = 1 << 28) -> None:
-    """Fill, then free, a large device buffer: an output the kernel forgets to write would likely
-    read this pattern back (the allocator reuses freed blocks)."""
-    jax.block_until_ready(jnp.full((nbytes // 4,), POISON, jnp.int32)).delete()
 
 
 def edge_lengths(rng, rows, n, k):
