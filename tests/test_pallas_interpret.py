@@ -72,17 +72,23 @@ def test_topk_interpret_candidate_mask(rng):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.parametrize("kind", ["random", "special"])
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
 def test_candidate_blocks_interpret_equals_reference(rng, kind):
-    bs = jnp.asarray(make_scores(rng, 4, 512, kind))
-    lens = jnp.array([0, 8, 9, 4096], jnp.int32)
+    bs = jnp.asarray(make_scores(rng, 6, 512, kind))
+    lens = jnp.array([0, 1, 8, 9, 127, 4096], jnp.int32)
     got = topk_pallas.select_candidate_blocks(bs, lens, 16, 8, interpret=True)
     want = blocks_reference.select_candidate_blocks(bs, lens, 16, 8)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.parametrize("mode,k,shape", [(0, 512, (8, 131072)), (1, 2048, (8, 16384))])
-def test_selection_kernels_lower_for_cuda(mode, k, shape):
-    f = jax.jit(lambda s, n: topk_pallas._select(s, n, None, k=k, mode=mode, group=8, cbs=8))
-    args = (jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct((8,), jnp.int32))
+@pytest.mark.parametrize(
+    "mode,dtype,k,shape",
+    [
+        (topk_pallas.POSITIONS, jnp.float32, 512, (8, 131072)),
+        (topk_pallas.KEYS, jnp.int32, 2048, (8, 16384)),
+    ],
+)
+def test_selection_kernels_lower_for_cuda(mode, dtype, k, shape):
+    f = jax.jit(lambda s, n: topk_pallas._select(s, n, None, k=k, mode=mode, group=8))
+    args = (jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct((8,), jnp.int32))
     assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()

@@ -39,7 +39,7 @@ def _kernel(scores, lengths, out, tile, result, bar, *, cfg: BlockAmaxConfig, pi
     length = lengths[row]
     nblocks = (length + b - 1) // b
     plgpu.barrier_wait(bar)
-    v = plgpu.load(tile, (), layout=plgpu.Layout.WGMMA, optimized=False)
+    v = plgpu.load(tile, layout=plgpu.Layout.WGMMA, optimized=False)
     blk = t * tb + plgpu.broadcasted_iota(jnp.int32, (tb, b), 0, layout=plgpu.Layout.WGMMA)
     lane = plgpu.broadcasted_iota(jnp.int32, (tb, b), 1, layout=plgpu.Layout.WGMMA)
     visible = (blk * b + lane < length) & (v == v)  # v == v: not NaN

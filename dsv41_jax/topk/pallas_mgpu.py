@@ -16,7 +16,10 @@ it has (see BENCHMARKS.md for what that costs):
 4. An XLA gather concatenates the tiles' slices into the ascending, -1 padded output.
 
 The candidate mask is fused: block membership is loaded per tile and broadcast over the block's
-positions (no masked copy of the scores).
+positions (no masked copy of the scores). Candidate-block selection runs the same kernels on int32
+keys that XLA computes from the (small) block-score array: the newest-block pin and the
+NaN / -inf ranking then live in one jnp function instead of inside the kernels (the in-kernel
+version of those rules miscompiled on the H200 while passing interpret mode, device run 6/7).
 """
 
 from __future__ import annotations
@@ -33,32 +36,40 @@ EXCLUDED = -(2**31)  # key of anything that may not be selected
 LOWEST = EXCLUDED + 1  # candidate blocks scoring NaN / -inf: last, but selectable
 PINNED = 2**31 - 2  # the newest candidate block (T + 1 must not overflow)
 NUM_THRESHOLDS = 16
-POSITIONS, CANDIDATE_BLOCKS = 0, 1
+POSITIONS, KEYS = 0, 1  # float scores / precomputed int32 keys
 _LANE = plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane)
 _ROWS = plgpu.Layout.WGMMA.reduce(1)
 
 
-def _keys(v, first_block, tile_blocks, group, length, member, mode, cand_block_size):
+def _keys(v, first_block, tile_blocks, group, length, member, mode):
     """int32 keys of a `[tile_blocks, group]` tile (WGMMA layout) of one row."""
     blk = first_block + plgpu.broadcasted_iota(
         jnp.int32, (tile_blocks, group), 0, layout=plgpu.Layout.WGMMA
     )
     lane = plgpu.broadcasted_iota(jnp.int32, (tile_blocks, group), 1, layout=plgpu.Layout.WGMMA)
     pos = blk * group + lane
+    if mode == KEYS:
+        return jnp.where(pos < length, v, EXCLUDED)
     v = jnp.where(v == 0, 0.0, v)  # -0 ties +0
     bits = lax.bitcast_convert_type(v, jnp.int32)
     key = jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
     # Boolean vectors only combined with `&`: `~` fails to lower and `|` gave wrong lanes on the
     # H200 (interpret mode accepted both).
-    if mode == POSITIONS:
-        ok = (pos < length) & (v == v) & (v != -jnp.inf)
-        if member is not None:
-            ok &= lax.broadcast_in_dim(member, (tile_blocks, group), (0,)) != 0
-        return jnp.where(ok, key, EXCLUDED)
-    nblocks = (length + cand_block_size - 1) // cand_block_size
-    key = jnp.where((v == v) & (v != -jnp.inf), key, LOWEST)
-    key = jnp.where(pos == nblocks - 1, PINNED, key)
-    return jnp.where(pos < nblocks, key, EXCLUDED)
+    ok = (pos < length) & (v == v) & (v != -jnp.inf)
+    if member is not None:
+        ok &= lax.broadcast_in_dim(member, (tile_blocks, group), (0,)) != 0
+    return jnp.where(ok, key, EXCLUDED)
+
+
+def _candidate_keys(block_scores: jax.Array, nblocks: jax.Array) -> jax.Array:
+    """XLA: the int32 keys of candidate-block selection. Same order as the score keys; NaN / -inf
+    blocks rank last but stay selectable (LOWEST); the newest block is pinned (PINNED)."""
+    v = jnp.where(block_scores == 0, 0.0, block_scores)
+    bits = lax.bitcast_convert_type(v, jnp.int32)
+    key = jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    key = jnp.where(jnp.isnan(v) | (v == -jnp.inf), LOWEST, key)
+    newest = jnp.arange(v.shape[1], dtype=jnp.int32)[None] == nblocks[:, None] - 1
+    return jnp.where(newest, PINNED, key)
 
 
 def _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member):
@@ -66,16 +77,16 @@ def _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member):
     if has_member:
         plgpu.copy_gmem_to_smem(member.at[row, pl.ds(t * tb, tb)], mtile, bar)
     plgpu.barrier_wait(bar)
-    v = plgpu.load(tile, (), layout=plgpu.Layout.WGMMA, optimized=False)
-    m = plgpu.load(mtile, (), layout=_ROWS, optimized=False) if has_member else None
+    v = plgpu.load(tile, layout=plgpu.Layout.WGMMA, optimized=False)
+    m = plgpu.load(mtile, layout=_ROWS, optimized=False) if has_member else None
     return v, m
 
 
 def _count_kernel(scores, lengths, member, thresholds, counts, tile, mtile, bar, *, cfg):
-    tb, group, mode, cbs, has_member = cfg
+    tb, group, mode, has_member = cfg
     row, t = lax.axis_index("row"), lax.axis_index("tile")
     v, m = _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member)
-    key = _keys(v, t * tb, tb, group, lengths[row], m, mode, cbs)
+    key = _keys(v, t * tb, tb, group, lengths[row], m, mode)
     valid = key != EXCLUDED
     for j in range(NUM_THRESHOLDS):
         c = jnp.sum(jnp.where(valid & (key >= thresholds[row, j]), 1, 0), axis=1)
@@ -83,10 +94,10 @@ def _count_kernel(scores, lengths, member, thresholds, counts, tile, mtile, bar,
 
 
 def _emit_kernel(scores, lengths, member, params, out, tile, mtile, masks, scal, buf, bar, *, cfg):
-    tb, group, mode, cbs, has_member, cap_rows = cfg
+    tb, group, mode, has_member, cap_rows = cfg
     row, t = lax.axis_index("row"), lax.axis_index("tile")
     v, m = _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member)
-    key = _keys(v, t * tb, tb, group, lengths[row], m, mode, cbs)
+    key = _keys(v, t * tb, tb, group, lengths[row], m, mode)
     threshold = params[row, 0]
     valid = key != EXCLUDED
     lane = plgpu.broadcasted_iota(jnp.int32, (tb, group), 1, layout=plgpu.Layout.WGMMA)
@@ -127,16 +138,16 @@ def _emit_kernel(scores, lengths, member, params, out, tile, mtile, masks, scal,
     plgpu.wait_smem_to_gmem(0)
 
 
-def _scratch(tb, group, has_member):
+def _scratch(tb, group, has_member, dtype):
     return [
-        plgpu.SMEM((tb, group), jnp.float32),
+        plgpu.SMEM((tb, group), dtype),
         plgpu.SMEM((tb,), jnp.int32),
         plgpu.Barrier(num_arrivals=2 if has_member else 1),
     ]
 
 
-@functools.partial(jax.jit, static_argnames=("k", "mode", "group", "cbs", "interpret"))
-def _select(scores, lengths, member, *, k, mode, group, cbs, interpret=False):
+@functools.partial(jax.jit, static_argnames=("k", "mode", "group", "interpret"))
+def _select(scores, lengths, member, *, k, mode, group, interpret=False):
     rows, n = scores.shape
     nbg = n // group
     tb = next(t for t in (256, 128, 64) if nbg % t == 0)
@@ -146,9 +157,9 @@ def _select(scores, lengths, member, *, k, mode, group, cbs, interpret=False):
     member_arg = member if has_member else jnp.zeros((rows, nbg), jnp.int32)
     ip = plgpu.InterpretGPUParams() if interpret else None
     count = plgpu.kernel(
-        functools.partial(_count_kernel, cfg=(tb, group, mode, cbs, has_member)),
+        functools.partial(_count_kernel, cfg=(tb, group, mode, has_member)),
         out_type=jax.ShapeDtypeStruct((rows, tiles, NUM_THRESHOLDS), jnp.int32),
-        scratch_types=_scratch(tb, group, has_member),
+        scratch_types=_scratch(tb, group, has_member, scores.dtype),
         grid=(rows, tiles),
         grid_names=("row", "tile"),
         interpret=ip,
@@ -192,9 +203,9 @@ def _select(scores, lengths, member, *, k, mode, group, cbs, interpret=False):
     cap = min(k, tb * group)
     cap_rows = -(-cap // 128)
     params = jnp.concatenate([threshold[:, None], need_eq[:, None], eq_before], axis=1)
-    tile_smem, member_smem, barrier = _scratch(tb, group, has_member)
+    tile_smem, member_smem, barrier = _scratch(tb, group, has_member, scores.dtype)
     emit = plgpu.kernel(
-        functools.partial(_emit_kernel, cfg=(tb, group, mode, cbs, has_member, cap_rows)),
+        functools.partial(_emit_kernel, cfg=(tb, group, mode, has_member, cap_rows)),
         out_type=jax.ShapeDtypeStruct((rows, tiles, cap_rows, 128), jnp.int32),
         scratch_types=[
             tile_smem,
@@ -258,7 +269,6 @@ def topk(scores, lengths, k, starts, candidates, block_size, *, interpret: bool 
         k=k,
         mode=POSITIONS,
         group=group,
-        cbs=block_size,
         interpret=interpret,
     )
 
@@ -270,13 +280,6 @@ def select_candidate_blocks(
     _check(block_scores, 8, "select_candidate_blocks")
     nb = block_scores.shape[1]
     lengths = jnp.clip(lengths.astype(jnp.int32), 0, nb * block_size)
-    return _select(
-        block_scores,
-        lengths,
-        None,
-        k=num_candidates,
-        mode=CANDIDATE_BLOCKS,
-        group=8,
-        cbs=block_size,
-        interpret=interpret,
-    )
+    nblocks = (lengths + block_size - 1) // block_size
+    keys = _candidate_keys(block_scores, nblocks)
+    return _select(keys, nblocks, None, k=num_candidates, mode=KEYS, group=8, interpret=interpret)

@@ -18,7 +18,7 @@ def body(x_g, o_g, mine, acc, bar, cbar):
     r = jax.lax.axis_index("r")
     plgpu.copy_gmem_to_smem(x_g.at[r, c], mine, bar)
     plgpu.barrier_wait(bar)
-    v = plgpu.load(mine, (), layout=plgpu.Layout.WGMMA, optimized=False)
+    v = plgpu.load(mine, layout=plgpu.Layout.WGMMA, optimized=False)
     part = jnp.sum(jnp.sum(v, axis=1))  # scalar per CTA
     acc[c] = part  # my partial, at my slot, in my own SMEM
     plgpu.commit_smem()

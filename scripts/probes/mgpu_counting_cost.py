@@ -25,7 +25,7 @@ def make(M, passes, tiles, sem, nthreads):
             def one_tile(t, accs):
                 plgpu.copy_gmem_to_smem(x_g.at[c, t], tile, bar)
                 plgpu.barrier_wait(bar)
-                v = plgpu.load(tile, (), layout=plgpu.Layout.WGMMA, optimized=False)
+                v = plgpu.load(tile, layout=plgpu.Layout.WGMMA, optimized=False)
                 b = jax.lax.bitcast_convert_type(v, jnp.int32)
                 k = jnp.where(b >= 0, b, b ^ 0x7FFFFFFF)
                 return tuple(
