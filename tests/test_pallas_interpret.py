@@ -13,13 +13,19 @@ from factories import scores as make_scores
 from dsv41_jax.blocks import pallas_mgpu, reference
 
 
+def finished(x):
+    """Interpret mode runs the kernel's callbacks on another thread, and they dispatch jax ops:
+    starting the next computation (the reference) before they finish can deadlock the CPU client."""
+    return jax.block_until_ready(x)
+
+
 @pytest.mark.parametrize("kind", ["random", "special"])
 @pytest.mark.parametrize("rows,n", [(2, 2048), (3, 2560), (1, 1536)])
 def test_block_amax_interpret_equals_reference(rng, kind, rows, n):
     s = jnp.asarray(make_scores(rng, rows, n, kind))
     lens = jnp.asarray(rng.integers(0, n + 1, rows).astype(np.int32)).at[0].set(n)
     for pin in (True, False):
-        got = pallas_mgpu.block_amax(s, lens, 8, None, pin, interpret=True)
+        got = finished(pallas_mgpu.block_amax(s, lens, 8, None, pin, interpret=True))
         want = reference.block_amax(s, lens, 8, None, pin)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
@@ -57,7 +63,7 @@ def test_topk_interpret_equals_reference(rng, kind):
     rows, n, k = 4, 1024, 40
     s = jnp.asarray(make_scores(rng, rows, n, kind))
     lens = jnp.array([0, 1, 39, 1024], jnp.int32)
-    got = topk_pallas.topk(s, lens, k, None, None, 8, interpret=True)
+    got = finished(topk_pallas.topk(s, lens, k, None, None, 8, interpret=True))
     np.testing.assert_array_equal(
         np.asarray(got), np.asarray(topk_reference.topk(s, lens, k, None, None, 8))
     )
@@ -67,7 +73,7 @@ def test_topk_interpret_candidate_mask(rng):
     s = jnp.asarray(make_scores(rng, 3, 1024, "ties"))
     lens = jnp.array([1024, 700, 8], jnp.int32)
     blocks = jnp.asarray(np.sort(rng.choice(128, (3, 12), replace=False), axis=1).astype(np.int32))
-    got = topk_pallas.topk(s, lens, 30, None, blocks, 8, interpret=True)
+    got = finished(topk_pallas.topk(s, lens, 30, None, blocks, 8, interpret=True))
     want = topk_reference.topk(s, lens, 30, None, blocks, 8)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
@@ -76,7 +82,7 @@ def test_topk_interpret_candidate_mask(rng):
 def test_candidate_blocks_interpret_equals_reference(rng, kind):
     bs = jnp.asarray(make_scores(rng, 6, 512, kind))
     lens = jnp.array([0, 1, 8, 9, 127, 4096], jnp.int32)
-    got = topk_pallas.select_candidate_blocks(bs, lens, 16, 8, interpret=True)
+    got = finished(topk_pallas.select_candidate_blocks(bs, lens, 16, 8, interpret=True))
     want = blocks_reference.select_candidate_blocks(bs, lens, 16, 8)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
