@@ -11,6 +11,23 @@
 
 namespace cg = cooperative_groups;
 
+// Phase timestamps for scripts/probes/topk_phases.cu (compiled in only there).
+#ifdef DSV41_PHASE_STAMPS
+__device__ unsigned long long g_phase_stamps[4096][16];
+#define DSV41_STAMP(i)                                                         \
+  do {                                                                         \
+    if (threadIdx.x == 0) {                                                    \
+      unsigned long long t;                                                    \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));                    \
+      g_phase_stamps[blockIdx.x][i] = t;                                       \
+    }                                                                          \
+  } while (0)
+#else
+#define DSV41_STAMP(i) \
+  do {                 \
+  } while (0)
+#endif
+
 namespace dsv41 {
 namespace {
 
@@ -90,6 +107,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
   extern __shared__ uint32_t dyn[];  // [cached keys | member bitmap]
   __shared__ Shared sh;
   cg::cluster_group cluster = cg::this_cluster();
+  DSV41_STAMP(0);
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int64_t row = blockIdx.x / cl;
 
@@ -148,6 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     }
     __syncthreads();
   }
+  DSV41_STAMP(1);
   // After the first pass a non-cached chunk keeps only its keys in the chosen top-byte bucket:
   // later passes see nothing else (elements above it are counted in `gt_first`).
   bool compacted = false;
@@ -190,6 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
       for (int w = 0; w < kWarps; ++w) sum += sh.warp_hist[w][b];
       sh.hist[b] = sum;
     }
+    DSV41_STAMP(2 + 2 * pass);
     cluster.sync();  // every CTA's histogram is complete
     int32_t count = 0;
     const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
@@ -210,6 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
       sh.need_eq = k_rem - above;
     }
     cluster.sync();  // peers are done reading this pass's histograms
+    DSV41_STAMP(3 + 2 * pass);
     if (sh.k_rem == 0) break;  // uniform across the cluster (same totals everywhere)
     if (pass == 0 && !cached) {
       // Keep this CTA's keys of the chosen bucket; count the ones above it.
@@ -269,6 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     eq_total += e;
   }
   cluster.sync();  // peers' counts read: they may exit or reuse shared memory
+  DSV41_STAMP(10);
 
   // ---- emission in position order: tiles of kTile, kPerThread consecutive elements per thread
   int32_t* out = a.out + row * int64_t(a.k);
@@ -305,6 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
   if (rank == cl - 1) {
     for (int64_t s = total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;
   }
+  DSV41_STAMP(11);
 }
 
 }  // namespace

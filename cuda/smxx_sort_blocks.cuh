@@ -21,6 +21,8 @@ struct SortBlocksArgs {
 
 // Largest row (in blocks) one CTA's bitmap covers: 2^20 blocks = 128 KiB of shared memory.
 inline constexpr int64_t kMaxSortBlocks = int64_t(1) << 20;
+// Largest table (C) the kernel stages in shared memory before writing it out: 32 KiB.
+inline constexpr int64_t kMaxSortCandidates = 4096;
 
 // One-time kernel attributes of the current device; call outside any stream capture.
 cudaError_t PrepareSortCandidateBlocks();

@@ -23,6 +23,9 @@ static ffi::Error SortCandidateBlocksImpl(cudaStream_t stream, Buffer<ffi::S32> 
   if ((bd[1] * page_size + block_size - 1) / block_size > kMaxSortBlocks) {
     return InvalidArgument(kOp, "rows longer than 2^20 blocks are not supported");
   }
+  if (sd[1] > kMaxSortCandidates) {
+    return InvalidArgument(kOp, "tables wider than 4096 candidates are not supported");
+  }
   const SortBlocksArgs args{selected.typed_data(), lens.typed_data(), block_table.typed_data(),
                             blocks->typed_data(),  count->typed_data(), valid_lens->typed_data(),
                             physical->typed_data(), sd[0], sd[1], bd[1], block_size, page_size};

@@ -101,6 +101,14 @@ def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages):
     )
 
 
+def test_ffi_sort_refuses_tables_it_cannot_stage():
+    sel = jnp.zeros((2, 5000), jnp.int32)
+    with pytest.raises(NotImplementedError, match="4096"):
+        dj.sort_candidate_blocks(
+            sel, jnp.ones((2,), jnp.int32), jnp.zeros((2, 4), jnp.int32), implementation="ffi"
+        )
+
+
 def test_ffi_logical_to_physical_matches_reference(rng):
     rows, k, pages, p = 64, 512, 2048, 64
     idx = rng.integers(-1, pages * p + 100, (rows, k)).astype(np.int32)

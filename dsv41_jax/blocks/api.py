@@ -12,10 +12,8 @@ from dsv41_jax.topk.api import check_rows
 from dsv41_jax.types import CandidateTable
 
 BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference.block_amax)
-# The Pallas candidate kernel's last fix has not yet run on an H200: asked for by name only.
 SELECT_CANDIDATE_BLOCKS = Op(
     "select_candidate_blocks",
-    opt_in=("pallas",),
     ffi=ffi.select_candidate_blocks,
     pallas=topk_pallas.select_candidate_blocks,
     reference=reference.select_candidate_blocks,

@@ -12,6 +12,7 @@ from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
 MAX_BLOCKS = 1 << 20  # one CTA's bitmap per row (128 KiB of shared memory)
+MAX_CANDIDATES = 4096  # the table is staged in shared memory before it is written out
 
 
 def sort_candidate_blocks(
@@ -25,6 +26,8 @@ def sort_candidate_blocks(
     rows, c = selected.shape
     if -(-block_table.shape[1] * page_size // block_size) > MAX_BLOCKS:
         raise NotImplementedError(f"{TARGET}: rows longer than 2^20 blocks")
+    if c > MAX_CANDIDATES:
+        raise NotImplementedError(f"{TARGET}: more than {MAX_CANDIDATES} candidates per row")
     i32 = jnp.int32
     out = (
         jax.ShapeDtypeStruct((rows, c), i32),

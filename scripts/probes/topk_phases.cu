@@ -1,0 +1,67 @@
+// Where does the radix top-k's time go? The production kernel compiled with its phase stamps
+// (DSV41_PHASE_STAMPS: thread 0 of each CTA records %globaltimer at the phase ends), on the
+// benchmark's shapes with standard-normal scores. Prints, per shape, the event-timed duration
+// of 20 back-to-back launches and the phase ends in us since the first CTA started (max over
+// CTAs): 1 = keys cached, 2/3 + 2p = pass p counted / merged, 10 = offsets known, 11 = emitted.
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -Icuda scripts/probes/topk_phases.cu
+#define DSV41_PHASE_STAMPS
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "sm90_radix_topk.cu"
+
+using namespace dsv41;
+
+int main() {
+  if (PrepareRadixTopk() != cudaSuccess) return 1;
+  const int64_t shapes[][2] = {{8, 131072}, {64, 131072}, {8, 1 << 20}};
+  std::mt19937 gen(0);
+  std::normal_distribution<float> normal;
+  for (const auto& sh : shapes) {
+    const int64_t rows = sh[0], n = sh[1];
+    std::vector<float> h(rows * n);
+    for (float& v : h) v = normal(gen);
+    std::vector<int32_t> lens(rows, int32_t(n));
+    float* scores;
+    int32_t *d_lens, *out;
+    cudaMalloc(&scores, h.size() * 4), cudaMalloc(&d_lens, rows * 4), cudaMalloc(&out, rows * 512 * 4);
+    cudaMemcpy(scores, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_lens, lens.data(), rows * 4, cudaMemcpyHostToDevice);
+    TopkArgs a{scores, d_lens, nullptr, nullptr, out, rows, n, 0, 512, 8, TopkMode::kPositions};
+    for (int i = 0; i < 3; ++i) LaunchRadixTopk(a, 0);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    for (int i = 0; i < 20; ++i) LaunchRadixTopk(a, 0);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    static unsigned long long st[4096][16];
+    memset(st, 0, sizeof(st));
+    cudaMemcpyToSymbol(g_phase_stamps, st, sizeof(st));  // one more launch, stamps from zero
+    LaunchRadixTopk(a, 0);
+    cudaDeviceSynchronize();
+    cudaMemcpyFromSymbol(st, g_phase_stamps, sizeof(st));
+    int grid = 0;
+    while (grid < 4096 && st[grid][0] != 0) ++grid;
+    unsigned long long t0 = ~0ull;
+    for (int b = 0; b < grid; ++b) t0 = std::min(t0, st[b][0]);
+    printf("TIME [%ld, %ld]: %.1f us per launch (events, 20 launches), %d CTAs; phase ends (us):",
+           long(rows), long(n), ms * 1000 / 20, grid);
+    for (int p = 0; p < 12; ++p) {
+      unsigned long long m = 0;
+      bool any = false;
+      for (int b = 0; b < grid; ++b) {
+        if (st[b][p] >= t0 && st[b][p] != 0) m = std::max(m, st[b][p] - t0), any = true;
+      }
+      if (any) printf(" %d:%.2f", p, m / 1000.0);
+    }
+    printf("\n");
+    cudaFree(scores), cudaFree(d_lens), cudaFree(out);
+  }
+  printf("OK %s\n", cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}
