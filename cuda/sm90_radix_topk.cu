@@ -1,8 +1,10 @@
 // Exact top-k: each row is split over a cluster of up to 16 CTAs. Scores become order-preserving
 // 32-bit keys (0 = never selected); four 8-bit radix passes find the k-th key T, each pass
 // building per-CTA shared-memory histograms that the cluster sums through distributed shared
-// memory. Then every CTA emits, in position order, its keys above T and the first ties at T
-// (ties ranked by position across the cluster), at offsets known from the CTAs before it.
+// memory. A chunk of up to 16K keys is cached in shared memory; a longer one is read from global
+// memory once, then compacted (in position order) to its keys in or above the first pass's
+// bucket. Then every CTA emits, in position order, its keys above T and the first ties at T (ties
+// ranked by position across the cluster), at offsets known from the CTAs before it.
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
 
@@ -37,6 +39,7 @@ constexpr int kPerThread = 8;                 // consecutive elements per thread
 constexpr int kTile = kThreads * kPerThread;  // elements per round (one load batch)
 constexpr int kWarps = kThreads / 32;
 constexpr int64_t kCachedKeys = 16384;        // a chunk up to this size keeps its keys in smem
+constexpr int64_t kCompacted = kCachedKeys / 2;  // (key, position) pairs kept after pass 0
 constexpr int kMaxCluster = 16;
 constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
 constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareRadixTopk (not under capture)
@@ -49,13 +52,12 @@ __device__ __forceinline__ uint32_t OrderedKey(float v) {
 struct Shared {
   uint32_t warp_hist[kWarps][kBins];  // per-warp histograms: contention stays inside a warp
   uint32_t hist[kBins];               // this CTA's histogram, read by the cluster
-  uint32_t total[kBins];
   int32_t warp_sums[kThreads / 32];
   int32_t scan_total;
   uint32_t prefix, mask;
   int64_t k_rem, need_eq;
-  int32_t counts[2];  // this CTA's (gt, eq) for the emission offsets
-  int32_t num_cand;   // keys kept in smem after the first pass (non-cached chunks)
+  int32_t counts[2];  // this CTA's (gt, eq), read by the cluster for the emission offsets
+  int32_t out_base, eq_before, total;  // this CTA's first output slot and tie rank; row total
 };
 
 struct Row {
@@ -103,8 +105,10 @@ __device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row& r, int64_
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64_t chunk) {
-  extern __shared__ uint32_t dyn[];  // [cached keys | member bitmap]
+__global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
+  // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
+  // waiting for a whole free GPC: probe run 8 saw CTAs start 27 us apart at [8, 128K]).
+  extern __shared__ uint32_t dyn[];  // [cached keys, or compacted keys | positions | member bitmap]
   __shared__ Shared sh;
   cg::cluster_group cluster = cg::this_cluster();
   DSV41_STAMP(0);
@@ -124,7 +128,8 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
   r.hi = min(r.lo + chunk, r.len);
   const int64_t mine = r.hi - r.lo;
   const bool cached = chunk <= kCachedKeys;
-  uint32_t* keys = dyn;  // the chunk's keys (cached), or the first pass's bucket (compacted)
+  uint32_t* keys = dyn;  // the chunk's keys (cached), or the kept keys (compacted)
+  int32_t* kept_pos = reinterpret_cast<int32_t*>(dyn + kCompacted);  // their positions
   r.member_bits = nullptr;
   if (a.members != nullptr && a.mode == TopkMode::kPositions) {
     uint32_t* bits = dyn + kCachedKeys;
@@ -144,34 +149,46 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     __syncthreads();
   }
   const bool aligned = (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
-  // Keys of this thread's kPerThread consecutive elements in the round starting at `base`.
-  auto round_keys = [&](int64_t base, uint32_t (&kk)[kPerThread]) {
-    const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-    if (cached) {
-#pragma unroll
-      for (int j = 0; j < kPerThread; ++j) kk[j] = i0 + j < mine ? keys[i0 + j] : kExcluded;
-    } else {
-      LoadKeys(a, r, mine, i0, aligned, kk);
-    }
-  };
   if (cached) {
     for (int64_t base = 0; base < mine; base += kTile) {
       uint32_t kk[kPerThread];
       const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
       LoadKeys(a, r, mine, i0, aligned, kk);
+      if (i0 + kPerThread <= mine) {
+        uint4* dst = reinterpret_cast<uint4*>(keys + i0);
+        dst[0] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+        dst[1] = make_uint4(kk[4], kk[5], kk[6], kk[7]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kPerThread; ++j) {
-        if (i0 + j < mine) keys[i0 + j] = kk[j];
+        for (int j = 0; j < kPerThread; ++j) {
+          if (i0 + j < mine) keys[i0 + j] = kk[j];
+        }
       }
     }
     __syncthreads();
   }
   DSV41_STAMP(1);
-  // After the first pass a non-cached chunk keeps only its keys in the chosen top-byte bucket:
-  // later passes see nothing else (elements above it are counted in `gt_first`).
+  // The list the passes and the emission walk: the cached chunk, the compacted keys (after pass
+  // 0, non-cached chunks whose kept keys fit), or the chunk in global memory.
   bool compacted = false;
-  int64_t num_cand = mine;
-  int32_t gt_first = 0;
+  int64_t list_len = mine;
+  auto in_smem = [&] { return cached || compacted; };
+  // Keys of this thread's kPerThread consecutive list entries in the round starting at `base`.
+  auto round_keys = [&](int64_t base, uint32_t (&kk)[kPerThread]) {
+    const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+    if (!in_smem()) {
+      LoadKeys(a, r, mine, i0, aligned, kk);
+    } else if (i0 + kPerThread <= list_len) {  // 16-byte shared loads: no bank conflicts
+      const uint4* src = reinterpret_cast<const uint4*>(keys + i0);
+      const uint4 q0 = src[0], q1 = src[1];
+      kk[0] = q0.x, kk[1] = q0.y, kk[2] = q0.z, kk[3] = q0.w;
+      kk[4] = q1.x, kk[5] = q1.y, kk[6] = q1.z, kk[7] = q1.w;
+    } else {
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) kk[j] = i0 + j < list_len ? keys[i0 + j] : kExcluded;
+    }
+  };
+  auto position = [&](int64_t i) { return compacted ? kept_pos[i] : int32_t(r.lo + i); };
 
   // ---- four radix passes for the k-th largest key
   if (threadIdx.x == 0) {
@@ -179,7 +196,6 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     sh.mask = 0;
     sh.k_rem = a.k;
     sh.need_eq = 0;
-    sh.num_cand = 0;
   }
   __syncthreads();
   for (int pass = 0; pass < 4; ++pass) {
@@ -189,17 +205,14 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) (&sh.warp_hist[0][0])[b] = 0;
     __syncthreads();
     uint32_t* my_hist = sh.warp_hist[threadIdx.x / 32];
-    auto count_key = [&](uint32_t kk) {
-      if (kk != kExcluded && (kk & mask) == prefix) atomicAdd(&my_hist[(kk >> shift) & 0xff], 1u);
-    };
-    if (compacted) {
-      for (int64_t i = threadIdx.x; i < num_cand; i += kThreads) count_key(keys[i]);
-    } else {
-      for (int64_t base = 0; base < mine; base += kTile) {
-        uint32_t kk[kPerThread];
-        round_keys(base, kk);
+    for (int64_t base = 0; base < list_len; base += kTile) {
+      uint32_t kk[kPerThread];
+      round_keys(base, kk);
 #pragma unroll
-        for (int j = 0; j < kPerThread; ++j) count_key(kk[j]);
+      for (int j = 0; j < kPerThread; ++j) {
+        if (kk[j] != kExcluded && (kk[j] & mask) == prefix) {
+          atomicAdd(&my_hist[(kk[j] >> shift) & 0xff], 1u);
+        }
       }
     }
     __syncthreads();
@@ -214,7 +227,16 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     int32_t count = 0;
     const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
     if (threadIdx.x < kBins) {
-      for (int c = 0; c < cl; ++c) count += int32_t(cluster.map_shared_rank(sh.hist, c)[bin]);
+      // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
+      for (int c0 = 0; c0 < cl; c0 += 8) {
+        uint32_t part[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist, c0 + c)[bin] : 0u;
+        }
+#pragma unroll
+        for (int c = 0; c < 8; ++c) count += int32_t(part[c]);
+      }
     }
     const int32_t above = BlockExclusiveScan<kThreads>(count, sh.warp_sums, &sh.scan_total);
     const int64_t valid = sh.scan_total;  // keys matching the prefix, cluster-wide
@@ -233,96 +255,103 @@ __global__ void __launch_bounds__(kThreads, 1) RadixTopkKernel(TopkArgs a, int64
     DSV41_STAMP(3 + 2 * pass);
     if (sh.k_rem == 0) break;  // uniform across the cluster (same totals everywhere)
     if (pass == 0 && !cached) {
-      // Keep this CTA's keys of the chosen bucket; count the ones above it.
+      // Keep, in position order, this CTA's keys in or above the chosen top-byte bucket: the
+      // only ones later passes, the counts and the emission need.
       const uint32_t first = sh.prefix >> 24;
-      const int32_t mine_above =
-          threadIdx.x < kBins && uint32_t(bin) > first ? int32_t(sh.hist[bin]) : 0;
-      BlockExclusiveScan<kThreads>(mine_above, sh.warp_sums, &sh.scan_total);
-      gt_first = sh.scan_total;
+      int64_t kept = 0;
       for (int64_t base = 0; base < mine; base += kTile) {
         uint32_t kk[kPerThread];
-        round_keys(base, kk);
+        const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+        LoadKeys(a, r, mine, i0, aligned, kk);
+        int32_t n_keep = 0;
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) n_keep += kk[j] != kExcluded && (kk[j] >> 24) >= first;
+        int64_t slot = kept + BlockExclusiveScan<kThreads>(n_keep, sh.warp_sums, &sh.scan_total);
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) {
-          if (kk[j] != kExcluded && (kk[j] >> 24) == first) {
-            const int32_t slot = atomicAdd(&sh.num_cand, 1);
-            if (slot < kCachedKeys) keys[slot] = kk[j];
+          if (kk[j] != kExcluded && (kk[j] >> 24) >= first) {
+            if (slot < kCompacted) keys[slot] = kk[j], kept_pos[slot] = int32_t(r.lo + i0 + j);
+            ++slot;
           }
         }
+        kept += sh.scan_total;  // uniform
       }
       __syncthreads();
-      compacted = sh.num_cand <= kCachedKeys;  // else: keep reading the chunk from global
-      num_cand = compacted ? sh.num_cand : mine;
+      compacted = kept <= kCompacted;  // else: keep reading the chunk from global memory
+      if (compacted) list_len = kept;
     }
   }
   const uint32_t prefix = sh.prefix, mask = sh.mask;
-  const int64_t need_eq = sh.need_eq;
+  const int32_t need_eq = int32_t(sh.need_eq);
   auto is_gt = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) > prefix; };
   auto is_eq = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) == prefix; };
 
   // ---- this CTA's counts, then every CTA's, for the emission offsets
   int32_t gt = 0, eq = 0;
-  if (compacted) {
-    for (int64_t i = threadIdx.x; i < num_cand; i += kThreads) {
-      gt += is_gt(keys[i]);
-      eq += is_eq(keys[i]);
-    }
-  } else {
-    for (int64_t base = 0; base < mine; base += kTile) {
-      uint32_t kk[kPerThread];
-      round_keys(base, kk);
+  for (int64_t base = 0; base < list_len; base += kTile) {
+    uint32_t kk[kPerThread];
+    round_keys(base, kk);
 #pragma unroll
-      for (int j = 0; j < kPerThread; ++j) gt += is_gt(kk[j]), eq += is_eq(kk[j]);
-    }
+    for (int j = 0; j < kPerThread; ++j) gt += is_gt(kk[j]), eq += is_eq(kk[j]);
   }
-  gt = BlockExclusiveScan<kThreads>(gt, sh.warp_sums, &sh.scan_total), gt = sh.scan_total;
-  eq = BlockExclusiveScan<kThreads>(eq, sh.warp_sums, &sh.scan_total), eq = sh.scan_total;
-  if (compacted) gt += gt_first;
+  BlockExclusiveScan<kThreads>(gt, sh.warp_sums, &sh.scan_total), gt = sh.scan_total;
+  BlockExclusiveScan<kThreads>(eq, sh.warp_sums, &sh.scan_total), eq = sh.scan_total;
   if (threadIdx.x == 0) sh.counts[0] = gt, sh.counts[1] = eq;
   cluster.sync();
-  int64_t out_base = 0, eq_before = 0, total = 0, eq_total = 0;
-  for (int c = 0; c < cl; ++c) {
-    const int32_t* peer = cluster.map_shared_rank(sh.counts, c);
-    const int64_t g = peer[0], e = peer[1];
-    const int64_t take = min(max(need_eq - eq_total, int64_t(0)), e);
-    if (c < rank) out_base += g + take, eq_before += e;
-    total += g + take;
-    eq_total += e;
+  if (threadIdx.x < 32) {  // lane c reads CTA c's counts: all remote loads in flight at once
+    const int c = int(threadIdx.x);
+    int32_t g = 0, e = 0;
+    if (c < cl) {
+      const int32_t* peer = cluster.map_shared_rank(sh.counts, c);
+      g = peer[0], e = peer[1];
+    }
+    int32_t e_incl = e;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, e_incl, d);
+      if (c >= d) e_incl += y;
+    }
+    const int32_t e_before = e_incl - e;
+    const int32_t sel = g + min(max(need_eq - e_before, 0), e);  // ties go to earlier CTAs first
+    int32_t s_incl = sel;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int32_t y = __shfl_up_sync(0xffffffffu, s_incl, d);
+      if (c >= d) s_incl += y;
+    }
+    if (c == rank) sh.out_base = s_incl - sel, sh.eq_before = e_before;
+    if (c == 31) sh.total = s_incl;
   }
   cluster.sync();  // peers' counts read: they may exit or reuse shared memory
   DSV41_STAMP(10);
 
-  // ---- emission in position order: tiles of kTile, kPerThread consecutive elements per thread
+  // ---- emission in list (= position) order, kPerThread consecutive entries per thread. One
+  // scan per tile: the above-T and tie counts packed in 16 bits each (a tile holds 4096 entries).
   int32_t* out = a.out + row * int64_t(a.k);
-  for (int64_t t0 = 0; t0 < mine; t0 += kTile) {
+  int32_t out_base = sh.out_base, eq_before = sh.eq_before;
+  const int32_t total = sh.total;
+  for (int64_t t0 = 0; t0 < list_len; t0 += kTile) {
     const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
     uint32_t kk[kPerThread];
-    if (compacted) {  // the compacted keys are not in position order: reload the chunk
-      LoadKeys(a, r, mine, i0, aligned, kk);
-    } else {
-      round_keys(t0, kk);
-    }
-    int32_t my_eq = 0;
+    round_keys(t0, kk);
+    int32_t my_gt = 0, my_eq = 0;
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j) my_eq += is_eq(kk[j]);
-    int64_t eq_rank = eq_before + BlockExclusiveScan<kThreads>(my_eq, sh.warp_sums, &sh.scan_total);
-    const int32_t tile_eq = sh.scan_total;
-    bool take[kPerThread];
-    int32_t my_sel = 0;
+    for (int j = 0; j < kPerThread; ++j) my_gt += is_gt(kk[j]), my_eq += is_eq(kk[j]);
+    const int32_t before =
+        BlockExclusiveScan<kThreads>(my_gt | (my_eq << 16), sh.warp_sums, &sh.scan_total);
+    const int32_t tile = sh.scan_total;
+    const int32_t ties_wanted = max(need_eq - eq_before, 0);  // ties this CTA may still take
+    int32_t eq_rank = eq_before + (before >> 16);
+    int64_t slot = out_base + (before & 0xffff) + min(ties_wanted, before >> 16);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-      const bool e = is_eq(kk[j]);
-      take[j] = is_gt(kk[j]) || (e && eq_rank < need_eq);
-      eq_rank += e;
-      my_sel += take[j];
+      const bool take = is_gt(kk[j]) || (is_eq(kk[j]) && eq_rank < need_eq);
+      eq_rank += is_eq(kk[j]);
+      if (take && slot < a.k) out[slot] = position(i0 + j);
+      slot += take;
     }
-    int64_t slot = out_base + BlockExclusiveScan<kThreads>(my_sel, sh.warp_sums, &sh.scan_total);
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      if (take[j] && slot < a.k) out[slot++] = int32_t(r.lo + i0 + j);
-    }
-    out_base += sh.scan_total;
-    eq_before += tile_eq;
+    out_base += (tile & 0xffff) + min(ties_wanted, tile >> 16);
+    eq_before += tile >> 16;
   }
   if (rank == cl - 1) {
     for (int64_t s = total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;

@@ -2,13 +2,15 @@
 // %globaltimer by thread 0 of each CTA after each block-wide barrier, on the benchmark's shape
 // ([8, 2048] ids over 16384 blocks, 2048 pages). Prints the mean phase durations and the
 // event-timed duration of back-to-back launches of the real kernel (through its launcher).
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -Icuda scripts/probes/sort_phases.cu cuda/smxx_sort_blocks.cu
+// `sort_phases ncu` instead launches each variant 3 times for `ncu --metrics gpu__time_duration`:
+// the real kernel with its 224 KiB dynamic-smem attribute, the same with the attribute lowered to
+// what the launch uses, the stamped copy (static smem) and an empty kernel.
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -Icuda scripts/probes/sort_phases.cu
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "smxx_block_scan.cuh"
-#include "smxx_sort_blocks.cuh"
+#include "smxx_sort_blocks.cu"
 
 using namespace dsv41;
 
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(kT) Stamped(SortBlocksArgs a, unsigned long lo
 
 __global__ void Empty() {}
 
-int main() {
+int main(int argc, char** argv) {
   const int rows = 8, c = 2048, pages = 2048, sets = 4;
   std::vector<int32_t> h_sel(sets * rows * c), h_bt(sets * rows * pages), h_len(rows, 131072);
   srand(1);
@@ -97,6 +99,19 @@ int main() {
                           rows, c, pages, 8, 64};
   };
   if (PrepareSortCandidateBlocks() != cudaSuccess) return 1;
+  if (argc > 1) {  // ncu mode
+    for (int i = 0; i < 3; ++i) LaunchSortCandidateBlocks(args(i), 0);
+    cudaDeviceSynchronize();
+    const size_t smem = (512 + 2048 + 2 * 2048) * 4;
+    cudaFuncSetAttribute(SortCandidateBlocksKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         int(smem));
+    for (int i = 0; i < 3; ++i) SortCandidateBlocksKernel<<<rows, 512, smem>>>(args(i), 512);
+    for (int i = 0; i < 3; ++i) Stamped<<<rows, kT>>>(args(i), stamps);
+    for (int i = 0; i < 3; ++i) Empty<<<rows, kT>>>();
+    cudaDeviceSynchronize();
+    printf("OK %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 0;
+  }
   double phase[kPhases] = {};
   const int runs = 200;
   for (int it = 0; it < runs + 10; ++it) {
