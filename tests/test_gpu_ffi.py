@@ -77,9 +77,12 @@ def test_ffi_logits_bitwise_repeatable_and_jit(rng):
         np.testing.assert_array_equal(again[vis], first[vis])
 
 
-@pytest.mark.parametrize("c,pages", [(16, 4), (2048, 2048), (2048, 16384), (3000, 20000)])
-def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages):
-    rows, b, p = 8, 8, 64
+@pytest.mark.parametrize(
+    "c,pages,p",
+    [(16, 4, 64), (2048, 2048, 64), (2048, 16384, 64), (3000, 20000, 64), (256, 300, 48)],
+)
+def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages, p):
+    rows, b = 8, 8
     cap = pages * p
     lens = rng.integers(0, cap + 1, rows).astype(np.int32)
     lens[:4] = [0, 1, min(c * b, cap), cap]

@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     const size_t smem = (512 + 2048 + 2 * 2048) * 4;
     cudaFuncSetAttribute(SortCandidateBlocksKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          int(smem));
-    for (int i = 0; i < 3; ++i) SortCandidateBlocksKernel<<<rows, 512, smem>>>(args(i), 512);
+    for (int i = 0; i < 3; ++i) SortCandidateBlocksKernel<<<rows, 512, smem>>>(args(i), 512, 3);
     for (int i = 0; i < 3; ++i) Stamped<<<rows, kT>>>(args(i), stamps);
     for (int i = 0; i < 3; ++i) Empty<<<rows, kT>>>();
     cudaDeviceSynchronize();
