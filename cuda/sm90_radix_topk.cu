@@ -7,7 +7,6 @@
 // ranked by position across the cluster), at offsets known from the CTAs before it.
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
-#include <cuda_pipeline.h>
 
 #include "sm90_radix_topk.cuh"
 #include "smxx_block_scan.cuh"
@@ -151,32 +150,19 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   }
   const bool aligned = (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
   if (cached) {
-    // The chunk's scores straight into shared memory with every copy in flight at once (a
-    // load-then-store loop paid a memory round trip per 4096 keys: 3.9 us at [8, 128K]), then
-    // turned into keys in place.
-    float* raw = reinterpret_cast<float*>(keys);
-    const int64_t vec = aligned ? mine / 4 : 0;
-    for (int64_t i = threadIdx.x; i < vec; i += kThreads) {
-      __pipeline_memcpy_async(raw + 4 * i, r.scores + r.lo + 4 * i, 16);
-    }
-    __pipeline_commit();
-#pragma unroll 8
-    for (int64_t i = 4 * vec + threadIdx.x; i < mine; i += kThreads) raw[i] = r.scores[r.lo + i];
-    __pipeline_wait_prior(0);
-    __syncthreads();
     for (int64_t base = 0; base < mine; base += kTile) {
+      uint32_t kk[kPerThread];
       const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+      LoadKeys(a, r, mine, i0, aligned, kk);
       if (i0 + kPerThread <= mine) {
-        const float4* src = reinterpret_cast<const float4*>(raw + i0);
-        const float4 q0 = src[0], q1 = src[1];
-        const int64_t p = r.lo + i0;
         uint4* dst = reinterpret_cast<uint4*>(keys + i0);
-        dst[0] = make_uint4(KeyOf(a, r, p, q0.x), KeyOf(a, r, p + 1, q0.y),
-                            KeyOf(a, r, p + 2, q0.z), KeyOf(a, r, p + 3, q0.w));
-        dst[1] = make_uint4(KeyOf(a, r, p + 4, q1.x), KeyOf(a, r, p + 5, q1.y),
-                            KeyOf(a, r, p + 6, q1.z), KeyOf(a, r, p + 7, q1.w));
+        dst[0] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+        dst[1] = make_uint4(kk[4], kk[5], kk[6], kk[7]);
       } else {
-        for (int64_t i = i0; i < mine; ++i) keys[i] = KeyOf(a, r, r.lo + i, raw[i]);
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+          if (i0 + j < mine) keys[i0 + j] = kk[j];
+        }
       }
     }
     __syncthreads();
