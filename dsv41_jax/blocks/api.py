@@ -99,6 +99,9 @@ def sort_candidate_blocks(
     an empty table); `physical` the blocks as cache slots of size B (`slot // B`) through the
     row's page table, -1 padded (and -1 for a negative page id).
 
+    The `"ffi"` kernel (one CTA per row, a shared-memory bitmap) takes C <= 4096 and rows up to
+    2^20 blocks; beyond that it declines (logged) and the reference runs.
+
     Args:
       selected: int `[rows, C]`.
       lengths: int `[rows]` row lengths in positions.

@@ -22,7 +22,8 @@ __device__ __forceinline__ unsigned long long Now() {
 
 constexpr int kT = 512, kPhases = 6;
 
-// Phase-stamped copy of the production algorithm (same loads, barriers and emission).
+// Phase-stamped copy of the algorithm as of commit 6f4f940 (same loads and barriers; it emitted
+// straight to global memory with three divisions per block, since replaced).
 __global__ void __launch_bounds__(kT) Stamped(SortBlocksArgs a, unsigned long long* stamps) {
   __shared__ uint32_t bitmap[512];
   __shared__ int32_t staged[2048];
