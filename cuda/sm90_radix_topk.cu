@@ -1,9 +1,10 @@
 // Exact top-k: each row is split over a cluster of up to 16 CTAs. Scores become order-preserving
 // 32-bit keys (0 = never selected); four 8-bit radix passes find the k-th key T, each pass
 // building per-CTA shared-memory histograms that the cluster sums through distributed shared
-// memory. A chunk of up to 16K keys is cached in shared memory; a longer one is read from global
-// memory once, then compacted (in position order) to its keys in or above the first pass's
-// bucket. Then every CTA emits, in position order, its keys above T and the first ties at T (ties
+// memory. A chunk of up to 16K keys is cached in shared memory. After the first pass, chunks of
+// up to 8K keys (in place) and longer uncached ones (when they fit) are compacted, in position
+// order, to their keys in or above the chosen bucket: later passes, the counts and the emission
+// walk only those. Then every CTA emits, in position order, its keys above T and the first ties at T (ties
 // ranked by position across the cluster), at offsets known from the CTAs before it.
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
@@ -51,7 +52,7 @@ __device__ __forceinline__ uint32_t OrderedKey(float v) {
 
 struct Shared {
   uint32_t warp_hist[kWarps][kBins];  // per-warp histograms: contention stays inside a warp
-  uint32_t hist[kBins];               // this CTA's histogram, read by the cluster
+  uint32_t hist[2][kBins];  // this CTA's histogram, read by the cluster; double-buffered by pass
   int32_t warp_sums[kThreads / 32];
   int32_t scan_total;
   uint32_t prefix, mask;
@@ -169,7 +170,8 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   }
   DSV41_STAMP(1);
   // The list the passes and the emission walk: the cached chunk, the compacted keys (after pass
-  // 0, non-cached chunks whose kept keys fit), or the chunk in global memory.
+  // 0: chunks of at most kCompacted keys, and longer uncached ones whose kept keys fit), or the
+  // chunk in global memory.
   bool compacted = false;
   int64_t list_len = mine;
   auto in_smem = [&] { return cached || compacted; };
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
       uint32_t sum = 0;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) sum += sh.warp_hist[w][b];
-      sh.hist[b] = sum;
+      sh.hist[pass & 1][b] = sum;
     }
     DSV41_STAMP(2 + 2 * pass);
     cluster.sync();  // every CTA's histogram is complete
@@ -232,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
         uint32_t part[8];
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist, c0 + c)[bin] : 0u;
+          part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist[pass & 1], c0 + c)[bin] : 0u;
         }
 #pragma unroll
         for (int c = 0; c < 8; ++c) count += int32_t(part[c]);
@@ -251,18 +253,21 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
       sh.k_rem = k_rem - above;  // still needed from this bin
       sh.need_eq = k_rem - above;
     }
-    cluster.sync();  // peers are done reading this pass's histograms
+    // No second cluster barrier: the next pass writes the other histogram buffer, and this one
+    // is rewritten only after the next pass's barrier, which every peer reaches after reading it.
+    __syncthreads();
     DSV41_STAMP(3 + 2 * pass);
     if (sh.k_rem == 0) break;  // uniform across the cluster (same totals everywhere)
-    if (pass == 0 && !cached) {
+    if (pass == 0 && (!cached || mine <= kCompacted)) {
       // Keep, in position order, this CTA's keys in or above the chosen top-byte bucket: the
-      // only ones later passes, the counts and the emission need.
+      // only ones later passes, the counts and the emission need. A cached chunk is compacted
+      // in place (slots never pass the entries being read; positions go past its end).
       const uint32_t first = sh.prefix >> 24;
       int64_t kept = 0;
       for (int64_t base = 0; base < mine; base += kTile) {
         uint32_t kk[kPerThread];
         const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-        LoadKeys(a, r, mine, i0, aligned, kk);
+        round_keys(base, kk);
         int32_t n_keep = 0;
 #pragma unroll
         for (int j = 0; j < kPerThread; ++j) n_keep += kk[j] != kExcluded && (kk[j] >> 24) >= first;

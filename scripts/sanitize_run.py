@@ -34,11 +34,20 @@ phys = dj.logical_to_physical(
     64,
     implementation="ffi",
 )
+scores = jnp.asarray(rng.standard_normal((3, 70000)).astype(np.float32))
+top_lens = jnp.array([0, 700, 70000], jnp.int32)
+members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))
+top = dj.topk(scores, top_lens, 512, implementation="ffi")
+top_masked = dj.topk(scores, top_lens, 512, candidates=members, implementation="ffi")
+picked = dj.select_candidate_blocks(
+    scores[:, :16384], top_lens, num_candidates=2048, implementation="ffi"
+)
 amax = dj.block_amax(jnp.where(jnp.isnan(logits), 0.0, logits), rows, implementation="pallas")
 print(
     "sanitize run done",
     float(jnp.nansum(jnp.where(jnp.isfinite(logits), logits, 0))),
     int(table.count.sum()),
     int(phys.sum()),
+    int(top.sum() + top_masked.sum() + picked.sum()),
     float(jnp.where(jnp.isfinite(amax), amax, 0).sum()),
 )
