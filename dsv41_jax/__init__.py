@@ -1,5 +1,6 @@
 """dsv41_jax: exact, deterministic DeepSeek-V4.1 sparse-attention indexer selection for JAX."""
 
+from dsv41_jax._ext import ExtensionUnavailable, register_ffi_targets
 from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "INT32_MAX",
     "CandidateTable",
+    "ExtensionUnavailable",
     "IndexerConfig",
     "KeyBuffer",
     "PagedIndexCache",
@@ -26,6 +28,7 @@ __all__ = [
     "publish_prefill",
     "quantize_keys",
     "quantize_queries",
+    "register_ffi_targets",
     "row_block_table",
     "row_lengths",
     "select",

@@ -58,6 +58,22 @@ def _prepare_devices() -> None:
         raise RuntimeError(f"dsv41_jax CUDA extension: preparing the devices failed: {error}")
 
 
+def register_ffi_targets() -> tuple[str, ...]:
+    """Register the extension's XLA FFI targets (`docs/ffi_targets.md`) for direct custom calls.
+
+    The ops of `dsv41_jax` do this themselves; call it only to use the targets from your own
+    `jax.ffi.ffi_call`. On a CUDA backend it also sets the kernels' one-time attributes, which must
+    happen before (not during) a CUDA-graph capture. Returns the target names.
+
+    Raises:
+      ExtensionUnavailable: the package was installed without its CUDA extension.
+    """
+    names = register_targets()
+    if jax.default_backend() == "gpu":
+        _prepare_devices()
+    return names
+
+
 def require_gpu(op: str) -> None:
     """Raise ExtensionUnavailable unless the extension is built and JAX runs on a CUDA GPU."""
     extension()

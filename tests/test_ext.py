@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import dsv41_jax
 from dsv41_jax import _ext
 
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="extension not built (no nvcc)")
@@ -33,6 +36,14 @@ def test_every_handler_registers_for_cuda():
     names = _ext.register_targets()
     assert "dsv41_logical_to_physical" in names
     assert all(name.startswith("dsv41_") for name in names)
+
+
+@needs_ext
+def test_ffi_targets_doc_lists_exactly_the_registered_targets():
+    doc = (Path(__file__).parents[1] / "docs" / "ffi_targets.md").read_text()
+    documented = set(re.findall(r"^### `(dsv41_\w+)`", doc, flags=re.MULTILINE))
+    assert documented == set(_ext.extension().registrations())
+    assert set(dsv41_jax.register_ffi_targets()) == documented
 
 
 @needs_ext
