@@ -21,16 +21,11 @@ _logged: set[tuple[str, str, str]] = set()
 
 
 class Op:
-    """An op name and its implementations, fastest first.
+    """An op name and its implementations, fastest first."""
 
-    `opt_in` names implementations that run only when asked for by name (never picked by
-    `implementation=None`), e.g. a kernel not yet verified on hardware.
-    """
-
-    def __init__(self, name: str, *, opt_in: tuple[str, ...] = (), **impls: Callable[..., Any]):
+    def __init__(self, name: str, **impls: Callable[..., Any]) -> None:
         self.name = name
         self.impls: dict[str, Callable[..., Any]] = dict(impls)
-        self.opt_in = frozenset(opt_in)
 
     def register(self, impl_name: str, fn: Callable[..., Any], *, first: bool = True) -> None:
         """Add an implementation (kernels register themselves ahead of the reference)."""
@@ -40,7 +35,7 @@ class Op:
 
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
         if implementation is None:
-            names: tuple[str, ...] = tuple(n for n in self.impls if n not in self.opt_in)
+            names: tuple[str, ...] = tuple(self.impls)
         elif isinstance(implementation, str):
             names = (implementation,)
         else:

@@ -79,5 +79,4 @@ def require_gpu(op: str) -> None:
     extension()
     if jax.default_backend() != "gpu":
         raise ExtensionUnavailable(f"{op}: the FFI implementation needs a CUDA GPU backend")
-    register_targets()
-    _prepare_devices()
+    register_ffi_targets()

@@ -195,21 +195,21 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
         ("candidate top-2048", 8, 16384, 2048),
     ]
     for op, bs, n, k in cases:
-        sets = [(_rand(rng, (bs, n)), jnp.full((bs,), n - 3, jnp.int32)) for _ in range(3)]
+        candidate = op.startswith("candidate")
+        length = n * 8 - 3 if candidate else n - 3  # candidate rows: lengths in positions
+        sets = [(_rand(rng, (bs, n)), jnp.full((bs,), length, jnp.int32)) for _ in range(3)]
         floor = bs * n * 4 / (bw * 1e3)
         shape = f"[{bs}, {n // 1024}K]"
-        if op.startswith("candidate"):
-            lens = [jnp.full((bs,), n * 8 - 3, jnp.int32)] * 3
-            sets = [(s[0], ln) for s, ln in zip(sets, lens)]
-            for impl in (*impls, "reference"):
-                fn = lambda s, l, impl=impl: dj.select_candidate_blocks(  # noqa: E731
-                    s, l, num_candidates=k, implementation=impl
-                )
-                rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
-        else:
-            for impl in (*impls, "reference"):
-                fn = lambda s, l, impl=impl: dj.topk(s, l, k, implementation=impl)  # noqa: E731
-                rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+        for impl in (*impls, "reference"):
+
+            def fn(s, lens, impl=impl):
+                if candidate:
+                    return dj.select_candidate_blocks(
+                        s, lens, num_candidates=k, implementation=impl
+                    )
+                return dj.topk(s, lens, k, implementation=impl)
+
+            rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
         t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
         rows.append(Row(op, shape, "lax.top_k (baseline)", t, floor))
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]

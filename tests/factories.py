@@ -48,6 +48,20 @@ def scores(rng, rows, n, kind="random"):
     raise ValueError(kind)
 
 
+def small_config(**kw):
+    """An IndexerConfig small enough for CPU tests (overrides by keyword)."""
+    base = dict(
+        num_heads=4,
+        head_dim=64,
+        index_topk=12,
+        candidate_topk_blocks=6,
+        candidate_block_size=4,
+        page_size=16,
+    )
+    base.update(kw)
+    return dj.IndexerConfig(**base)
+
+
 POISON = 0x5A5A5A5A
 
 

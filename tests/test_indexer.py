@@ -7,22 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
-from factories import paged_cache, query
+from factories import paged_cache, query, small_config
 
 import dsv41_jax as dj
-
-
-def small_config(**kw):
-    base = dict(
-        num_heads=4,
-        head_dim=64,
-        index_topk=12,
-        candidate_topk_blocks=6,
-        candidate_block_size=4,
-        page_size=16,
-    )
-    base.update(kw)
-    return dj.IndexerConfig(**base)
 
 
 def oracle_publish(logits, lens, bt_rows, cfg):

@@ -8,20 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from factories import small_config
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import dsv41_jax as dj
 from dsv41_jax import sharding
 
-CFG = dj.IndexerConfig(
-    num_heads=4,
-    head_dim=64,
-    index_topk=12,
-    candidate_topk_blocks=6,
-    candidate_block_size=4,
-    page_size=16,
-)
+CFG = small_config()
 
 
 def mesh_of(w: int) -> Mesh:

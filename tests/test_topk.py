@@ -149,18 +149,3 @@ def test_sparse_columns_to_positions():
     cols = jnp.array([[0, 7, 8, 18, -1]], jnp.int32)
     got = dj.sparse_columns_to_positions(cols, table, 8)
     np.testing.assert_array_equal(np.asarray(got), [[16, 23, 40, 74, -1]])
-
-
-def test_opt_in_implementations_are_never_picked_automatically():
-    from dsv41_jax._dispatch import Op
-
-    calls = []
-    op = Op(
-        "probe",
-        opt_in=("fast",),
-        fast=lambda: calls.append("fast"),
-        reference=lambda: calls.append("reference"),
-    )
-    op(None)
-    op("fast")
-    assert calls == ["reference", "fast"]

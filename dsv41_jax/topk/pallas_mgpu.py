@@ -41,6 +41,18 @@ _LANE = plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane)
 _ROWS = plgpu.Layout.WGMMA.reduce(1)
 
 
+def _ordered_key(v):
+    """int32 keys in score order of scores with -0 already made +0 (jnp only: the kernels and
+    the XLA candidate keys share it)."""
+    bits = lax.bitcast_convert_type(v, jnp.int32)
+    return jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+
+
+def _tile_blocks(num_groups: int) -> int | None:
+    """The largest tile (in groups) that divides the row: TMA boxes must be whole tiles."""
+    return next((t for t in (256, 128, 64) if num_groups % t == 0), None)
+
+
 def _keys(v, first_block, tile_blocks, group, length, member, mode):
     """int32 keys of a `[tile_blocks, group]` tile (WGMMA layout) of one row."""
     blk = first_block + plgpu.broadcasted_iota(
@@ -51,8 +63,7 @@ def _keys(v, first_block, tile_blocks, group, length, member, mode):
     if mode == KEYS:
         return jnp.where(pos < length, v, EXCLUDED)
     v = jnp.where(v == 0, 0.0, v)  # -0 ties +0
-    bits = lax.bitcast_convert_type(v, jnp.int32)
-    key = jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    key = _ordered_key(v)
     # Boolean vectors only combined with `&`: `~` fails to lower and `|` gave wrong lanes on the
     # H200 (interpret mode accepted both).
     ok = (pos < length) & (v == v) & (v != -jnp.inf)
@@ -64,9 +75,8 @@ def _keys(v, first_block, tile_blocks, group, length, member, mode):
 def _candidate_keys(block_scores: jax.Array, nblocks: jax.Array) -> jax.Array:
     """XLA: the int32 keys of candidate-block selection. Same order as the score keys; NaN / -inf
     blocks rank last but stay selectable (LOWEST); the newest block is pinned (PINNED)."""
-    v = jnp.where(block_scores == 0, 0.0, block_scores)
-    bits = lax.bitcast_convert_type(v, jnp.int32)
-    key = jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    v = jnp.where(block_scores == 0, 0.0, block_scores)  # -0 ties +0
+    key = _ordered_key(v)
     key = jnp.where(jnp.isnan(v) | (v == -jnp.inf), LOWEST, key)
     newest = jnp.arange(v.shape[1], dtype=jnp.int32)[None] == nblocks[:, None] - 1
     return jnp.where(newest, PINNED, key)
@@ -150,7 +160,7 @@ def _scratch(tb, group, has_member, dtype):
 def _select(scores, lengths, member, *, k, mode, group, interpret=False):
     rows, n = scores.shape
     nbg = n // group
-    tb = next(t for t in (256, 128, 64) if nbg % t == 0)
+    tb = _tile_blocks(nbg)
     tiles = nbg // tb
     s3 = scores.reshape(rows, nbg, group)
     has_member = member is not None
@@ -238,7 +248,7 @@ def _check(scores, group, what):
     if scores.dtype != jnp.float32:
         raise NotImplementedError(f"{what} pallas: float32 scores only")
     n = scores.shape[1]
-    if n % group or all((n // group) % t for t in (256, 128, 64)):
+    if n % group or _tile_blocks(n // group) is None:
         raise NotImplementedError(f"{what} pallas: row length must be a multiple of {64 * group}")
 
 
