@@ -17,6 +17,7 @@ import jax
 logger = logging.getLogger("dsv41_jax")
 
 Implementation = str | Sequence[str] | None
+KNOWN = frozenset({"ffi", "pallas", "reference"})  # every implementation name of every op
 _logged: set[tuple[str, str, str]] = set()
 
 
@@ -24,27 +25,47 @@ class Op:
     """An op name and its implementations, fastest first."""
 
     def __init__(self, name: str, **impls: Callable[..., Any]) -> None:
+        assert set(impls) <= KNOWN, impls
         self.name = name
         self.impls: dict[str, Callable[..., Any]] = dict(impls)
 
-    def register(self, impl_name: str, fn: Callable[..., Any], *, first: bool = True) -> None:
-        """Add an implementation (kernels register themselves ahead of the reference)."""
-        items = [(k, v) for k, v in self.impls.items() if k != impl_name]
-        items = [(impl_name, fn), *items] if first else [*items, (impl_name, fn)]
-        self.impls = dict(items)
+    def resolve(self, implementation: Implementation) -> tuple[str, ...]:
+        """The implementation names to try, in order.
+
+        None: all of the op's, fastest first. A string: exactly that one (ValueError if the op
+        has no such implementation). A sequence: a preference order shared by several ops, so
+        names this op lacks are skipped (e.g. `("pallas", "ffi", "reference")` runs the Pallas
+        top-k and the FFI logits); at least one must be the op's.
+        """
+        if implementation is None:
+            return tuple(self.impls)
+        if isinstance(implementation, str):
+            if implementation not in self.impls:
+                raise ValueError(
+                    f"{self.name}: unknown implementation {implementation!r}; known: "
+                    f"{', '.join(self.impls)}"
+                )
+            return (implementation,)
+        if not isinstance(implementation, (tuple, list)) or not all(
+            isinstance(n, str) for n in implementation
+        ):
+            raise ValueError(
+                "implementation must be None, a name or a sequence of names, got "
+                f"{implementation!r}"
+            )
+        unknown = [n for n in implementation if n not in KNOWN]
+        if unknown:
+            raise ValueError(f"unknown implementation names {unknown}; known: {sorted(KNOWN)}")
+        names = tuple(n for n in implementation if n in self.impls)
+        if not names:
+            raise ValueError(
+                f"{self.name}: none of {list(implementation)} is one of its implementations "
+                f"({', '.join(self.impls)})"
+            )
+        return names
 
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
-        if implementation is None:
-            names: tuple[str, ...] = tuple(self.impls)
-        elif isinstance(implementation, str):
-            names = (implementation,)
-        else:
-            names = tuple(implementation)
-        for n in names:
-            if n not in self.impls:
-                raise ValueError(
-                    f"{self.name}: unknown implementation {n!r}; known: {', '.join(self.impls)}"
-                )
+        names = self.resolve(implementation)
         reasons = []
         for n in names:
             try:

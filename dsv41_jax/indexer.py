@@ -14,12 +14,13 @@ import jax.numpy as jnp
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
+from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.topk import sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
-Path = Literal["mask", "sparse"]
+Path = Literal["auto", "mask", "sparse"]
 
 
 def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt: str) -> None:
@@ -104,21 +105,45 @@ def select(
     table: CandidateTable,
     config: IndexerConfig,
     *,
-    path: Path = "mask",
+    path: Path = "auto",
     implementation: Implementation = None,
 ) -> jax.Array:
     """A consumer layer of a decode step: top-k inside the published candidate blocks.
 
     `path="mask"` scores every position densely and fuses the candidate mask into the top-k;
-    `path="sparse"` scores only the candidate blocks (the sparse row) and maps the chosen
-    columns back to positions. On identical fp32 logits both return identical results.
+    `path="sparse"` scores only the candidate blocks (the sparse row: `C·B` positions whatever
+    the context length) and maps the chosen columns back to positions. Both return identical
+    results: the sparse kernels compute each logit exactly as the dense ones do.
+    `path="auto"` (the default) takes the sparse path where this GPU has a sparse logits kernel
+    for the cache (SM90 with the fp8 cache, SM100 with mxfp4) and the mask path elsewhere (the
+    CPU reference included). `path="sparse"` on a GPU without a sparse kernel raises ValueError
+    rather than running the sparse reference there.
+
+    Raises:
+      ValueError: bad inputs, a config that does not match them, or a table published with
+        another block size than `config.candidate_block_size`.
 
     Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
     """
     _check_paged_config(config, query, cache)
+    if not isinstance(table, CandidateTable):
+        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
     if table.num_rows != query.num_rows:
         raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
+    table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
     k, b = config.index_topk, config.candidate_block_size
+    if path not in ("auto", "mask", "sparse"):
+        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    on_gpu = jax.default_backend() == "gpu"
+    sparse_kernel = logits_ffi.has_sparse_kernel(cache.format)
+    if path == "auto":
+        path = "sparse" if sparse_kernel and implementation in (None, "ffi") else "mask"
+    elif path == "sparse" and on_gpu and not sparse_kernel and implementation != "reference":
+        raise ValueError(
+            "select(path='sparse'): this GPU has no sparse logits kernel for the "
+            f"{cache.format!r} cache ({logits_ffi.sparse_kernel_support()}); use path='mask' "
+            "(or 'auto'), or implementation='reference' to run the slow sparse reference"
+        )
     if path == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
@@ -137,7 +162,6 @@ def select(
         )
         columns = topk(logits, table.valid_lens, k, implementation=implementation)
         return sparse_columns_to_positions(columns, table, b)
-    raise ValueError(f"path must be 'mask' or 'sparse', got {path!r}")
 
 
 def _prefill_lens(starts: jax.Array, ends: jax.Array) -> jax.Array:

@@ -8,8 +8,9 @@ Two layouts (DESIGN.md §1.2), both bitwise equal to the unsharded result:
 - **Decode context parallel (DCP)**: each device holds the compressed positions `g` with
   `(g // I) % W == rank` (interleave `I`) in its own paged cache. Every device takes its local
   top-k with global ids, the `(score, id)` pairs are all-gathered and re-selected in the same
-  order; candidate blocks come from per-device block maxima, `pmax`, the global newest-block pin
-  and the same top-C. `dcp_publish` / `dcp_select` run inside the caller's `shard_map`.
+  order; candidate blocks come from each device's local top-C of its block maxima (global ids),
+  all-gathered and re-selected (or, with `exchange="pmax"`, from the all-reduced maxima of every
+  block). `dcp_publish` / `dcp_select` run inside the caller's `shard_map`.
 
 Exactness of the merge: a position in the global top-k has at most k - 1 positions above it
 anywhere, hence on its own device, so it is in its device's local top-k.
@@ -17,6 +18,7 @@ anywhere, hence on its own device, so it is in its device's local top-k.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Literal
 
@@ -36,14 +38,25 @@ from dsv41_jax.logits import paged_mqa_logits
 from dsv41_jax.rows import row_lengths
 from dsv41_jax.topk import topk
 from dsv41_jax.topk.reference import ordered_select
-from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
+from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
 
 
 # ----------------------------------------------------------------------------- row sharding
+def _hashable(implementation: Implementation) -> Implementation:
+    """`implementation` as a jit static argument (a list becomes a tuple)."""
+    if implementation is None or isinstance(implementation, str):
+        return implementation
+    return tuple(implementation)
+
+
 def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
-    """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0)."""
+    """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0).
+
+    Call it under `jax.jit` (the public entry points do): an eager `shard_map` compiles every
+    primitive on its own, and XLA's GPU compile of a lone FFI custom call over several devices
+    crashes the process (scripts/probes/eager_shard_map_ffi.py)."""
     if axis not in mesh.axis_names:
         raise ValueError(f"axis {axis!r} is not a mesh axis {mesh.axis_names}")
     world = mesh.shape[axis]
@@ -93,9 +106,16 @@ def publish_row_sharded(
     do not divide.
     """
 
+    return _publish_row_sharded(
+        query, cache, context_lens, block_table, config, mesh, axis, _hashable(implementation)
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+def _publish_row_sharded(query, cache, context_lens, block_table, config, mesh, axis, impl):
     def fn(per_request, cache):
         q, lens, bt = per_request
-        return publish(q, cache, lens, bt, config, implementation=implementation)
+        return publish(q, cache, lens, bt, config, implementation=impl)
 
     return _row_sharded(fn, mesh, axis, query.batch, ((query, context_lens, block_table), cache))
 
@@ -110,10 +130,28 @@ def select_row_sharded(
     *,
     mesh: Mesh,
     axis: str,
-    path: Literal["mask", "sparse"] = "mask",
+    path: Literal["auto", "mask", "sparse"] = "auto",
     implementation: Implementation = None,
 ) -> jax.Array:
     """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
+    return _select_row_sharded(
+        query,
+        cache,
+        context_lens,
+        block_table,
+        table,
+        config,
+        mesh,
+        axis,
+        path,
+        _hashable(implementation),
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9))
+def _select_row_sharded(
+    query, cache, context_lens, block_table, table, config, mesh, axis, path, implementation
+):
     n = query.next_n
     rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
 
@@ -175,6 +213,29 @@ def _local_global_blocks(n_local: int, world, rank, interleave, block_size) -> j
     )
 
 
+def _exchange_top_c(local_max, global_rows, c, b, axis, implementation) -> jax.Array:
+    """The global top-C blocks from each device's local top-C, exactly.
+
+    A block of the global top-C is in the local top-C of the device that holds its maximum: the
+    blocks above it there are above it globally too (a global max is at least any local one), so
+    fewer than C of them exist. The all-gathered pairs may name a block several times with
+    different local maxima; the largest is its global max whenever the block can be chosen, and
+    an underestimated block only ranks lower than it should among blocks that lose anyway.
+    """
+    local = select_candidate_blocks(
+        local_max, global_rows, num_candidates=c, block_size=b, implementation=implementation
+    )  # ascending ids, -1 padded; the newest block is pinned on every device
+    picked = jnp.take_along_axis(local_max, jnp.maximum(local, 0), axis=1)
+    ids = lax.all_gather(jnp.where(local >= 0, local, INT32_MAX), axis, axis=1, tiled=True)
+    scores = lax.all_gather(jnp.where(local >= 0, picked, -jnp.inf), axis, axis=1, tiled=True)
+    # One entry per block: its largest gathered score (sort by id, then score descending).
+    neg = jnp.where(scores == 0, 0.0, -scores)
+    ids, neg = lax.sort((ids, neg), dimension=1, num_keys=2)
+    first = jnp.pad(ids[:, 1:] != ids[:, :-1], ((0, 0), (1, 0)), constant_values=True)
+    newest = (num_blocks(global_rows, b) - 1)[:, None]
+    return ordered_select(-neg, first & (ids != INT32_MAX), c, priority=ids == newest, ids=ids)
+
+
 def dcp_publish(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -184,6 +245,7 @@ def dcp_publish(
     *,
     axis: str,
     interleave: int = 1,
+    exchange: Literal["topc", "pmax"] = "topc",
     implementation: Implementation = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` under decode context parallelism; call inside `shard_map` over `axis`.
@@ -193,6 +255,9 @@ def dcp_publish(
       cache, block_table: this device's own paged cache and page table of its local positions.
       global_context_lens: int `[batch]` request lengths in global positions (replicated).
       interleave: I, positions per run on one device.
+      exchange: how the candidate blocks are agreed. "topc" all-gathers each device's local
+        top-C (block max, global id) pairs and re-selects (W·C pairs per row); "pmax" all-reduces
+        every global block maximum (`ceil(L / B)` floats per row). Both are exact.
 
     Returns:
       (top-k global positions, the table). `blocks` and `count` are global and identical on every
@@ -200,6 +265,8 @@ def dcp_publish(
       spread over devices: each device maps them through its own page table).
     """
     _checks.positive_int(interleave, "interleave")
+    if exchange not in ("topc", "pmax"):
+        raise ValueError(f"exchange must be 'topc' or 'pmax', got {exchange!r}")
     b = config.candidate_block_size
     world, rank, global_rows, local_rows, local_req = _dcp_rows(
         query, global_context_lens, axis, interleave
@@ -225,16 +292,16 @@ def dcp_publish(
     else:
         local_max = jnp.full((vals.shape[0], nb), -jnp.inf, vals.dtype)
         local_max = local_max.at[:, gblock].max(vals, mode="drop")
-    global_max = lax.pmax(local_max, axis)
-    newest = num_blocks(global_rows, b) - 1
-    global_max = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, global_max)
-    selected = select_candidate_blocks(
-        global_max,
-        global_rows,
-        num_candidates=config.candidate_topk_blocks,
-        block_size=b,
-        implementation=implementation,
-    )
+    c = config.candidate_topk_blocks
+    if exchange == "pmax":
+        global_max = lax.pmax(local_max, axis)
+        newest = num_blocks(global_rows, b) - 1
+        global_max = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, global_max)
+        selected = select_candidate_blocks(
+            global_max, global_rows, num_candidates=c, block_size=b, implementation=implementation
+        )
+    else:
+        selected = _exchange_top_c(local_max, global_rows, c, b, axis, implementation)
     pages = -(-(nb * b) // config.page_size)
     identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (selected.shape[0], pages))
     table = sort_candidate_blocks(
@@ -246,7 +313,11 @@ def dcp_publish(
         implementation=implementation,
     )
     return indices, CandidateTable(
-        table.blocks, table.count, table.valid_lens, jnp.full_like(table.physical, -1)
+        table.blocks,
+        table.count,
+        table.valid_lens,
+        jnp.full_like(table.physical, -1),
+        block_size=table.block_size,
     )
 
 
@@ -269,6 +340,7 @@ def dcp_select(
     """
     _checks.positive_int(interleave, "interleave")
     b = config.candidate_block_size
+    table.check_block_size(b, "config.candidate_block_size")
     world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
     logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
     gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)

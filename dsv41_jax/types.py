@@ -157,12 +157,28 @@ class CandidateTable:
         (0 when len = 0): sparse column `j` is position `blocks[j // B]·B + j % B`.
       physical: int32 `[rows, C]`, the same blocks as cache slots of size B through the page
         table (`physical slot // B`), padded with -1.
+      block_size: B, the block size the table was published with (static). Every consumer
+        checks its own B against it: a table read with another B would name other positions.
     """
 
     blocks: jax.Array
     count: jax.Array
     valid_lens: jax.Array
     physical: jax.Array
+    block_size: int = dataclasses.field(metadata=_static, kw_only=True)
+
+    def __post_init__(self) -> None:
+        b = self.block_size
+        if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+            raise ValueError(f"CandidateTable.block_size must be a positive int, got {b!r}")
+
+    def check_block_size(self, block_size: int, name: str) -> None:
+        """ValueError naming both sizes unless `block_size` is the table's own."""
+        if block_size != self.block_size:
+            raise ValueError(
+                f"{name} is {block_size} but the CandidateTable was published with block_size "
+                f"{self.block_size}: a consumer must use the publisher's block size"
+            )
 
     @property
     def num_rows(self) -> int:

@@ -12,6 +12,7 @@
 
 namespace dsv41 {
 cudaError_t PreparePagedMqaLogitsSm90();
+XLA_FFI_DECLARE_HANDLER_SYMBOL(GatherCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
@@ -32,6 +33,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   m.doc() = "dsv41_jax CUDA extension: XLA FFI handlers for DeepGEMM and the selection kernels";
   m.def("registrations", []() {
     pybind11::dict d;
+    d["dsv41_gather_candidate_blocks"] = Capsule(dsv41::GatherCandidateBlocksFFI);
     d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
     d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);

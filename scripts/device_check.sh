@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything the GPU needs in one device call (DESIGN.md §5): install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
-# benchmark. Steps: build test sanitize demo bench probe:<file> (default: build test bench);
-# BENCH_ARGS adds benchmark options (e.g. "--only sort,topk --breakdown").
+# benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file> (default:
+# build test bench); BENCH_ARGS adds benchmark options (e.g. "--only sort,topk --breakdown").
+# The build goes to build/device (ignored by git), so a later call on the same warm machine
+# reuses it.
 # Full logs go to $OUT; a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,18 +16,21 @@ STEPS=${*:-build test bench}
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
-# sgl-deep-gemm is carried as a wheel (.whl/, see scripts/fetch_wheels.sh): headers only.
+# sgl-deep-gemm is carried as a wheel (.whl/, made by scripts/fetch_wheels.sh): headers only.
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/build:/tmp/site:$PWD
+BUILD=${BUILD_DIR:-$PWD/build/device}
+export PYTHONPATH=$BUILD:/tmp/site:$PWD
+# Multi-GPU machines: NVLink multicast stays off (shared hosts).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export DSV41_COMMIT=${DSV41_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 for step in $STEPS; do
   case $step in
     build)
       t0=$SECONDS
-      if cmake -S . -B /tmp/build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
            -DPython_EXECUTABLE="$(command -v $PY)" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
-           >"$OUT/cmake.log" 2>&1 && ninja -C /tmp/build >"$OUT/build.log" 2>&1; then
+           >"$OUT/cmake.log" 2>&1 && ninja -C "$BUILD" >"$OUT/build.log" 2>&1; then
         note "build ok ($((SECONDS - t0)) s)"
       else
         tail -40 "$OUT/cmake.log" "$OUT/build.log"; note "build FAILED"; break
@@ -34,6 +39,12 @@ for step in $STEPS; do
       $PY -m pytest -q -m gpu tests -p no:cacheprovider >"$OUT/pytest.log" 2>&1
       note "gpu tests: $(tail -1 "$OUT/pytest.log")"
       grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20 ;;
+    tests:*)
+      args=${step#tests:}
+      log="$OUT/pytest_$(echo "$args" | tr -c 'a-zA-Z0-9_' '_' | cut -c1-40).log"
+      $PY -m pytest -q -m gpu ${args//,/ } -p no:cacheprovider >"$log" 2>&1
+      note "gpu tests ${args}: $(tail -1 "$log")"
+      grep -E "^(FAILED|ERROR)" "$log" | head -20 ;;
     sanitize)
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 3 $PY scripts/sanitize_run.py \

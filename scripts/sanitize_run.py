@@ -42,6 +42,17 @@ top_masked = dj.topk(scores, top_lens, 512, candidates=members, implementation="
 picked = dj.select_candidate_blocks(
     scores[:, :16384], top_lens, num_candidates=2048, implementation="ffi"
 )
+# The Hopper sparse path: gather (with a page id past the cache and -1 padding) + dense kernel.
+bad_bt = dj.row_block_table(bt, 2).at[0, 0].set(batch * pages + 50)
+sparse_table = dj.sort_candidate_blocks(
+    jnp.asarray(rng.integers(-3, 400, (6, 32)).astype(np.int32)),
+    rows,
+    bad_bt,
+    implementation="ffi",
+)
+sparse = dj.sparse_paged_mqa_logits(
+    q, cache, sparse_table, jnp.minimum(lens, pages * 64), bt, block_size=8, implementation="ffi"
+)
 amax = dj.block_amax(jnp.where(jnp.isnan(logits), 0.0, logits), rows, implementation="pallas")
 print(
     "sanitize run done",
@@ -50,4 +61,5 @@ print(
     int(phys.sum()),
     int(top.sum() + top_masked.sum() + picked.sum()),
     float(jnp.where(jnp.isfinite(amax), amax, 0).sum()),
+    float(jnp.nansum(sparse[:, :8])),
 )

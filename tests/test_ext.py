@@ -78,12 +78,13 @@ def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
         jnp.zeros(rows, jnp.int32),
         jnp.zeros(rows, jnp.int32),
         jnp.zeros((rows, 2048), jnp.int32),
+        block_size=8,
     )
     bt = jnp.zeros((rows, 8), jnp.int32)
     args = (q, cache, table, jnp.zeros(rows, jnp.int32), bt, 8)
     with pytest.raises(NotImplementedError):
         logits_ffi.sparse_paged_mqa_logits(*args)  # no GPU here / not an SM100 GPU
-    monkeypatch.setattr(_ext, "require_gpu", lambda op: _ext.register_targets())
+    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
     monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: True)
     lowered = (
         jax.jit(lambda *a: logits_ffi.sparse_paged_mqa_logits(*a, 8))
@@ -91,3 +92,53 @@ def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
         .lower(lowering_platforms=("cuda",))
     )
     assert "custom_call @dsv41_sm100_paged_sparse_mqa_logits" in lowered.as_text()
+
+
+@needs_ext
+def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
+    """The Hopper sparse path: one gather of the candidate blocks, then the dense SM90 kernel over
+    the compact cache with one query row per request (next_n 2 rows become 2 requests)."""
+    import dsv41_jax as dj
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    rng = np.random.default_rng(0)
+    batch, next_n, c = 3, 2, 64
+    q = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((batch, next_n, 32, 128)), jnp.float32),
+        jnp.ones((batch, next_n, 32), jnp.float32),
+    )
+    rows = batch * next_n
+    cache = dj.PagedIndexCache.zeros(8, 64, 128)
+    table = dj.CandidateTable(
+        jnp.zeros((rows, c), jnp.int32),
+        jnp.zeros(rows, jnp.int32),
+        jnp.zeros(rows, jnp.int32),
+        jnp.zeros((rows, c), jnp.int32),
+        block_size=8,
+    )
+    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
+    monkeypatch.setattr(logits_ffi, "_on_sm90", lambda: True)
+    lowered = (
+        jax.jit(
+            lambda q, cache, table: logits_ffi.sparse_paged_mqa_logits(
+                q, cache, table, None, None, 8
+            )
+        )
+        .trace(q, cache, table)
+        .lower(lowering_platforms=("cuda",))
+    )
+    text = lowered.as_text()
+    assert "custom_call @dsv41_gather_candidate_blocks" in text
+    assert "custom_call @dsv41_sm90_paged_mqa_logits" in text
+    assert f"tensor<{rows * c // 8}x64x1x132xui8>" in text
+    for bad, match in (
+        (dict(block_size=16), "blocks of 8"),
+        (dict(c=40), "multiple of 32"),
+    ):
+        t = (
+            table
+            if "c" not in bad
+            else jax.tree.map(lambda x: x[:, :40] if x.ndim == 2 else x, table)
+        )
+        with pytest.raises(NotImplementedError, match=match):
+            logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, t, bad.get("block_size", 8))

@@ -105,7 +105,8 @@ def dcp_layout(rng, global_keys: list[np.ndarray], w: int, interleave: int, page
 
 @pytest.mark.parametrize("w", [2, 4, 8])
 @pytest.mark.parametrize("interleave", [1, 2, 3])
-def test_dcp_equals_unsharded(rng, w, interleave):
+@pytest.mark.parametrize("exchange", ["topc", "pmax"])
+def test_dcp_equals_unsharded(rng, w, interleave, exchange):
     mesh = mesh_of(w)
     batch, global_pages = 6, 12
     cap = global_pages * 16
@@ -131,7 +132,7 @@ def test_dcp_equals_unsharded(rng, w, interleave):
     def step(q, caches, tables, ctx, q2):
         cache = dj.PagedIndexCache(caches[0])
         idx, table = sharding.dcp_publish(
-            q, cache, tables[0], ctx, CFG, axis="x", interleave=interleave
+            q, cache, tables[0], ctx, CFG, axis="x", interleave=interleave, exchange=exchange
         )
         sel = sharding.dcp_select(
             q2, cache, tables[0], ctx, table, CFG, axis="x", interleave=interleave

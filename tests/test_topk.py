@@ -145,6 +145,7 @@ def test_sparse_columns_to_positions():
         count=jnp.array([3], jnp.int32),
         valid_lens=jnp.array([19], jnp.int32),
         physical=jnp.full((1, 4), -1, jnp.int32),
+        block_size=8,
     )
     cols = jnp.array([[0, 7, 8, 18, -1]], jnp.int32)
     got = dj.sparse_columns_to_positions(cols, table, 8)

@@ -22,7 +22,7 @@ def sort_candidate_blocks(
     block_size: int,
     page_size: int,
 ) -> CandidateTable:
-    _ext.require_gpu(TARGET)
+    _ext.require_gpu(TARGET, selected)
     rows, c = selected.shape
     if -(-block_table.shape[1] * page_size // block_size) > MAX_BLOCKS:
         raise NotImplementedError(f"{TARGET}: rows longer than 2^20 blocks")
@@ -42,7 +42,7 @@ def sort_candidate_blocks(
         block_size=np.int32(block_size),
         page_size=np.int32(page_size),
     )
-    return CandidateTable(blocks, count, valid, physical)
+    return CandidateTable(blocks, count, valid, physical, block_size=block_size)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:

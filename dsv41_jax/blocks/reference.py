@@ -67,4 +67,4 @@ def sort_candidate_blocks(
     page = jnp.take_along_axis(block_table.astype(jnp.int32), pos // page_size, axis=1)
     slot = page * (page_size // block_size) + (pos % page_size) // block_size
     physical = jnp.where((blocks != INT32_MAX) & (page >= 0), slot, -1).astype(jnp.int32)
-    return CandidateTable(blocks, count, valid_lens, physical)
+    return CandidateTable(blocks, count, valid_lens, physical, block_size=block_size)

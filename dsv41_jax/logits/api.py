@@ -113,6 +113,7 @@ def sparse_paged_mqa_logits(
     """
     check_paged(query, cache, context_lens, block_table)
     block_size = _checks.positive_int(block_size, "block_size")
+    table.check_block_size(block_size, "block_size")
     rows = query.num_rows
     _checks.shape(table.blocks, (rows, None), "table.blocks")
     for name in ("count", "valid_lens"):

@@ -1,6 +1,6 @@
 """`implementation="ffi"` of paged_mqa_logits: DeepGEMM's SM90 FP8 kernel through XLA FFI.
 
-Supported: fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1 or 2, `num_columns` a
+Dense, supported: fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1 or 2, `num_columns` a
 multiple of 256 covering the page table (the kernel writes whole 256-position splits). Anything
 else raises NotImplementedError, so `implementation=None` falls back (with a log line).
 Columns at or past a row's length are left as the kernel wrote them (unspecified): no
@@ -26,7 +26,7 @@ def paged_mqa_logits(
     block_table: jax.Array,
     num_columns: int,
 ) -> jax.Array:
-    _ext.require_gpu(TARGET)
+    _ext.require_gpu(TARGET, query.weights)
     max_pages = block_table.shape[1]
     unsupported = [
         (cache.format != "fp8", "needs the fp8 cache"),
@@ -55,20 +55,88 @@ def paged_mqa_logits(
 
 
 SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
+GATHER_TARGET = "dsv41_gather_candidate_blocks"
+
+
+def _compute_capability() -> str:
+    device = jax.devices()[0]
+    return str(getattr(device, "compute_capability", ""))
 
 
 def _on_sm100() -> bool:
-    device = jax.devices()[0]
-    return str(getattr(device, "compute_capability", "")).startswith("10.")
+    return _compute_capability().startswith("10.")
+
+
+def _on_sm90() -> bool:
+    return _compute_capability() == "9.0"
+
+
+def has_sparse_kernel(cache_format: str) -> bool:
+    """Whether this process's GPU has a sparse logits kernel for the cache format (no tracing)."""
+    if not _ext.available() or jax.default_backend() != "gpu":
+        return False
+    return (_on_sm90() and cache_format == "fp8") or (_on_sm100() and cache_format == "mxfp4")
+
+
+def sparse_kernel_support() -> str:
+    cc = _compute_capability() if jax.default_backend() == "gpu" else "none"
+    return (
+        f"compute capability {cc or 'unknown'}; sparse kernels exist for 9.0 (fp8 cache) and "
+        "10.x (mxfp4 cache)"
+    )
 
 
 def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, block_size):
+    """The sparse logits kernel of this GPU: SM90 (fp8 cache) or SM100 (mxfp4 cache)."""
+    _ext.require_gpu(SPARSE_TARGET, query.weights)
+    if _on_sm90():
+        return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
+    return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
+
+
+def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
+    """Hopper: the candidate blocks' bytes gathered into a compact cache (one copy kernel), then
+    DeepGEMM's SM90 paged kernel over it, one query row per request. The logit of a position is
+    computed by the same kernel, instruction shapes and head order as in `paged_mqa_logits`, so
+    it is bitwise the dense logit. float32 `[rows, C·B]`, columns past `valid_lens`
+    unspecified; blocks on pages outside the cache read as NaN."""
+    rows, c = table.physical.shape
+    unsupported = [
+        (cache.format != "fp8", "needs the fp8 cache"),
+        (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
+        (block_size != 8, "needs candidate blocks of 8"),
+        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+        (c % 32 or c == 0, "needs C a positive multiple of 32 (whole 256-position splits)"),
+        (rows > 1024, "needs at most 1024 query rows"),
+    ]
+    for bad, why in unsupported:
+        if bad:
+            raise NotImplementedError(f"{GATHER_TARGET} + {TARGET}: {why}")
+    pages = c // 8  # 8 blocks of 8 per 64-token page
+    compact = jax.ffi.ffi_call(
+        GATHER_TARGET,
+        jax.ShapeDtypeStruct((rows * pages, 64, 1, cache.data.shape[3]), jnp.uint8),
+        vmap_method="sequential",
+    )(cache.data, table.physical.astype(jnp.int32))
+    one_row = QueryBundle(
+        query.values.reshape(rows, 1, *query.values.shape[2:]),
+        query.weights.reshape(rows, 1, query.num_heads),
+    )
+    compact_table = jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
+    return paged_mqa_logits(
+        one_row, PagedIndexCache(compact), table.valid_lens, compact_table, c * block_size
+    )
+
+
+def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size):
     """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
     `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
-    machine); on other GPUs it declines, so the reference (or a later Hopper kernel) runs."""
-    _ext.require_gpu(SPARSE_TARGET)
+    machine); on other GPUs it declines."""
     if not _on_sm100():
-        raise NotImplementedError(f"{SPARSE_TARGET}: runs on SM100 (Blackwell) GPUs only")
+        raise NotImplementedError(
+            f"sparse_paged_mqa_logits: no sparse kernel for this GPU (compute capability "
+            f"{_compute_capability() or 'unknown'}; kernels exist for 9.0 and 10.x)"
+        )
     unsupported = [
         (cache.format != "mxfp4", "needs the mxfp4 cache (the fp8 path wants MXFP8 scales)"),
         (cache.head_dim != 128 or cache.page_size not in (64, 128), "needs D 128, page 64/128"),

@@ -62,7 +62,7 @@ def topk(
       k: positive int.
       starts: optional int `[rows]` column of position 0 (ragged prefill rows).
       candidates: a CandidateTable or its int32 `blocks [rows, C]` (ascending, INT32_MAX padded).
-      block_size: candidate block size B.
+      block_size: candidate block size B (must equal a CandidateTable's own `block_size`).
 
     Returns:
       int32 `[rows, k]` logical positions (relative to `starts`).
@@ -71,6 +71,7 @@ def topk(
     k = _checks.positive_int(k, "k")
     block_size = _checks.positive_int(block_size, "block_size")
     if isinstance(candidates, CandidateTable):
+        candidates.check_block_size(block_size, "block_size")
         candidates = candidates.blocks
     if candidates is not None:
         _checks.rank(candidates, 2, "candidates")
@@ -89,6 +90,7 @@ def sparse_columns_to_positions(
     """
     _checks.rank(columns, 2, "columns")
     _checks.shape(columns, (table.num_rows, None), "columns")
+    table.check_block_size(block_size, "block_size")
     return reference.sparse_columns_to_positions(columns, table, block_size)
 
 

@@ -12,7 +12,7 @@ TARGET = "dsv41_logical_to_physical"
 
 
 def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: int) -> jax.Array:
-    _ext.require_gpu(TARGET)
+    _ext.require_gpu(TARGET, indices)
     out = jax.ShapeDtypeStruct(indices.shape, jnp.int32)
     return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
         indices.astype(jnp.int32), block_table.astype(jnp.int32), page_size=np.int32(page_size)
@@ -25,7 +25,7 @@ POSITIONS, CANDIDATE_BLOCKS = 0, 1  # TopkMode in cuda/sm90_radix_topk.cuh
 
 def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Array:
     """The CUDA cluster radix select: exact, ascending output, -1 padded."""
-    _ext.require_gpu(RADIX_TOPK)
+    _ext.require_gpu(RADIX_TOPK, scores)
     if scores.dtype != jnp.float32:
         raise NotImplementedError(f"{RADIX_TOPK}: float32 scores only (got {scores.dtype})")
     rows = scores.shape[0]

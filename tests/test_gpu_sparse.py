@@ -1,0 +1,136 @@
+"""The Hopper sparse consumer on the GPU: sparse logits bitwise equal to the dense FFI logits at
+every published position, and select(path="sparse") equal to select(path="mask") exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from factories import paged_cache, poison_device_memory, query
+
+import dsv41_jax as dj
+
+pytestmark = pytest.mark.gpu
+
+
+def config(heads, next_n, c=32, k=64):
+    return dj.IndexerConfig(num_heads=heads, index_topk=k, candidate_topk_blocks=c, next_n=next_n)
+
+
+def lengths(rng, batch, capacity, c):
+    """Edges first (0, 1, 7, 8, 9, C·B - 1, C·B, C·B + 1, capacity), then random."""
+    edges = [0, 1, 7, 8, 9, c * 8 - 1, c * 8, c * 8 + 1, capacity]
+    rand = rng.integers(0, capacity + 1, max(batch - len(edges), 0)).tolist()
+    return np.minimum(np.array((edges + rand)[:batch], np.int32), capacity)
+
+
+def dense_at_table(dense, table, b=8):
+    """Dense logits gathered at the sparse row's positions (columns past valid_lens masked)."""
+    blocks = np.asarray(table.blocks)
+    valid = np.asarray(table.valid_lens)
+    cols = np.arange(blocks.shape[1] * b)
+    pos = np.where(blocks[:, cols // b] == dj.INT32_MAX, 0, blocks[:, cols // b]) * b + cols % b
+    vis = cols[None] < valid[:, None]
+    return np.take_along_axis(dense, np.where(vis, pos, 0), axis=1), vis
+
+
+@pytest.mark.parametrize("heads,next_n", [(32, 1), (64, 1), (32, 2), (64, 2)])
+@pytest.mark.parametrize("kind", ["random", "ties"])
+def test_sparse_logits_bitwise_equal_dense(rng, heads, next_n, kind):
+    batch, pages, c = 12, 40, 32
+    cfg = config(heads, next_n, c)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    if kind == "ties":  # few distinct keys: many exactly equal logits
+        cache = dj.PagedIndexCache(jnp.asarray(np.asarray(cache.data)[:, :1].repeat(64, axis=1)))
+    q = query(rng, batch, next_n, heads, 128)
+    ctx = jnp.asarray(lengths(rng, batch, pages * 64, c))
+    _, table = dj.publish(q, cache, ctx, bt, cfg, implementation="ffi")
+    poison_device_memory()
+    sparse = np.asarray(
+        dj.sparse_paged_mqa_logits(q, cache, table, ctx, bt, block_size=8, implementation="ffi")
+    )
+    dense = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt, implementation="ffi"))
+    want, vis = dense_at_table(dense, table)
+    assert sparse.dtype == np.float32 and sparse.shape == (batch * next_n, c * 8)
+    np.testing.assert_array_equal(sparse.view(np.uint32)[vis], want.view(np.uint32)[vis])
+
+
+def test_sparse_logits_invalid_pages_are_nan(rng):
+    batch, pages, c = 4, 40, 32
+    cfg = config(32, 1, c)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    q = query(rng, batch, 1, 32, 128)
+    ctx = jnp.full((batch,), pages * 64, jnp.int32)
+    bad = np.asarray(bt).copy()
+    bad[0, :] = -1  # every page of row 0 invalid: physical -1
+    bad[1, :] = cache.num_pages + 5  # row 1: page ids past the cache
+    _, bad_table = dj.publish(q, cache, ctx, jnp.asarray(bt), cfg, implementation="ffi")
+    bad_table = dj.sort_candidate_blocks(
+        jnp.where(bad_table.blocks == dj.INT32_MAX, -1, bad_table.blocks),
+        ctx,
+        jnp.asarray(bad),
+        implementation="reference",
+    )
+    got = np.asarray(
+        dj.sparse_paged_mqa_logits(q, cache, bad_table, ctx, jnp.asarray(bad), block_size=8)
+    )
+    valid = np.asarray(bad_table.valid_lens)
+    assert np.isnan(got[0, : valid[0]]).all() and np.isnan(got[1, : valid[1]]).all()
+    assert np.isfinite(got[2, : valid[2]]).all()
+
+
+@pytest.mark.parametrize("heads,next_n", [(32, 1), (64, 1), (32, 2), (64, 2)])
+def test_select_sparse_equals_mask(rng, heads, next_n):
+    batch, pages, c = 16, 48, 32
+    cfg = config(heads, next_n, c)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    cache2, _ = paged_cache(rng, batch, pages, 64, 128)
+    q, q2 = query(rng, batch, next_n, heads, 128), query(rng, batch, next_n, heads, 128)
+    ctx = jnp.asarray(lengths(rng, batch, pages * 64, c))
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    poison_device_memory()
+    f = jax.jit(lambda *a, path: dj.select(*a, cfg, path=path), static_argnames="path")
+    sparse = np.asarray(f(q2, cache2, ctx, bt, table, path="sparse"))
+    auto = np.asarray(f(q2, cache2, ctx, bt, table, path="auto"))
+    mask = np.asarray(f(q2, cache2, ctx, bt, table, path="mask"))
+    np.testing.assert_array_equal(sparse, mask)
+    np.testing.assert_array_equal(auto, mask)
+
+
+def test_select_at_v41_shape_sparse_equals_mask(rng):
+    """V4.1's defaults (k 512, C 2048, B 8) at bs 4 × 64K and one short row."""
+    cfg = dj.IndexerConfig()
+    batch, pages = 4, 1024
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    cache2, _ = paged_cache(rng, batch, pages, 64, 128)
+    q, q2 = query(rng, batch, 1, 32, 128), query(rng, batch, 1, 32, 128)
+    ctx = jnp.array([pages * 64, pages * 64 - 3, 16385, 1000], jnp.int32)
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    mask = np.asarray(dj.select(q2, cache2, ctx, bt, table, cfg, path="mask"))
+    sparse = np.asarray(dj.select(q2, cache2, ctx, bt, table, cfg, path="sparse"))
+    np.testing.assert_array_equal(sparse, mask)
+
+
+def test_sparse_path_is_repeatable_and_captured_equal(rng):
+    cfg = config(32, 1, 32)
+    cache, bt = paged_cache(rng, 8, 32, 64, 128)
+    q = query(rng, 8, 1, 32, 128)
+    ctx = jnp.asarray(lengths(rng, 8, 32 * 64, 32))
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    f = jax.jit(lambda *a: dj.select(*a, cfg, path="sparse"))
+    first = np.asarray(f(q, cache, ctx, bt, table))
+    for _ in range(10):
+        np.testing.assert_array_equal(np.asarray(f(q, cache, ctx, bt, table)), first)
+
+
+def test_block_size_mismatch_raises_on_gpu(rng):
+    cfg = config(32, 1, 32)
+    cache, bt = paged_cache(rng, 2, 8, 64, 128)
+    q = query(rng, 2, 1, 32, 128)
+    ctx = jnp.array([300, 500], jnp.int32)
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    with pytest.raises(ValueError, match="block_size 8"):
+        dj.select(q, cache, ctx, bt, table, dataclasses.replace(cfg, candidate_block_size=16))
