@@ -7,7 +7,7 @@ namespace dsv41 {
 static ffi::Error RadixTopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<ffi::S32> lens,
                                 Buffer<ffi::S32> starts, Buffer<ffi::S32> members,
                                 Result<ffi::S32> out, int32_t k, int32_t block_size, int32_t mode,
-                                bool has_starts) {
+                                bool has_starts, bool has_members) {
   constexpr const char* kOp = "dsv41_radix_topk";
   const auto sd = scores.dimensions(), md = members.dimensions(), od = out->dimensions();
   if (sd.size() != 2 || md.size() != 2 || od.size() != 2) {
@@ -21,17 +21,20 @@ static ffi::Error RadixTopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Bu
   if (k <= 0 || block_size <= 0 || (mode != 0 && mode != 1)) {
     return InvalidArgument(kOp, "k and block_size must be positive, mode 0 or 1");
   }
+  if (has_members && (md[1] < 1 || mode != 0)) {
+    return InvalidArgument(kOp, "has_members needs mode 0 and members [rows, m >= 1]");
+  }
   if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
     return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");
   }
   const TopkArgs args{scores.typed_data(),
                       lens.typed_data(),
                       has_starts ? starts.typed_data() : nullptr,
-                      md[1] > 0 ? members.typed_data() : nullptr,
+                      has_members ? members.typed_data() : nullptr,
                       out->typed_data(),
                       rows,
                       sd[1],
-                      md[1],
+                      has_members ? md[1] : 0,
                       k,
                       block_size,
                       static_cast<TopkMode>(mode)};
@@ -47,12 +50,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, RadixTopkImpl,
                                   .Arg<Buffer<ffi::F32>>()  // scores [rows, n]
                                   .Arg<Buffer<ffi::S32>>()  // lens [rows]
                                   .Arg<Buffer<ffi::S32>>()  // starts [rows] (read if has_starts)
-                                  .Arg<Buffer<ffi::S32>>()  // members [rows, m], m = 0: none
+                                  .Arg<Buffer<ffi::S32>>()  // members [rows, m] (if has_members)
                                   .Ret<Buffer<ffi::S32>>()  // out [rows, k]
                                   .Attr<int32_t>("k")
                                   .Attr<int32_t>("block_size")
                                   .Attr<int32_t>("mode")
-                                  .Attr<bool>("has_starts"),
+                                  .Attr<bool>("has_starts")
+                                  .Attr<bool>("has_members"),
                               kCmdBuffer);
 
 }  // namespace dsv41

@@ -144,27 +144,27 @@ def test_dcp_on_gpus_equals_one_gpu(rng, impl, exchange):
     np.testing.assert_array_equal(np.asarray(sel), np.asarray(want_sel))
 
 
-def test_eager_shard_map_reaching_ffi_does_not_crash(rng):
-    """The library's own ops inside an un-jitted shard_map: the FFI declines (a log line), the
-    next implementation runs, the answer is the single-GPU one."""
+@pytest.mark.parametrize("impl", [None, "ffi"])
+def test_eager_shard_map_reaching_ffi_does_not_crash(rng, impl):
+    """The library's FFI ops inside an un-jitted shard_map over every GPU (this crashed the
+    process when a custom call had a zero-size operand): they run, and equal one GPU's answer."""
     mesh = gpu_mesh()
     s = jnp.asarray(rng.standard_normal((4, 4096)).astype(np.float32))
     lens = jnp.array([0, 100, 4000, 4096], jnp.int32)
-    f = jax.shard_map(
-        lambda s, n: dj.topk(s, n, 64),
-        mesh=mesh,
-        in_specs=(P(), P()),
-        out_specs=P(),
-        check_vma=False,
+    blocks = jnp.asarray(np.sort(rng.choice(512, (4, 32)), axis=1).astype(np.int32))
+
+    def body(s, n, blocks):
+        return (
+            dj.topk(s, n, 64, implementation=impl),
+            dj.topk(s, n, 64, candidates=blocks, implementation=impl),
+            dj.select_candidate_blocks(s[:, :512], n, num_candidates=32, implementation=impl),
+        )
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
+    got = f(s, lens, blocks)
+    want = (
+        dj.topk(s, lens, 64, implementation="reference"),
+        dj.topk(s, lens, 64, candidates=blocks, implementation="reference"),
+        dj.select_candidate_blocks(s[:, :512], lens, num_candidates=32, implementation="reference"),
     )
-    got = f(s, lens)
-    want = dj.topk(s, lens, 64, implementation="reference")
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    with pytest.raises(NotImplementedError, match="eager"):
-        jax.shard_map(
-            lambda s, n: dj.topk(s, n, 64, implementation="ffi"),
-            mesh=mesh,
-            in_specs=(P(), P()),
-            out_specs=P(),
-            check_vma=False,
-        )(s, lens)
+    assert_tree_equal(got, want)

@@ -47,7 +47,7 @@ def test_sparse_logits_bitwise_equal_dense(rng, heads, next_n, kind):
         cache = dj.PagedIndexCache(jnp.asarray(np.asarray(cache.data)[:, :1].repeat(64, axis=1)))
     q = query(rng, batch, next_n, heads, 128)
     ctx = jnp.asarray(lengths(rng, batch, pages * 64, c))
-    _, table = dj.publish(q, cache, ctx, bt, cfg, implementation="ffi")
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
     poison_device_memory()
     sparse = np.asarray(
         dj.sparse_paged_mqa_logits(q, cache, table, ctx, bt, block_size=8, implementation="ffi")
@@ -67,7 +67,7 @@ def test_sparse_logits_invalid_pages_are_nan(rng):
     bad = np.asarray(bt).copy()
     bad[0, :] = -1  # every page of row 0 invalid: physical -1
     bad[1, :] = cache.num_pages + 5  # row 1: page ids past the cache
-    _, bad_table = dj.publish(q, cache, ctx, jnp.asarray(bt), cfg, implementation="ffi")
+    _, bad_table = dj.publish(q, cache, ctx, jnp.asarray(bt), cfg)
     bad_table = dj.sort_candidate_blocks(
         jnp.where(bad_table.blocks == dj.INT32_MAX, -1, bad_table.blocks),
         ctx,

@@ -22,8 +22,10 @@ def sort_candidate_blocks(
     block_size: int,
     page_size: int,
 ) -> CandidateTable:
-    _ext.require_gpu(TARGET, selected)
+    _ext.require_gpu(TARGET)
     rows, c = selected.shape
+    if rows == 0 or c == 0:  # no zero-size custom-call operands (see _ext.require_gpu)
+        raise NotImplementedError(f"{TARGET}: empty inputs")
     if -(-block_table.shape[1] * page_size // block_size) > MAX_BLOCKS:
         raise NotImplementedError(f"{TARGET}: rows longer than 2^20 blocks")
     if c > MAX_CANDIDATES:

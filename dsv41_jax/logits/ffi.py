@@ -26,7 +26,7 @@ def paged_mqa_logits(
     block_table: jax.Array,
     num_columns: int,
 ) -> jax.Array:
-    _ext.require_gpu(TARGET, query.weights)
+    _ext.require_gpu(TARGET)
     max_pages = block_table.shape[1]
     unsupported = [
         (cache.format != "fp8", "needs the fp8 cache"),
@@ -38,6 +38,7 @@ def paged_mqa_logits(
             "needs num_columns a multiple of 256 covering the page table",
         ),
         (query.batch > 1024, "needs at most 1024 requests"),
+        (query.batch == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
     ]
     for bad, why in unsupported:
         if bad:
@@ -88,7 +89,7 @@ def sparse_kernel_support() -> str:
 
 def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, block_size):
     """The sparse logits kernel of this GPU: SM90 (fp8 cache) or SM100 (mxfp4 cache)."""
-    _ext.require_gpu(SPARSE_TARGET, query.weights)
+    _ext.require_gpu(SPARSE_TARGET)
     if _on_sm90():
         return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
     return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
@@ -108,6 +109,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
         (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
         (c % 32 or c == 0, "needs C a positive multiple of 32 (whole 256-position splits)"),
         (rows > 1024, "needs at most 1024 query rows"),
+        (rows == 0 or cache.num_pages == 0, "needs non-empty inputs"),
     ]
     for bad, why in unsupported:
         if bad:

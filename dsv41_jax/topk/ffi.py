@@ -12,7 +12,9 @@ TARGET = "dsv41_logical_to_physical"
 
 
 def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: int) -> jax.Array:
-    _ext.require_gpu(TARGET, indices)
+    _ext.require_gpu(TARGET)
+    if indices.size == 0:
+        return jnp.zeros(indices.shape, jnp.int32)
     out = jax.ShapeDtypeStruct(indices.shape, jnp.int32)
     return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
         indices.astype(jnp.int32), block_table.astype(jnp.int32), page_size=np.int32(page_size)
@@ -25,12 +27,17 @@ POSITIONS, CANDIDATE_BLOCKS = 0, 1  # TopkMode in cuda/sm90_radix_topk.cuh
 
 def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Array:
     """The CUDA cluster radix select: exact, ascending output, -1 padded."""
-    _ext.require_gpu(RADIX_TOPK, scores)
+    _ext.require_gpu(RADIX_TOPK)
     if scores.dtype != jnp.float32:
         raise NotImplementedError(f"{RADIX_TOPK}: float32 scores only (got {scores.dtype})")
     rows = scores.shape[0]
-    if members is None:
-        members = jnp.zeros((rows, 0), jnp.int32)
+    if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
+        return jnp.zeros((0, k), jnp.int32)
+    has_members = members is not None
+    if not has_members:  # a dummy column, not [rows, 0]: see _ext.require_gpu
+        members = jnp.zeros((rows, 1), jnp.int32)
+    if members.shape[1] == 0:  # an empty candidate table: no position qualifies
+        return jnp.full((rows, k), -1, jnp.int32)
     out = jax.ShapeDtypeStruct((rows, k), jnp.int32)
     return jax.ffi.ffi_call(RADIX_TOPK, out, vmap_method="sequential")(
         scores,
@@ -41,6 +48,7 @@ def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Arr
         block_size=np.int32(block_size),
         mode=np.int32(mode),
         has_starts=starts is not None,
+        has_members=has_members,
     )
 
 

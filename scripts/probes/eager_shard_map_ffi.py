@@ -2,7 +2,13 @@
 
 Each variant runs in its own process (a segfault ends only that one) and prints
 `OK|FAIL <variant> rc=<code>` (rc -11 is SIGSEGV). The raw `jax.ffi.ffi_call`s are used, not the
-library's wrappers, which refuse the eager case. Run on the device: python3 scripts/probes/eager_shard_map_ffi.py
+library's wrappers (which never pass a zero-size operand). Run on a machine with 2+ GPUs:
+python3 scripts/probes/eager_shard_map_ffi.py
+
+Seen on 2 H200s (jax/jaxlib 0.11.2, 2026-11-30): only the variants with a zero-size operand
+under an eager multi-device shard_map die with SIGSEGV (rc -11), with or without command
+buffers; a [rows, 1] operand, another target, a 1-device mesh, or jax.jit around the shard_map
+all run. The radix top-k's ABI then took a `has_members` flag instead of a [rows, 0] operand.
 """
 
 from __future__ import annotations
