@@ -370,43 +370,42 @@ def bench_sharded(rng, bw) -> list[Row]:
             )
         )
         del caches
-        # DCP: each GPU holds ctx / W positions of every request (interleave 1).
+        # DCP: each GPU holds ctx / W positions of every request (interleave 1); the publishing
+        # and the consuming layer have their own queries and caches (identical operands would
+        # let XLA compute the logits once).
         local_ctx = ctx // w
         caches, qs, lens_local, bt = _decode_inputs(
-            rng,
-            jax.random.key(ctx + 1),
-            bs * w,
-            local_ctx,
-            layers=1,
+            rng, jax.random.key(ctx + 1), bs * w, local_ctx, layers=2
         )
-        stacked = jax.device_put(
-            caches[0].data.reshape(w, -1, 64, 1, 132), NamedSharding(mesh, P("x"))
-        )
+        stacked = [
+            jax.device_put(c.data.reshape(w, -1, 64, 1, 132), NamedSharding(mesh, P("x")))
+            for c in caches
+        ]
         tables = jax.device_put(
             (bt.reshape(w, bs, -1) - (jnp.arange(w) * (bs * local_ctx // 64))[:, None, None]),
             NamedSharding(mesh, P("x")),
         )
         glens = jnp.full((bs,), ctx, jnp.int32)
-        q = jax.tree.map(lambda x: x[:bs], qs[0])
+        q0, q1 = (jax.tree.map(lambda x: x[:bs], q) for q in qs)
         for exchange in ("topc", "pmax"):
 
             @functools.partial(
                 jax.shard_map,
                 mesh=mesh,
-                in_specs=(P(), P("x"), P("x"), P()),
+                in_specs=(P(), P(), P("x"), P("x"), P("x"), P()),
                 out_specs=P(),
                 check_vma=False,
             )
-            def dcp_step(q, caches, tables, glens, exchange=exchange):
-                local = dj.PagedIndexCache(caches[0])
+            def dcp_step(q0, q1, c0, c1, tables, glens, exchange=exchange):
+                local0, local1 = dj.PagedIndexCache(c0[0]), dj.PagedIndexCache(c1[0])
                 top, table = sharding.dcp_publish(
-                    q, local, tables[0], glens, cfg, axis="x", exchange=exchange
+                    q0, local0, tables[0], glens, cfg, axis="x", exchange=exchange
                 )
-                sel = sharding.dcp_select(q, local, tables[0], glens, table, cfg, axis="x")
+                sel = sharding.dcp_select(q1, local1, tables[0], glens, table, cfg, axis="x")
                 return top, table.blocks, sel
 
             floor = 2 * bs * local_ctx * 132 / (bw * 1e3)
-            t = jax_time_us(dcp_step, [(q, stacked, tables, glens)])
+            t = jax_time_us(dcp_step, [(q0, q1, *stacked, tables, glens)])
             rows.append(Row("DCP publish + select", shape, f"exchange={exchange}", t, floor))
         # The collectives alone: the pmax of every block maximum vs the top-C all-gather.
         nb = ctx // 8

@@ -55,7 +55,8 @@ for step in $STEPS; do
       $PY examples/decode_step.py >"$OUT/demo.log" 2>&1
       note "demo rc=$?"; cat "$OUT/demo.log" ;;
     bench)
-      $PY -m dsv41_jax.bench --quick ${BENCH_ARGS:-} --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+      quick=--quick; [ "${BENCH_QUICK:-1}" = 0 ] && quick=
+      $PY -m dsv41_jax.bench $quick ${BENCH_ARGS:-} --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
       note "bench rc=$?"; cat "$OUT/bench.md" 2>/dev/null || tail -30 "$OUT/bench.log" ;;
     probe:*)
       f=${step#probe:}

@@ -9,6 +9,8 @@ Seen on 2 H200s (jax/jaxlib 0.11.2, 2026-11-30): only the variants with a zero-s
 under an eager multi-device shard_map die with SIGSEGV (rc -11), with or without command
 buffers; a [rows, 1] operand, another target, a 1-device mesh, or jax.jit around the shard_map
 all run. The radix top-k's ABI then took a `has_members` flag instead of a [rows, 0] operand.
+A call that omits a declared attribute (this probe before `has_members` was added to it) also
+died with SIGSEGV in every variant: pass exactly the attributes docs/ffi_targets.md lists.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def run(variant: str) -> None:
             block_size=np.int32(8),
             mode=np.int32(0),
             has_starts=False,
+            has_members=m > 0,
         )
 
     def l2p_body(scores, lens):
