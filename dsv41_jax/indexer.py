@@ -115,9 +115,9 @@ def select(
     the context length) and maps the chosen columns back to positions. Both return identical
     results: the sparse kernels compute each logit exactly as the dense ones do.
     `path="auto"` (the default) takes the sparse path where this GPU has a sparse logits kernel
-    for the cache (SM90 with the fp8 cache, SM100 with mxfp4) and the mask path elsewhere (the
-    CPU reference included). `path="sparse"` on a GPU without a sparse kernel raises ValueError
-    rather than running the sparse reference there.
+    for the inputs (SM90 with the fp8 cache, SM100 with mxfp4; `docs/sparse_consumer.md`) and
+    the mask path elsewhere (the CPU reference included). `path="sparse"` on a GPU without such
+    a kernel raises ValueError rather than running the slow sparse reference there.
 
     Raises:
       ValueError: bad inputs, a config that does not match them, or a table published with
@@ -134,15 +134,19 @@ def select(
     k, b = config.index_topk, config.candidate_block_size
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
-    on_gpu = jax.default_backend() == "gpu"
-    sparse_kernel = logits_ffi.has_sparse_kernel(cache.format)
+    declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
     if path == "auto":
-        path = "sparse" if sparse_kernel and implementation in (None, "ffi") else "mask"
-    elif path == "sparse" and on_gpu and not sparse_kernel and implementation != "reference":
+        path = "sparse" if declines is None and implementation in (None, "ffi") else "mask"
+    elif (
+        path == "sparse"
+        and declines is not None
+        and jax.default_backend() == "gpu"
+        and implementation != "reference"
+    ):
         raise ValueError(
-            "select(path='sparse'): this GPU has no sparse logits kernel for the "
-            f"{cache.format!r} cache ({logits_ffi.sparse_kernel_support()}); use path='mask' "
-            "(or 'auto'), or implementation='reference' to run the slow sparse reference"
+            f"select(path='sparse'): no sparse logits kernel on this GPU for these inputs "
+            f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
+            "the slow sparse reference"
         )
     if path == "mask":
         logits = paged_mqa_logits(

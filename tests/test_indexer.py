@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -171,6 +173,54 @@ def test_select_rejects_bad_path_and_table(rng):
     short = jax.tree.map(lambda x: x[:1], table)
     with pytest.raises(ValueError, match="table has 1 rows"):
         dj.select(q, cache, ctx, bt, short, cfg)
+
+
+def test_block_size_mismatch_between_publisher_and_consumer_raises(rng):
+    """The table records B: a consumer with another B would name other positions (silently)."""
+    cfg = small_config()
+    q, cache, ctx, bt = step_inputs(rng, cfg, [10, 20], pages=2)
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    assert table.block_size == cfg.candidate_block_size
+    other = dataclasses.replace(cfg, candidate_block_size=8)
+    with pytest.raises(ValueError, match=r"config.candidate_block_size is 8 .* block_size 4"):
+        dj.select(q, cache, ctx, bt, table, other)
+    scores = jnp.zeros((table.num_rows, 64), jnp.float32)
+    lens = jnp.full((table.num_rows,), 64, jnp.int32)
+    with pytest.raises(ValueError, match=r"block_size is 16 .* block_size 4"):
+        dj.topk(scores, lens, 3, candidates=table, block_size=16)
+    with pytest.raises(ValueError, match="block_size"):
+        dj.sparse_columns_to_positions(jnp.zeros((table.num_rows, 3), jnp.int32), table, 8)
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        dj.CandidateTable(table.blocks, table.count, table.valid_lens, table.physical, block_size=0)
+    # Through jit and tree_map the block size stays with the table.
+    mapped = jax.tree.map(lambda x: x, table)
+    assert mapped.block_size == 4 and jax.tree.leaves(table) == jax.tree.leaves(mapped)
+
+
+def test_select_auto_path_choice(rng, monkeypatch):
+    """auto: sparse where the GPU has a sparse kernel for the inputs, else mask; sparse on a GPU
+    without one raises instead of running the slow sparse reference."""
+    from dsv41_jax import indexer
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    cfg = small_config()
+    q, cache, ctx, bt = step_inputs(rng, cfg, [10, 20], pages=2)
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    calls = []
+    real = indexer.sparse_paged_mqa_logits
+    monkeypatch.setattr(
+        indexer, "sparse_paged_mqa_logits", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    mask = np.asarray(dj.select(q, cache, ctx, bt, table, cfg, path="mask"))
+    np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, table, cfg)), mask)
+    assert calls == []  # CPU: no sparse kernel, auto took the mask path
+    monkeypatch.setattr(logits_ffi, "sparse_kernel_declines", lambda *a: None)
+    np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, table, cfg)), mask)
+    assert calls == [1]  # a sparse kernel "exists": auto took the sparse path (reference here)
+    monkeypatch.setattr(logits_ffi, "sparse_kernel_declines", lambda *a: "no kernel for sm_80")
+    monkeypatch.setattr(indexer.jax, "default_backend", lambda: "gpu")
+    with pytest.raises(ValueError, match="no kernel for sm_80.*path='mask'"):
+        dj.select(q, cache, ctx, bt, table, cfg, path="sparse")
 
 
 @pytest.mark.parametrize(

@@ -72,19 +72,47 @@ def _on_sm90() -> bool:
     return _compute_capability() == "9.0"
 
 
-def has_sparse_kernel(cache_format: str) -> bool:
-    """Whether this process's GPU has a sparse logits kernel for the cache format (no tracing)."""
-    if not _ext.available() or jax.default_backend() != "gpu":
-        return False
-    return (_on_sm90() and cache_format == "fp8") or (_on_sm100() and cache_format == "mxfp4")
+def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> list[tuple[bool, str]]:
+    c = num_candidates
+    return [
+        (cache.format != "fp8", "needs the fp8 cache"),
+        (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
+        (block_size != 8, "needs candidate blocks of 8"),
+        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+        (c % 32 or c == 0, "needs C a positive multiple of 32 (whole 256-position splits)"),
+        (query.num_rows > 1024, "needs at most 1024 query rows"),
+        (query.num_rows == 0 or cache.num_pages == 0, "needs non-empty inputs"),
+    ]
 
 
-def sparse_kernel_support() -> str:
-    cc = _compute_capability() if jax.default_backend() == "gpu" else "none"
-    return (
-        f"compute capability {cc or 'unknown'}; sparse kernels exist for 9.0 (fp8 cache) and "
-        "10.x (mxfp4 cache)"
-    )
+def _sm100_sparse_unsupported(query, cache, num_candidates, block_size) -> list[tuple[bool, str]]:
+    return [
+        (cache.format != "mxfp4", "needs the mxfp4 cache (the fp8 path wants MXFP8 scales)"),
+        (cache.head_dim != 128 or cache.page_size not in (64, 128), "needs D 128, page 64/128"),
+        (query.num_heads != 32, "needs 32 heads"),
+        (num_candidates != 2048 or block_size != 8, "needs C 2048 blocks of 8"),
+    ]
+
+
+def sparse_kernel_declines(query, cache, num_candidates: int, block_size: int) -> str | None:
+    """Why this process's GPU runs no sparse logits kernel for these inputs, or None if it does.
+    Static: reads shapes and the device only, so `select(path="auto")` can choose before tracing
+    either path."""
+    if not _ext.available():
+        return "the CUDA extension is not built"
+    if jax.default_backend() != "gpu":
+        return "JAX does not run on a CUDA GPU"
+    if _on_sm90():
+        checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
+    elif _on_sm100():
+        checks = _sm100_sparse_unsupported(query, cache, num_candidates, block_size)
+    else:
+        return (
+            f"no sparse kernel for compute capability {_compute_capability() or 'unknown'} "
+            "(kernels exist for 9.0 with the fp8 cache and 10.x with mxfp4)"
+        )
+    reasons = [why for bad, why in checks if bad]
+    return "; ".join(reasons) if reasons else None
 
 
 def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, block_size):
@@ -102,16 +130,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
     it is bitwise the dense logit. float32 `[rows, C·B]`, columns past `valid_lens`
     unspecified; blocks on pages outside the cache read as NaN."""
     rows, c = table.physical.shape
-    unsupported = [
-        (cache.format != "fp8", "needs the fp8 cache"),
-        (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
-        (block_size != 8, "needs candidate blocks of 8"),
-        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
-        (c % 32 or c == 0, "needs C a positive multiple of 32 (whole 256-position splits)"),
-        (rows > 1024, "needs at most 1024 query rows"),
-        (rows == 0 or cache.num_pages == 0, "needs non-empty inputs"),
-    ]
-    for bad, why in unsupported:
+    for bad, why in _sm90_sparse_unsupported(query, cache, c, block_size):
         if bad:
             raise NotImplementedError(f"{GATHER_TARGET} + {TARGET}: {why}")
     pages = c // 8  # 8 blocks of 8 per 64-token page
@@ -139,13 +158,7 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
             f"sparse_paged_mqa_logits: no sparse kernel for this GPU (compute capability "
             f"{_compute_capability() or 'unknown'}; kernels exist for 9.0 and 10.x)"
         )
-    unsupported = [
-        (cache.format != "mxfp4", "needs the mxfp4 cache (the fp8 path wants MXFP8 scales)"),
-        (cache.head_dim != 128 or cache.page_size not in (64, 128), "needs D 128, page 64/128"),
-        (query.num_heads != 32, "needs 32 heads"),
-        (table.num_candidates != 2048 or block_size != 8, "needs C 2048 blocks of 8"),
-    ]
-    for bad, why in unsupported:
+    for bad, why in _sm100_sparse_unsupported(query, cache, table.num_candidates, block_size):
         if bad:
             raise NotImplementedError(f"{SPARSE_TARGET}: {why}")
     rows = query.num_rows
