@@ -39,10 +39,64 @@ def floating(x, name: str) -> None:
         raise ValueError(f"{name} must have a floating dtype, got {x.dtype}")
 
 
+def static_int(v, name: str) -> int:
+    """A static integer argument: a Python int, a NumPy integer or a concrete 0-d integer array
+    (not bool). A traced value gets a hint to make the argument static."""
+    if isinstance(v, jax.core.Tracer):
+        raise ValueError(
+            f"{name} must be a static int known at trace time, got a traced value; pass a Python "
+            "int (mark it static, e.g. jax.jit(..., static_argnames=...))"
+        )
+    if isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{name} must be an int, got {v!r}")
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if (
+        isinstance(v, (np.ndarray, jax.Array))
+        and v.ndim == 0
+        and np.issubdtype(v.dtype, np.integer)
+    ):
+        return int(v)
+    raise ValueError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+
+
 def positive_int(v, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+    try:
+        n = static_int(v, name)
+    except ValueError as e:
+        if "traced" in str(e):
+            raise
+        raise ValueError(f"{name} must be a positive int, got {v!r}") from None
+    if n <= 0:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return int(v)
+    return n
+
+
+def boolean(v, name: str) -> bool:
+    """A static flag: a Python or NumPy bool only (a string such as "no" is an error, not True)."""
+    if not isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {type(v).__name__} {v!r}")
+    return bool(v)
+
+
+def array(x, name: str):
+    """An array argument: JAX and NumPy arrays pass; other array-likes (lists, scalars) are
+    converted when they hold numbers, else a ValueError names the argument."""
+    if isinstance(x, (jax.Array, np.ndarray)) or hasattr(x, "__jax_array__"):
+        return x
+    if isinstance(x, jax.core.Tracer):
+        return x
+    try:
+        out = np.asarray(x)
+    except Exception:  # noqa: BLE001 - ragged lists and other non-arrays
+        out = None
+    if (
+        out is None
+        or out.dtype == object
+        or not (np.issubdtype(out.dtype, np.number) or out.dtype == np.bool_)
+    ):
+        raise ValueError(f"{name} must be an array, got {type(x).__name__}")
+    return jnp.asarray(out)
 
 
 def concrete(x) -> np.ndarray | None:

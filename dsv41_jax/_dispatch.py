@@ -14,6 +14,8 @@ from typing import Any
 
 import jax
 
+from dsv41_jax._ext import ExtensionUnavailable
+
 logger = logging.getLogger("dsv41_jax")
 
 Implementation = str | Sequence[str] | None
@@ -74,7 +76,8 @@ class Op:
                 reasons.append(f"{n}: {e}")
                 if len(names) > 1:
                     _log_fallback(self.name, n, str(e))
-        raise NotImplementedError(
+        # ExtensionUnavailable (a NotImplementedError): "this path is not available here".
+        raise ExtensionUnavailable(
             f"{self.name}: no implementation accepted the inputs ({'; '.join(reasons)})"
         )
 

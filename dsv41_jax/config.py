@@ -6,12 +6,9 @@ import dataclasses
 from typing import Literal
 
 import jax
+import numpy as np
 
 CacheFormat = Literal["fp8", "mxfp4"]
-
-# DeepGEMM's SM90 paged MQA logits kernel exists for these only (DESIGN.md §1.1).
-SM90_HEADS = (32, 64)
-SM90_NEXT_N = (1, 2)
 
 
 @jax.tree_util.register_dataclass
@@ -19,8 +16,9 @@ SM90_NEXT_N = (1, 2)
 class IndexerConfig:
     """Static shape and selection parameters of one V4.1 indexer.
 
-    Defaults are DeepSeek-V4.1's (DESIGN.md §1). Every field is static (a pytree with no leaves),
-    so a config can be passed straight into `jax.jit`-ed functions.
+    Defaults are DeepSeek-V4.1's (docs/contract.md). Every field is static (a pytree with no
+    leaves), so a config can be passed straight into `jax.jit`-ed functions. NumPy integers are
+    accepted and stored as Python ints.
 
     Attributes:
       num_heads: index heads per query row.
@@ -56,8 +54,13 @@ class IndexerConfig:
             "next_n",
         ):
             value = getattr(self, name)
+            if isinstance(value, np.integer):  # NumPy ints are ints (stored as Python ints)
+                value = int(value)
+                object.__setattr__(self, name, value)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"IndexerConfig.{name} must be a positive int, got {value!r}")
+        if isinstance(self.rope_head_dim, np.integer):
+            object.__setattr__(self, "rope_head_dim", int(self.rope_head_dim))
         if not isinstance(self.rope_head_dim, int) or not 0 <= self.rope_head_dim <= self.head_dim:
             raise ValueError(
                 f"IndexerConfig.rope_head_dim must be an int in [0, head_dim={self.head_dim}], "

@@ -11,6 +11,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
@@ -26,6 +27,11 @@ Path = Literal["auto", "mask", "sparse"]
 def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt: str) -> None:
     if not isinstance(config, IndexerConfig):
         raise ValueError(f"config must be an IndexerConfig, got {type(config).__name__}")
+    if not isinstance(query, QueryBundle):
+        raise ValueError(
+            f"query must be a QueryBundle (make one with dsv41_jax.quantize_queries), got "
+            f"{type(query).__name__}"
+        )
     checks = (
         ("num_heads", query.num_heads),
         ("head_dim", head_dim),
@@ -40,6 +46,8 @@ def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt:
 
 
 def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
+    if not isinstance(cache, PagedIndexCache):
+        raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
     _check_config(config, query, cache.head_dim, cache.format)
     if config.page_size != cache.page_size:
         raise ValueError(
@@ -89,6 +97,8 @@ def publish(
       (int32 `[batch·next_n, k]` top-k logical positions, ascending, -1 padded; the table).
     """
     _check_paged_config(config, query, cache)
+    context_lens = _checks.array(context_lens, "context_lens")
+    block_table = _checks.array(block_table, "block_table")
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
@@ -126,6 +136,8 @@ def select(
     Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
     """
     _check_paged_config(config, query, cache)
+    context_lens = _checks.array(context_lens, "context_lens")
+    block_table = _checks.array(block_table, "block_table")
     if not isinstance(table, CandidateTable):
         raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
     if table.num_rows != query.num_rows:

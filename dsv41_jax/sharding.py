@@ -1,6 +1,6 @@
 """Multi-device selection with JAX's own engine: `Mesh` + `shard_map` + collectives.
 
-Two layouts (DESIGN.md §1.2), both bitwise equal to the unsharded result:
+Two layouts (docs/multi_device.md), both bitwise equal to the unsharded result:
 
 - **Row sharding** (tensor parallel): the indexer is replicated; each device selects a contiguous,
   equal slice of the requests and an all-gather rebuilds the full outputs. `publish_row_sharded`

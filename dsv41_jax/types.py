@@ -74,8 +74,25 @@ class PagedIndexCache:
         return self.num_pages * self.page_size
 
     @staticmethod
-    def zeros(num_pages: int, page_size: int, head_dim: int, format: CacheFormat = "fp8"):
-        """An empty cache (all bytes zero: values 0, scales 0)."""
+    def zeros(
+        num_pages: int, page_size: int, head_dim: int, format: CacheFormat = "fp8"
+    ) -> PagedIndexCache:
+        """An empty cache (all bytes zero: values 0, scales 0).
+
+        Raises ValueError naming the argument for a non-positive or non-integer size, or a
+        head_dim the format cannot hold (mxfp4: a multiple of 32, at most 128).
+        """
+        from dsv41_jax import _checks
+
+        num_pages = _checks.positive_int(num_pages, "num_pages")
+        page_size = _checks.positive_int(page_size, "page_size")
+        head_dim = _checks.positive_int(head_dim, "head_dim")
+        if format not in ("fp8", "mxfp4"):
+            raise ValueError(f"format must be 'fp8' or 'mxfp4', got {format!r}")
+        if format == "mxfp4" and (head_dim % 32 or head_dim > 128):
+            raise ValueError(
+                f"head_dim must be a multiple of 32, at most 128, for mxfp4: {head_dim}"
+            )
         shape = (num_pages, page_size, 1, _row_bytes(format, head_dim))
         return PagedIndexCache(jnp.zeros(shape, jnp.uint8), format)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the GPU needs in one device call (DESIGN.md §5): install the carried wheels, build
+# Everything the GPU needs in one device call: install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
 # benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file> (default:
 # build test bench); BENCH_ARGS adds benchmark options (e.g. "--only sort,topk --breakdown").

@@ -1,4 +1,4 @@
-"""Independent float64 NumPy oracle of DESIGN.md §1, written as plain loops.
+"""Independent float64 NumPy oracle of the contract (docs/contract.md), written as plain loops.
 
 Nothing here calls dsv41_jax: it decodes cache bytes itself and implements the selection rules
 straight from the contract, so the library's vectorised code is checked against a second reading.

@@ -43,9 +43,12 @@ def block_amax(
 
     Returns float32 `[rows, ceil(N / B)]`.
     """
+    scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
+    starts = None if starts is None else _checks.array(starts, "starts")
     check_rows(scores, lengths, starts)
     block_size = _checks.positive_int(block_size, "block_size")
-    return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, bool(pin_newest))
+    pin = _checks.boolean(pin_newest, "pin_newest")
+    return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, pin)
 
 
 def select_candidate_blocks(
@@ -70,6 +73,8 @@ def select_candidate_blocks(
     Returns:
       int32 `[rows, C]` block ids, ascending, padded with -1.
     """
+    block_scores = _checks.array(block_scores, "block_scores")
+    lengths = _checks.array(lengths, "lengths")
     _checks.rank(block_scores, 2, "block_scores")
     _checks.floating(block_scores, "block_scores")
     _checks.shape(lengths, (block_scores.shape[0],), "lengths")
@@ -107,6 +112,9 @@ def sort_candidate_blocks(
       lengths: int `[rows]` row lengths in positions.
       block_table: int `[rows, max_pages]` per-row page table.
     """
+    selected = _checks.array(selected, "selected")
+    lengths = _checks.array(lengths, "lengths")
+    block_table = _checks.array(block_table, "block_table")
     _checks.rank(selected, 2, "selected")
     _checks.integer(selected, "selected")
     rows = selected.shape[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
@@ -24,8 +25,16 @@ MQA_LOGITS = Op("mqa_logits", reference=reference.mqa_logits)
 
 def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> None:
     """The bundle's dtypes and shapes, and that it matches the keys it is scored against."""
+    if not isinstance(query, QueryBundle):
+        raise ValueError(
+            f"query must be a QueryBundle (make one with dsv41_jax.quantize_queries), got "
+            f"{type(query).__name__}"
+        )
     if query.format != format:
-        raise ValueError(f"query.format {query.format!r} does not match the {what} ({format!r})")
+        raise ValueError(
+            f"query.format {query.format!r} does not match the {what} ({format!r}): quantize the "
+            f"queries with dsv41_jax.quantize_queries(q, weights, {format!r})"
+        )
     _checks.rank(query.values, 4, "query.values")
     b, n, h, _ = query.values.shape
     if query.head_dim != head_dim:
@@ -47,6 +56,8 @@ def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> No
 
 
 def check_paged(query: QueryBundle, cache: PagedIndexCache, context_lens, block_table) -> None:
+    if not isinstance(cache, PagedIndexCache):
+        raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
     check_query(query, cache.head_dim, cache.format, "cache")
     _checks.shape(context_lens, (query.batch,), "context_lens")
     _checks.integer(context_lens, "context_lens")
@@ -85,12 +96,17 @@ def paged_mqa_logits(
       float32 `[batch·next_n, num_columns]`. Columns at or past a row's length hold -inf in the
       reference (kernels may leave them unwritten: no selection op reads past a row's length);
       positions on a page id outside `[0, num_pages)` hold NaN. Lengths are clamped to
-      `[0, num_columns]` (an error when they are known at trace time).
+      `[0, num_columns]`; lengths known at trace time outside it raise ValueError.
     """
+    context_lens = _checks.array(context_lens, "context_lens")
+    block_table = _checks.array(block_table, "block_table")
     check_paged(query, cache, context_lens, block_table)
     if num_columns is None:  # whole 256-position splits: the width DeepGEMM's kernel writes
         num_columns = -(-block_table.shape[1] * cache.page_size // 256) * 256
     num_columns = _checks.positive_int(num_columns, "num_columns")
+    _checks.lengths_within(
+        context_lens, num_columns, "context_lens", f"num_columns is {num_columns}"
+    )
     return PAGED_MQA_LOGITS(implementation, query, cache, context_lens, block_table, num_columns)
 
 
@@ -111,7 +127,11 @@ def sparse_paged_mqa_logits(
     "ffi" implementation (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives
     bfloat16 with the other columns unspecified. Same formula as `paged_mqa_logits`.
     """
+    context_lens = _checks.array(context_lens, "context_lens")
+    block_table = _checks.array(block_table, "block_table")
     check_paged(query, cache, context_lens, block_table)
+    if not isinstance(table, CandidateTable):
+        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
     block_size = _checks.positive_int(block_size, "block_size")
     table.check_block_size(block_size, "block_size")
     rows = query.num_rows
@@ -140,8 +160,13 @@ def mqa_logits(
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")
     rows = query.num_rows
+    starts, ends = _checks.array(starts, "starts"), _checks.array(ends, "ends")
     for name, v in (("starts", starts), ("ends", ends)):
         _checks.shape(v, (rows,), name)
         _checks.integer(v, name)
         _checks.lengths_within(v, keys.num_tokens, name, "positions of the packed key buffer")
+    s, e = _checks.concrete(starts), _checks.concrete(ends)
+    if s is not None and e is not None and (s > e).any():
+        r = int(np.argmax(s > e))
+        raise ValueError(f"starts must be <= ends (row {r}: starts {s[r]} > ends {e[r]})")
     return MQA_LOGITS(implementation, query, keys, starts, ends)

@@ -1,6 +1,6 @@
 """Pure-jax.numpy logits: the oracle of every logits kernel.
 
-`logits[r, t] = (Σ_h w[r, h] · relu(q[r, h] · k[t])) · s[t]` in fp32 (DESIGN.md §1.1). Columns a
+`logits[r, t] = (Σ_h w[r, h] · relu(q[r, h] · k[t])) · s[t]` in fp32 (docs/contract.md). Columns a
 row cannot see are -inf, positions on invalid pages NaN: nothing downstream can select either.
 """
 

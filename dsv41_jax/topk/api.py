@@ -67,6 +67,8 @@ def topk(
     Returns:
       int32 `[rows, k]` logical positions (relative to `starts`).
     """
+    scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
+    starts = None if starts is None else _checks.array(starts, "starts")
     rows = check_rows(scores, lengths, starts)
     k = _checks.positive_int(k, "k")
     block_size = _checks.positive_int(block_size, "block_size")
@@ -74,6 +76,7 @@ def topk(
         candidates.check_block_size(block_size, "block_size")
         candidates = candidates.blocks
     if candidates is not None:
+        candidates = _checks.array(candidates, "candidates")
         _checks.rank(candidates, 2, "candidates")
         _checks.shape(candidates, (rows, None), "candidates")
         _checks.integer(candidates, "candidates")
@@ -88,6 +91,7 @@ def sparse_columns_to_positions(
     Ascending columns map to ascending positions (the table is ascending), so a top-k over the
     sparse row stays in the contract's order.
     """
+    columns = _checks.array(columns, "columns")
     _checks.rank(columns, 2, "columns")
     _checks.shape(columns, (table.num_rows, None), "columns")
     table.check_block_size(block_size, "block_size")
@@ -106,6 +110,8 @@ def logical_to_physical(
     Positions past the page table, or on a negative page id, map to -1 (nothing is read out of
     bounds). `block_table` is per row (`[rows, max_pages]`).
     """
+    indices = _checks.array(indices, "indices")
+    block_table = _checks.array(block_table, "block_table")
     _checks.rank(indices, 2, "indices")
     _checks.integer(indices, "indices")
     _checks.rank(block_table, 2, "block_table")
