@@ -1,0 +1,229 @@
+"""Property-based: random shapes, lengths, dtypes and bad values through the public API. Every
+call either meets the contract (against the plain-loop oracle) or raises a ValueError that names
+an argument; no other exception escapes."""
+
+from __future__ import annotations
+
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dsv41_jax as dj
+
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+ARGS = (
+    r"scores|lengths|starts|k|block_size|candidates|num_candidates|block_scores|selected|"
+    r"block_table|page_size|indices|pin_newest|implementation"
+)
+
+
+def valid_or_named_error(call, expected=None):
+    """Run `call`; return its result, or None after checking a ValueError names an argument."""
+    try:
+        out = call()
+    except ValueError as e:
+        assert re.search(ARGS, str(e)), f"ValueError does not name an argument: {e}"
+        return None
+    if expected is not None:
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
+    return out
+
+
+# Values that are sometimes wrong: ints that may be 0/negative/bool/float, NumPy and JAX scalars.
+def int_like(lo=-2, hi=40):
+    base = st.integers(lo, hi)
+    return st.one_of(
+        base,
+        base.map(np.int64),
+        base.map(lambda v: jnp.int32(v)),
+        st.sampled_from([True, 2.5, "3", None]),
+    )
+
+
+def score_rows(draw, rows, n):
+    kind = draw(st.sampled_from(["random", "ties", "special"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    if kind == "random":
+        return rng.standard_normal((rows, n)).astype(np.float32)
+    if kind == "ties":
+        return rng.integers(0, 3, (rows, n)).astype(np.float32)
+    s = rng.integers(-2, 2, (rows, n)).astype(np.float32)
+    pick = rng.random((rows, n))
+    s[pick < 0.2] = np.nan
+    s[(pick >= 0.2) & (pick < 0.35)] = -np.inf
+    s[(pick >= 0.35) & (pick < 0.45)] = -0.0
+    return s
+
+
+@st.composite
+def topk_case(draw):
+    rows, n = draw(st.integers(0, 4)), draw(st.integers(1, 48))
+    scores = score_rows(draw, rows, n)
+    lens = np.array([draw(st.integers(-3, n + 3)) for _ in range(rows)], np.int64)
+    k = draw(int_like())
+    dtype = draw(st.sampled_from([np.float32, np.float32, jnp.bfloat16, np.int32]))
+    as_list = draw(st.booleans())
+    return scores, lens, k, dtype, as_list
+
+
+@SETTINGS
+@given(topk_case())
+def test_topk_contract_or_named_error(case):
+    scores, lens, k, dtype, as_list = case
+    s = jnp.asarray(scores).astype(dtype)
+    lengths = lens.tolist() if as_list else lens
+    out = valid_or_named_error(lambda: dj.topk(s, lengths, k, implementation="reference"))
+    if out is None:
+        return
+    kk = int(k)
+    vals = np.asarray(s.astype(jnp.float32))
+    want = [oracle.topk_row(vals[r], int(lens[r]), kk) for r in range(len(lens))]
+    np.testing.assert_array_equal(
+        np.asarray(out).reshape(len(lens), kk), np.array(want).reshape(len(lens), kk)
+    )
+
+
+@st.composite
+def blocks_case(draw):
+    rows, nb = draw(st.integers(1, 3)), draw(st.integers(1, 12))
+    b = draw(st.sampled_from([1, 2, 4, 8]))
+    scores = score_rows(draw, rows, nb * b)
+    lens = np.array([draw(st.integers(0, nb * b)) for _ in range(rows)], np.int32)
+    pin = draw(st.sampled_from([True, False, "no", 1]))
+    c = draw(int_like(-1, 14))
+    return scores, lens, b, pin, c
+
+
+@SETTINGS
+@given(blocks_case())
+def test_block_ops_contract_or_named_error(case):
+    scores, lens, b, pin, c = case
+    amax = valid_or_named_error(
+        lambda: dj.block_amax(
+            jnp.asarray(scores),
+            jnp.asarray(lens),
+            block_size=b,
+            pin_newest=pin,
+            implementation="reference",
+        )
+    )
+    if amax is not None:
+        nb = -(-scores.shape[1] // b)
+        want = [
+            oracle.block_amax_row(scores[r], int(lens[r]), b, nb, bool(pin))
+            for r in range(len(lens))
+        ]
+        np.testing.assert_array_equal(np.asarray(amax), np.array(want, np.float32))
+    block_scores = jnp.asarray(scores[:, : max(1, scores.shape[1] // b)])
+    picked = valid_or_named_error(
+        lambda: dj.select_candidate_blocks(
+            block_scores,
+            jnp.asarray(np.minimum(lens, block_scores.shape[1] * b)),
+            num_candidates=c,
+            block_size=b,
+            implementation="reference",
+        )
+    )
+    if picked is not None:
+        bsn = np.asarray(block_scores)
+        ln = np.minimum(lens, bsn.shape[1] * b)
+        want = [oracle.candidate_row(bsn[r], int(ln[r]), int(c), b) for r in range(len(lens))]
+        np.testing.assert_array_equal(np.asarray(picked), np.array(want))
+
+
+@st.composite
+def pages_case(draw):
+    rows, pages = draw(st.integers(1, 3)), draw(st.integers(0, 4))
+    page_size = draw(st.sampled_from([8, 16, 0, -8]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    table = rng.integers(-1, 20, (rows, pages)).astype(np.int32)
+    k = draw(st.integers(1, 6))
+    idx = rng.integers(-1, max(1, pages * abs(page_size) + 3), (rows, k)).astype(np.int32)
+    return table, idx, page_size
+
+
+@SETTINGS
+@given(pages_case())
+def test_logical_to_physical_contract_or_named_error(case):
+    table, idx, p = case
+    out = valid_or_named_error(
+        lambda: dj.logical_to_physical(
+            jnp.asarray(idx), jnp.asarray(table), p, implementation="reference"
+        )
+    )
+    if out is not None:
+        want = [oracle.physical_row(idx[r], table[r], p) for r in range(len(idx))]
+        np.testing.assert_array_equal(np.asarray(out), np.array(want))
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (
+            lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation=5),
+            "implementation",
+        ),
+        (
+            lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation=[]),
+            "none of",
+        ),
+        (
+            lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation="cuda"),
+            "unknown implementation",
+        ),
+        (lambda: dj.topk([[1.0, 2.0]], [2], 1, implementation="reference"), None),
+        (lambda: dj.topk(jnp.zeros((2, 8)), [[1], [2, 3]], 2), "lengths must be an array"),
+        (lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), jnp.int32(3)), None),
+        (
+            lambda: dj.block_amax(jnp.zeros((1, 8)), jnp.ones(1, jnp.int32), pin_newest="no"),
+            "pin_newest must be a bool",
+        ),
+        (lambda: dj.PagedIndexCache.zeros(-1, 64, 128), "num_pages"),
+        (lambda: dj.PagedIndexCache.zeros(4.5, 64, 128), "num_pages"),
+        (lambda: dj.PagedIndexCache.zeros(4, 0, 128), "page_size"),
+        (lambda: dj.PagedIndexCache.zeros(4, 64, 100, "mxfp4"), "head_dim"),
+        (lambda: dj.IndexerConfig(index_topk=np.int64(512)), None),
+    ],
+)
+def test_new_user_errors(call, match):
+    if match is None:
+        call()  # accepted
+        return
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_traced_k_gets_a_static_hint():
+    import jax
+
+    f = jax.jit(lambda s, n, k: dj.topk(s, n, k))
+    with pytest.raises(ValueError, match="static"):
+        f(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 3)
+
+
+def test_prefill_starts_after_ends_and_lengths_past_columns_raise(rng):
+    from factories import paged_cache, query
+
+    cache, bt = paged_cache(rng, 2, 2, 16, 64)
+    q = query(rng, 2, 1, 4, 64)
+    with pytest.raises(ValueError, match="context_lens must lie in"):
+        dj.paged_mqa_logits(q, cache, jnp.array([5, 30]), bt, num_columns=16)
+    keys = dj.quantize_keys(jnp.ones((10, 64), jnp.float32))
+    with pytest.raises(ValueError, match="starts must be <= ends"):
+        dj.mqa_logits(q, keys, jnp.array([3, 5]), jnp.array([4, 2]))
+    with pytest.raises(ValueError, match="quantize_queries"):
+        dj.paged_mqa_logits(jnp.zeros((2, 1, 4, 64)), cache, jnp.array([5, 6]), bt)
+
+
+def test_unavailable_gpu_path_is_extension_unavailable():
+    if __import__("jax").default_backend() == "gpu":
+        pytest.skip("CPU-only check")
+    with pytest.raises(dj.ExtensionUnavailable):
+        dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation="ffi")
