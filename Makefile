@@ -7,6 +7,12 @@ PY    := $(VENV)/bin/python
 PYTHON312 ?= $(shell for p in $$(command -v python3.12) \
   $$(ls -d $(HOME)/.pyenv/versions/3.12.*/bin/python3.12 2>/dev/null | sort -rV); do \
   $$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo $$p && break; done)
+# On a machine with an NVIDIA GPU, JAX's CUDA 13 build (the `cuda13` extra); else plain jax (CPU).
+# Override with `make JAX_EXTRA=` (force CPU) or `make JAX_EXTRA=cuda13`.
+JAX_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda13)
+comma := ,
+EXTRAS := test$(if $(JAX_EXTRA),$(comma)$(JAX_EXTRA))
+say = @echo "[dsv41_jax] $(1)"
 # Build inputs: a change to any of them rebuilds the extension.
 BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard ffi/* cuda/*)
 STAMP := $(VENV)/.installed
@@ -20,16 +26,21 @@ $(PY):
 	@if [ -z "$(PYTHON312)" ]; then \
 	  echo "error: Python 3.12 not found (need python3.12 on PATH or pyenv's 3.12.x; jax 0.11 requires >= 3.12)"; \
 	  exit 1; fi
-	$(PYTHON312) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(call say,1/4 creating $(VENV) with $(PYTHON312))
+	@$(PYTHON312) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
 
 # No build isolation: CMake reads the XLA FFI headers of the jaxlib in the venv, and DeepGEMM's
 # headers from sgl-deep-gemm (never imported: its torch extension does not load with every torch).
 $(STAMP): $(PY) $(BUILD_INPUTS)
-	$(PY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" "jax==0.11.2" "jaxlib==0.11.2"
-	$(PY) -m pip install -q --no-deps "sgl-deep-gemm==0.2.5"
-	$(PY) -m pip install -q --no-build-isolation ".[test]"
-	@$(PY) -c "from dsv41_jax import _ext; print('dsv41_jax installed; CUDA extension:', 'built' if _ext.available() else 'not built (no nvcc)')"
+	$(call say,2/4 installing build tools and jax 0.11.2 ($(if $(JAX_EXTRA),CUDA 13 build: a GPU was found,CPU build: no GPU found)))
+	@$(PY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" \
+	  "jax$(if $(JAX_EXTRA),[$(JAX_EXTRA)])==0.11.2" "jaxlib==0.11.2"
+	$(call say,3/4 installing sgl-deep-gemm 0.2.5 (DeepGEMM's kernel headers; never imported))
+	@$(PY) -m pip install -q --no-deps "sgl-deep-gemm==0.2.5"
+	$(call say,4/4 building and installing dsv41_jax[$(EXTRAS)]: $(if $(shell command -v nvcc),the CUDA extension with $(shell command -v nvcc) (1-3 min),pure Python (no nvcc on PATH)))
+	@$(PY) -m pip install -q --no-build-isolation ".[$(EXTRAS)]"
+	@$(PY) -c "import jax; from dsv41_jax import _ext; print('[dsv41_jax] installed; CUDA extension:', 'built' if _ext.available() else 'not built (no nvcc)', '| jax backend:', jax.default_backend())"
 	@touch $@
 
 test: install

@@ -450,6 +450,13 @@ def main() -> None:
     args = ap.parse_args()
     if jax.default_backend() != "gpu":
         raise SystemExit("dsv41_jax.bench needs a GPU")
+    try:
+        import torch  # noqa: F401 - CUPTI timing (torch.profiler) and the torch baselines
+    except ImportError:
+        raise SystemExit(
+            "dsv41_jax.bench reads device time through torch.profiler and compares with torch "
+            "baselines: install the bench extra (pip install 'dsv41_jax[bench]')"
+        ) from None
     rng = np.random.default_rng(0)
     bw = copy_bandwidth_gbs()
     only = set(filter(None, args.only.split(","))) or {
