@@ -5,6 +5,7 @@ from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
+from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.topk import logical_to_physical, sparse_columns_to_positions, topk
@@ -34,6 +35,7 @@ __all__ = [
     "select",
     "select_candidate_blocks",
     "select_prefill",
+    "selection_overlap",
     "sort_candidate_blocks",
     "sparse_columns_to_positions",
     "sparse_paged_mqa_logits",

@@ -61,11 +61,6 @@ def synthetic_layers(rng, cfg, context_lens, num_layers):
     return layers, jnp.asarray(block_table)
 
 
-def jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    sa, sb = set(a[a >= 0].tolist()), set(b[b >= 0].tolist())
-    return len(sa & sb) / max(len(sa | sb), 1)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)
@@ -110,7 +105,8 @@ def main() -> None:
         jax.block_until_ready(step(layers, context_lens, block_table))
         times.append(time.perf_counter() - t0)
     print("[3/4] a dense top-k over every consumer's own logits, for comparison ...")
-    dense = [np.asarray(d) for d in dense_topk(layers, context_lens, block_table)]
+    dense = dense_topk(layers, context_lens, block_table)
+    jaccard = [np.asarray(dj.selection_overlap(s, d)[0]) for s, d in zip(selected, dense)]
     print("[4/4] results\n")
 
     count, valid = np.asarray(table.count), np.asarray(table.valid_lens)
@@ -120,9 +116,7 @@ def main() -> None:
     for r in range(args.batch):
         line = f"{r:>3} {int(ctx[r]):>8} {int((np.asarray(indices[r]) >= 0).sum()):>8} "
         line += f"{int(count[r]):>6} {int(valid[r]):>10}"
-        line += "".join(
-            f" {jaccard(np.asarray(s[r]), d[r]):>8.3f}" for s, d in zip(selected, dense)
-        )
+        line += "".join(f" {j[r]:>8.3f}" for j in jaccard)
         print(line)
     print(LEGEND.format(k=cfg.index_topk, cb=cfg.candidate_positions, c=cfg.candidate_topk_blocks))
     print(
