@@ -8,6 +8,7 @@ from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logi
 from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
 from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.step import StepResult, TwoLevelIndexer, make_two_level_indexer
 from dsv41_jax.topk import logical_to_physical, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -21,8 +22,11 @@ __all__ = [
     "KeyBuffer",
     "PagedIndexCache",
     "QueryBundle",
+    "StepResult",
+    "TwoLevelIndexer",
     "block_amax",
     "logical_to_physical",
+    "make_two_level_indexer",
     "mqa_logits",
     "paged_mqa_logits",
     "publish",

@@ -35,9 +35,10 @@ class Op:
         """The implementation names to try, in order.
 
         None: all of the op's, fastest first. A string: exactly that one (ValueError if the op
-        has no such implementation). A sequence: a preference order shared by several ops, so
-        names this op lacks are skipped (e.g. `("pallas", "ffi", "reference")` runs the Pallas
-        top-k and the FFI logits); at least one must be the op's.
+        has no such implementation). A non-empty sequence: a preference order shared by several
+        ops, so names this op lacks are skipped (e.g. `("pallas", "ffi", "reference")` runs the
+        Pallas top-k and the FFI logits); when it names none of this op's, the op uses its own
+        order (composites such as `publish` pass a single name this way, see `shared`).
         """
         if implementation is None:
             return tuple(self.impls)
@@ -58,13 +59,10 @@ class Op:
         unknown = [n for n in implementation if n not in KNOWN]
         if unknown:
             raise ValueError(f"unknown implementation names {unknown}; known: {sorted(KNOWN)}")
+        if not implementation:
+            raise ValueError(f"{self.name}: implementation must not be an empty sequence")
         names = tuple(n for n in implementation if n in self.impls)
-        if not names:
-            raise ValueError(
-                f"{self.name}: none of {list(implementation)} is one of its implementations "
-                f"({', '.join(self.impls)})"
-            )
-        return names
+        return names or tuple(self.impls)
 
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
         names = self.resolve(implementation)
@@ -90,3 +88,14 @@ def _log_fallback(op: str, impl: str, reason: str) -> None:
     # On a GPU a skipped kernel means a slow path: say so loudly. On CPU it is the expected path.
     level = logging.WARNING if jax.default_backend() == "gpu" else logging.INFO
     logger.log(level, "%s: skipping implementation %r (%s)", op, impl, reason)
+
+
+def shared(implementation: Implementation) -> Implementation:
+    """`implementation` as composites (publish, select, the step) forward it to their ops: a single
+    name becomes a one-name preference, so an op without it (e.g. `block_amax` for "ffi") runs its
+    own order instead of raising."""
+    if isinstance(implementation, str):
+        if implementation not in KNOWN:
+            raise ValueError(f"unknown implementation {implementation!r}; known: {sorted(KNOWN)}")
+        return (implementation,)
+    return implementation

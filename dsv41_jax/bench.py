@@ -98,10 +98,14 @@ class Row:
     us: float
     floor_us: float
 
+    def __post_init__(self) -> None:  # one progress line per measured row
+        print(f"bench: {self.op} | {self.shape} | {self.impl}: {self.us:.1f} us", flush=True)
+
     def md(self) -> str:
-        ratio = self.us / self.floor_us if self.floor_us else float("nan")
-        cells = (self.op, self.shape, self.impl, f"{self.us:.1f}", f"{self.floor_us:.1f}")
-        return "| " + " | ".join(cells) + f" | {ratio:.1f}x |"
+        ratio = f"{self.us / self.floor_us:.1f}x" if self.floor_us else "–"
+        floor = f"{self.floor_us:.1f}" if self.floor_us else "–"
+        cells = (self.op, self.shape, self.impl, f"{self.us:.1f}", floor)
+        return "| " + " | ".join(cells) + f" | {ratio} |"
 
 
 def _rand(rng, shape):
@@ -228,7 +232,7 @@ def _random_cache(key, rows_tokens: int, sharding=None):
     """A random fp8 cache of `rows_tokens` tokens (values 0..119: finite e4m3 and scales)."""
     pages = rows_tokens // 64
     data = jax.jit(
-        lambda k: jax.random.randint(k, (pages, 64, 1, 132), 0, 120, jnp.int32).astype(jnp.uint8),
+        lambda k: jax.random.bits(k, (pages, 64, 1, 132), jnp.uint8) % 120,
         out_shardings=sharding,
     )(key)
     import dsv41_jax as dj
@@ -251,7 +255,7 @@ def _decode_inputs(rng, key, bs, ctx, layers=1, sharding=None):
 
 
 SELECT_SHAPES = ((8, 131072), (64, 131072), (8, 1 << 20), (64, 1 << 20))
-STEP_SHAPES = ((8, 131072), (64, 131072), (8, 1 << 20))
+STEP_SHAPES = tuple((bs, ctx) for bs in (1, 8, 64) for ctx in (16384, 131072, 1 << 20))
 
 
 def bench_select(rng, bw, quick: bool) -> list[Row]:
@@ -302,36 +306,155 @@ def bench_select(rng, bw, quick: bool) -> list[Row]:
     return rows
 
 
+def _lax_step(cfg, qs, caches, lens, bt):
+    """The same step composed from XLA ops: FFI logits, then jnp block maxima and lax.top_k for
+    every selection (the baseline a JAX user without this library's selection kernels writes)."""
+    import dsv41_jax as dj
+
+    b, k, c = cfg.candidate_block_size, cfg.index_topk, cfg.candidate_topk_blocks
+    logits = dj.paged_mqa_logits(qs[0], caches[0], lens, bt)
+    n = logits.shape[1]
+    pos = jnp.arange(n)[None]
+    vis = pos < lens[:, None]
+    masked = jnp.where(vis & ~jnp.isnan(logits), logits, -jnp.inf)
+    top = jax.lax.top_k(masked, k)[1]
+    nb = n // b
+    amax = masked.reshape(-1, nb, b).max(axis=2)
+    newest = (lens + b - 1) // b - 1
+    amax = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, amax)
+    blocks = jnp.sort(jax.lax.top_k(amax, c)[1], axis=1)
+    member = (
+        jnp.zeros((logits.shape[0], nb), bool)
+        .at[jnp.arange(logits.shape[0])[:, None], blocks]
+        .set(True)
+    )
+    sel = []
+    for q, cache in zip(qs[1:], caches[1:]):
+        lg = dj.paged_mqa_logits(q, cache, lens, bt)
+        ok = vis & ~jnp.isnan(lg) & jnp.repeat(member, b, axis=1)
+        sel.append(jnp.sort(jax.lax.top_k(jnp.where(ok, lg, -jnp.inf), k)[1], axis=1))
+    return top, blocks, sel
+
+
 def bench_step(rng, bw, quick: bool) -> list[Row]:
-    """The whole V4.1 decode indexer step in one jit: publish (layer 20) + 4 consumers, each with
-    its own cache; floor = the source layer's whole cache + 4 consumers' candidate blocks."""
+    """The whole V4.1 decode indexer step in one jit (`make_two_level_indexer`: publish at layer
+    20 + 4 consumers, each layer with its own cache), sparse and mask paths, beside an XLA
+    composition with lax.top_k; plus the publish and one select alone (the per-layer split).
+    Floor = the source layer's whole cache + 4 consumers' candidate blocks."""
     import dsv41_jax as dj
 
     cfg = dj.IndexerConfig()
+    layers = (20, 24, 28, 32, 36)
     rows = []
-    for bs, ctx in STEP_SHAPES[:1] if quick else STEP_SHAPES:
+    for bs, ctx in ((8, 131072),) if quick else STEP_SHAPES:
         caches, qs, lens, bt = _decode_inputs(rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5)
         floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)
         shape = f"bs{bs} x {ctx // 1024}K"
+        qd, cd = dict(zip(layers, qs)), dict(zip(layers, caches))
+        qr = dict(zip(layers, qs[::-1]))
+        sets = [(qd, cd, lens, bt), (qr, cd, lens, bt)]
         for path in ("sparse", "mask"):
-
-            def step(qs, caches, lens, bt, path=path):
-                top, table = dj.publish(qs[0], caches[0], lens, bt, cfg)
-                sel = [
-                    dj.select(q, c, lens, bt, table, cfg, path=path)
-                    for q, c in zip(qs[1:], caches[1:])
-                ]
-                return top, table, sel
-
-            sets = [(qs, caches, lens, bt), (qs[::-1], caches, lens, bt)]
-            t = jax_time_us(step, sets, calls=10)
+            ix = dj.make_two_level_indexer(
+                cfg, source_layer=20, consumer_layers=layers[1:], path=path
+            )
+            t = jax_time_us(lambda *a, ix=ix: ix.decode(*a), sets, calls=10)
             rows.append(Row("decode step (publish + 4 selects)", shape, f"{path} path", t, floor))
+        t = jax_time_us(
+            lambda *a: _lax_step(cfg, *a),
+            [(qs, caches, lens, bt), (qs[::-1], caches, lens, bt)],
+            calls=5,
+        )
+        rows.append(
+            Row("decode step (publish + 4 selects)", shape, "XLA + lax.top_k (baseline)", t, floor)
+        )
         t = jax_time_us(
             lambda q, c, n, b: dj.publish(q, c, n, b, cfg), [(qs[0], caches[0], lens, bt)]
         )
         rows.append(Row("publish (layer 20)", shape, "default", t, bs * ctx * 132 / (bw * 1e3)))
-        del caches
+        _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(
+            qs[0], caches[0], lens, bt
+        )
+        for path in ("sparse", "mask"):
+            t = jax_time_us(
+                lambda *a, p=path: dj.select(*a, cfg, path=p),
+                [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
+            )
+            sel_floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
+            rows.append(Row("select (consumer layer)", shape, f"{path} path", t, sel_floor))
+        del caches, cd, qd
     return rows
+
+
+def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
+    """PNG plots of the step rows: step time against context (per batch, per path) and the
+    per-layer split (publish + 4 × select) for each shape."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def parse(shape):
+        bs, ctx = shape.split(" x ")
+        return int(bs[2:]), int(ctx[:-1]) * 1024
+
+    step = [r for r in rows if r.op.startswith("decode step")]
+    if not step:
+        return []
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for impl in dict.fromkeys(r.impl for r in step):
+        for bs in sorted({parse(r.shape)[0] for r in step}):
+            pts = sorted(
+                (parse(r.shape)[1], r.us)
+                for r in step
+                if r.impl == impl and parse(r.shape)[0] == bs
+            )
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"bs {bs}, {impl}")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="context (positions)",
+        ylabel="device µs per step",
+        title=title,
+    )
+    ax.legend(fontsize=7, ncol=2)
+    paths.append(os.path.join(out_dir, "step_time.png"))
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
+    shapes = list(dict.fromkeys(r.shape for r in step))
+    fig, ax = plt.subplots(figsize=(max(6, len(shapes) * 1.1), 4))
+    for i, shape in enumerate(shapes):
+        pub = next((r.us for r in rows if r.op.startswith("publish") and r.shape == shape), 0.0)
+        for j, path in enumerate(("sparse", "mask")):
+            sel = next(
+                (
+                    r.us
+                    for r in rows
+                    if r.op.startswith("select") and r.shape == shape and r.impl == f"{path} path"
+                ),
+                0.0,
+            )
+            x = i + (j - 0.5) * 0.38
+            ax.bar(x, pub, 0.36, color="tab:blue", label="publish" if i == j == 0 else None)
+            ax.bar(
+                x,
+                4 * sel,
+                0.36,
+                bottom=pub,
+                color="tab:orange" if path == "sparse" else "tab:red",
+                label=f"4 × select ({path})" if i == 0 else None,
+            )
+    ax.set_xticks(range(len(shapes)), shapes, rotation=30, fontsize=8)
+    ax.set(
+        ylabel="device µs (layers timed alone)",
+        yscale="log",
+        title="per-layer split (left: sparse, right: mask)",
+    )
+    ax.legend(fontsize=8)
+    paths.append(os.path.join(out_dir, "step_split.png"))
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
+    plt.close("all")
+    return paths
 
 
 def bench_sharded(rng, bw) -> list[Row]:
@@ -440,7 +563,14 @@ def bench_sharded(rng, bw) -> list[Row]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="dsv41_jax device-time benchmarks")
+    ap.add_argument(
+        "ops",
+        nargs="*",
+        help="what to run: logits sort amax topk select step sharded (default: all"
+        " single-GPU ones); same as --only",
+    )
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
+    ap.add_argument("--plots", default="", help="write the step plots (PNG) into this folder")
     ap.add_argument(
         "--only", default="", help="comma list: logits,sort,amax,topk,select,step,sharded"
     )
@@ -459,7 +589,7 @@ def main() -> None:
         ) from None
     rng = np.random.default_rng(0)
     bw = copy_bandwidth_gbs()
-    only = set(filter(None, args.only.split(","))) or {
+    only = set(filter(None, args.only.split(","))) | set(args.ops) or {
         "logits",
         "sort",
         "amax",
@@ -508,6 +638,10 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
+    if args.plots:
+        title = f"V4.1 indexer step, {device}, {datetime.date.today()}, {commit or 'unknown'}"
+        for path in plot_step(rows, args.plots, title):
+            print("plot:", path)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation
+from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
@@ -91,12 +91,15 @@ def publish(
       cache: the layer's paged index cache.
       context_lens: int `[batch]` request lengths; block_table: int `[batch, max_pages]`.
       config: the IndexerConfig (checked against the inputs).
-      implementation: forwarded to every op (None = fastest available).
+      implementation: None (every op's fastest available), a name, or a preference order; an
+        op that lacks a named implementation runs its own order (e.g. "pallas" runs the Pallas
+        top-k and block amax, and the FFI logits, which have no Pallas version).
 
     Returns:
       (int32 `[batch·next_n, k]` top-k logical positions, ascending, -1 padded; the table).
     """
     _check_paged_config(config, query, cache)
+    implementation = shared(implementation)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     logits = paged_mqa_logits(
@@ -146,14 +149,16 @@ def select(
     k, b = config.index_topk, config.candidate_block_size
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    implementation = shared(implementation)
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
     if path == "auto":
-        path = "sparse" if declines is None and implementation in (None, "ffi") else "mask"
+        ffi_allowed = implementation is None or "ffi" in implementation
+        path = "sparse" if declines is None and ffi_allowed else "mask"
     elif (
         path == "sparse"
         and declines is not None
         and jax.default_backend() == "gpu"
-        and implementation != "reference"
+        and implementation != ("reference",)
     ):
         raise ValueError(
             f"select(path='sparse'): no sparse logits kernel on this GPU for these inputs "
@@ -199,6 +204,7 @@ def publish_prefill(
     equals `blocks` (with -1 padding), i.e. the identity page mapping of the relative positions.
     """
     _check_config(config, query, keys.head_dim, keys.format)
+    implementation = shared(implementation)
     logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
     lens = _prefill_lens(starts, ends)
     pages = -(-logits.shape[1] // config.page_size)
@@ -218,6 +224,7 @@ def select_prefill(
 ) -> jax.Array:
     """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`."""
     _check_config(config, query, keys.head_dim, keys.format)
+    implementation = shared(implementation)
     logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
     return topk(
         logits,

@@ -172,7 +172,7 @@ def test_logical_to_physical_contract_or_named_error(case):
         ),
         (
             lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation=[]),
-            "none of",
+            "empty sequence",
         ),
         (
             lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation="cuda"),

@@ -1,0 +1,216 @@
+"""The indexer step of a whole model: every indexer layer of one decode (or prefill) step.
+
+V4.1 has one candidate source layer (20) that publishes a CandidateTable, consumer layers
+(24/28/32/36) that select inside it, and may have plain indexer layers that select over their
+whole context on their own. `make_two_level_indexer` builds the description once from the model
+configuration; `TwoLevelIndexer.decode` / `.prefill` run one step over all of those layers in
+one traceable function (no state, no streams: the consumers read the table `publish` returned,
+so XLA orders them after it and may overlap everything else).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax import _checks, _ext
+from dsv41_jax._dispatch import KNOWN, Implementation
+from dsv41_jax.config import IndexerConfig
+from dsv41_jax.indexer import Path, publish, publish_prefill, select, select_prefill
+from dsv41_jax.logits import mqa_logits, paged_mqa_logits
+from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.topk import logical_to_physical, topk
+from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
+
+_static = dict(static=True)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """What one step returns.
+
+    Attributes:
+      selections: layer id -> int32 `[rows, k]` logical positions (ascending, -1 padded), for the
+        source, every consumer and every plain layer.
+      table: the source layer's CandidateTable (what the consumers read).
+      physical: layer id -> int32 `[rows, k]` cache slots (`logical_to_physical` through the
+        row's page table, -1 for padding), or None when not asked for (and for prefill).
+    """
+
+    selections: dict[int, jax.Array]
+    table: CandidateTable
+    physical: dict[int, jax.Array] | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TwoLevelIndexer:
+    """Which layers publish, consume or select on their own, and how (all static: a pytree with
+    no leaves, so it passes through `jax.jit` as an argument or a closure).
+
+    Attributes:
+      config: the IndexerConfig shared by every indexer layer.
+      source_layer: the candidate source layer id (V4.1: 20).
+      consumer_layers: layers that select inside the source layer's table (V4.1: 24, 28, 32, 36).
+      plain_layers: indexer layers that select over their whole context without the table.
+      path: the consumers' `select` path ("auto": sparse where the GPU has a sparse kernel).
+      implementation: None, or a preference order shared by every op (a single name is stored
+        as a one-name order); each op skips the names it lacks and runs its own order when it has
+        none of them (e.g. ("pallas",) runs the Pallas top-k and the FFI logits).
+    """
+
+    config: IndexerConfig = dataclasses.field(metadata=_static)
+    source_layer: int = dataclasses.field(metadata=_static)
+    consumer_layers: tuple[int, ...] = dataclasses.field(metadata=_static)
+    plain_layers: tuple[int, ...] = dataclasses.field(default=(), metadata=_static)
+    path: Path = dataclasses.field(default="auto", metadata=_static)
+    implementation: Implementation = dataclasses.field(default=None, metadata=_static)
+
+    @property
+    def layers(self) -> tuple[int, ...]:
+        """Every indexer layer this step runs, sorted."""
+        return tuple(sorted((self.source_layer, *self.consumer_layers, *self.plain_layers)))
+
+    def _inputs(self, queries: Mapping, keys: Mapping, what: str) -> None:
+        for name, m in (("queries", queries), (what, keys)):
+            if not isinstance(m, Mapping):
+                raise ValueError(f"{name} must map layer id -> value, got {type(m).__name__}")
+            missing = [layer for layer in self.layers if layer not in m]
+            if missing:
+                raise ValueError(f"{name} has no entry for indexer layers {missing}")
+
+    def decode(
+        self,
+        queries: Mapping[int, QueryBundle],
+        caches: Mapping[int, PagedIndexCache],
+        context_lens: jax.Array,
+        block_table: jax.Array,
+        *,
+        physical: bool = False,
+    ) -> StepResult:
+        """One decode step over every indexer layer.
+
+        Args:
+          queries: layer id -> that layer's QueryBundle `[batch, next_n, H, D]`.
+          caches: layer id -> that layer's paged index cache (all share `block_table`).
+          context_lens: int `[batch]`; block_table: int `[batch, max_pages]`.
+          physical: also return every selection as cache slots.
+        """
+        self._inputs(queries, caches, "caches")
+        physical = _checks.boolean(physical, "physical")
+        cfg, impl = self.config, self.implementation
+        src = self.source_layer
+        top, table = publish(
+            queries[src], caches[src], context_lens, block_table, cfg, implementation=impl
+        )
+        selections = {src: top}
+        for layer in self.consumer_layers:
+            selections[layer] = select(
+                queries[layer],
+                caches[layer],
+                context_lens,
+                block_table,
+                table,
+                cfg,
+                path=self.path,
+                implementation=impl,
+            )
+        for layer in self.plain_layers:
+            q = queries[layer]
+            logits = paged_mqa_logits(
+                q, caches[layer], context_lens, block_table, implementation=impl
+            )
+            lens = row_lengths(context_lens, q.next_n)
+            selections[layer] = topk(logits, lens, cfg.index_topk, implementation=impl)
+        slots = None
+        if physical:
+            bt = row_block_table(block_table, cfg.next_n)
+            slots = {
+                layer: logical_to_physical(sel, bt, cfg.page_size, implementation=impl)
+                for layer, sel in selections.items()
+            }
+        return StepResult(selections, table, slots)
+
+    def prefill(
+        self,
+        queries: Mapping[int, QueryBundle],
+        keys: Mapping[int, KeyBuffer],
+        starts: jax.Array,
+        ends: jax.Array,
+    ) -> StepResult:
+        """One ragged prefill step: row `i` of every layer sees packed keys `[starts[i],
+        ends[i])`; positions relative to `starts[i]` (the consumers use the mask path)."""
+        self._inputs(queries, keys, "keys")
+        cfg, impl = self.config, self.implementation
+        src = self.source_layer
+        top, table = publish_prefill(
+            queries[src], keys[src], starts, ends, cfg, implementation=impl
+        )
+        selections = {src: top}
+        for layer in self.consumer_layers:
+            selections[layer] = select_prefill(
+                queries[layer], keys[layer], starts, ends, table, cfg, implementation=impl
+            )
+        for layer in self.plain_layers:
+            logits = mqa_logits(queries[layer], keys[layer], starts, ends, implementation=impl)
+            lens = jnp.maximum(ends.astype(jnp.int32) - starts.astype(jnp.int32), 0)
+            selections[layer] = topk(
+                logits, lens, cfg.index_topk, starts=starts, implementation=impl
+            )
+        return StepResult(selections, table, None)
+
+
+def make_two_level_indexer(
+    config: IndexerConfig,
+    *,
+    source_layer: int | None,
+    consumer_layers: Sequence[int] = (),
+    plain_layers: Sequence[int] = (),
+    path: Path = "auto",
+    implementation: Implementation = None,
+) -> TwoLevelIndexer | None:
+    """The step of a model's indexer layers, or None for a model without a candidate source.
+
+    V4.1: `make_two_level_indexer(IndexerConfig(), source_layer=20, consumer_layers=(24, 28, 32,
+    36))`.
+
+    Raises:
+      ValueError: a layer listed twice, a non-int layer id, a bad path or implementation.
+      ExtensionUnavailable: `implementation="ffi"` (exactly) on a platform where the FFI kernels
+        cannot run (no extension, or not a CUDA GPU).
+    """
+    if not isinstance(config, IndexerConfig):
+        raise ValueError(f"config must be an IndexerConfig, got {type(config).__name__}")
+    if source_layer is None:
+        if consumer_layers:
+            raise ValueError("consumer_layers need a source_layer to publish their candidates")
+        return None
+    ids = [_checks.static_int(source_layer, "source_layer")]
+    ids += [_checks.static_int(x, "consumer_layers") for x in consumer_layers]
+    ids += [_checks.static_int(x, "plain_layers") for x in plain_layers]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"a layer appears twice among source, consumer and plain layers: {ids}")
+    if path not in ("auto", "mask", "sparse"):
+        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    if implementation is not None:
+        names = (implementation,) if isinstance(implementation, str) else implementation
+        if not isinstance(names, (tuple, list)) or not all(n in KNOWN for n in names):
+            raise ValueError(
+                f"implementation must be None or names from {sorted(KNOWN)}, got {implementation!r}"
+            )
+        if implementation == "ffi":
+            _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
+        implementation = tuple(names)
+    n_consumers = len(consumer_layers)
+    return TwoLevelIndexer(
+        config,
+        ids[0],
+        tuple(ids[1 : 1 + n_consumers]),
+        tuple(ids[1 + n_consumers :]),
+        path,
+        implementation,
+    )
