@@ -9,6 +9,8 @@ buffers (CUDA graphs) off and on.
 
 import argparse
 import hashlib
+import json
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -55,4 +57,20 @@ for batch in (4, 8):
         assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(out, again))
     digest = hashlib.sha256(b"".join(np.asarray(x).tobytes() for x in out)).hexdigest()
     print(f"batch {batch} command_buffer computations {hlo.count('command_buffer')}")
+    # Proof from the device side: CUDA graph launches and kernels run as graph nodes, read from
+    # CUPTI through torch.profiler (records every library's CUDA work in the process).
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        jax.block_until_ready(step(*a))
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    launches = sum("GraphLaunch" in e.get("name", "") for e in events)
+    nodes = sum(
+        e.get("cat") == "kernel" and int(e.get("args", {}).get("graph node id", 0) or 0) > 0
+        for e in events
+    )
+    kernels = sum(e.get("cat") == "kernel" for e in events)
+    print(f"batch {batch} graph launches {launches} graph kernels {nodes} of {kernels}")
     print(f"batch {batch} digest {digest}")

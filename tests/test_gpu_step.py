@@ -1,6 +1,7 @@
 """The indexer step on the GPU: captured into CUDA graphs (XLA command buffers) it equals the
 uncaptured step, also when captured at a larger batch than the warm-up; the capture is proven
-from the compiled HLO, not inferred from equal digests."""
+from the device trace (CUDA graph launches / kernels run as graph nodes), not inferred from
+equal digests."""
 
 from __future__ import annotations
 
@@ -24,18 +25,24 @@ def run(flags: str, path: str) -> dict[str, tuple[int, str]]:
         [sys.executable, SCRIPT, "--path", path], env=env, capture_output=True, text=True
     )
     assert p.returncode == 0, p.stderr[-3000:]
-    cmd = dict(re.findall(r"batch (\d+) command_buffer computations (\d+)", p.stdout))
+    graphs = {
+        b: int(launches) + int(nodes)
+        for b, launches, nodes in re.findall(
+            r"batch (\d+) graph launches (\d+) graph kernels (\d+)", p.stdout
+        )
+    }
     dig = dict(re.findall(r"batch (\d+) digest (\w+)", p.stdout))
-    return {b: (int(cmd[b]), dig[b]) for b in dig}
+    return {b: (graphs[b], dig[b]) for b in dig}
 
 
-@pytest.mark.parametrize("path", ["auto", "mask"])
+@pytest.mark.parametrize("path", ["auto"])
 def test_step_captured_equals_uncaptured(path):
+    pytest.importorskip("torch")  # CUPTI records through torch.profiler prove the capture
     plain, graphs = run(OFF, path), run(ON, path)
     assert set(plain) == set(graphs) == {"4", "8"}
     for batch in plain:
-        assert plain[batch][0] == 0, "command buffers were off"
-        assert graphs[batch][0] > 0, "no command-buffer computation in the compiled step"
+        assert plain[batch][0] == 0, "command buffers were off: no CUDA graph expected"
+        assert graphs[batch][0] > 0, "no CUDA graph launch or graph kernel in the step's trace"
         assert plain[batch][1] == graphs[batch][1], f"batch {batch}: captured step differs"
 
 
