@@ -421,36 +421,33 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
     ax.legend(fontsize=7, ncol=2)
     paths.append(os.path.join(out_dir, "step_time.png"))
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
-    shapes = list(dict.fromkeys(r.shape for r in step))
-    fig, ax = plt.subplots(figsize=(max(6, len(shapes) * 1.1), 4))
-    for i, shape in enumerate(shapes):
-        pub = next((r.us for r in rows if r.op.startswith("publish") and r.shape == shape), 0.0)
-        for j, path in enumerate(("sparse", "mask")):
-            sel = next(
-                (
-                    r.us
-                    for r in rows
-                    if r.op.startswith("select") and r.shape == shape and r.impl == f"{path} path"
-                ),
-                0.0,
-            )
-            x = i + (j - 0.5) * 0.38
-            ax.bar(x, pub, 0.36, color="tab:blue", label="publish" if i == j == 0 else None)
-            ax.bar(
-                x,
-                4 * sel,
-                0.36,
-                bottom=pub,
-                color="tab:orange" if path == "sparse" else "tab:red",
-                label=f"4 × select ({path})" if i == 0 else None,
-            )
-    ax.set_xticks(range(len(shapes)), shapes, rotation=30, fontsize=8)
-    ax.set(
-        ylabel="device µs (layers timed alone)",
-        yscale="log",
-        title="per-layer split (left: sparse, right: mask)",
-    )
-    ax.legend(fontsize=8)
+    batches = sorted({parse(r.shape)[0] for r in step})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), squeeze=False)
+    for ax, bs in zip(axes[0], batches):
+        shapes = [sh for sh in dict.fromkeys(r.shape for r in step) if parse(sh)[0] == bs]
+        for i, shape in enumerate(shapes):
+            pub = next((r.us for r in rows if r.op.startswith("publish") and r.shape == shape), 0)
+            for j, path in enumerate(("sparse", "mask")):
+                sel = next(
+                    (
+                        r.us
+                        for r in rows
+                        if r.op.startswith("select")
+                        and r.shape == shape
+                        and r.impl == f"{path} path"
+                    ),
+                    0.0,
+                )
+                x = i + (j - 0.5) * 0.38
+                ax.bar(x, pub, 0.36, color="tab:blue", label="publish" if i == j == 0 else None)
+                color = "tab:orange" if path == "sparse" else "tab:red"
+                label = f"4 × select ({path})" if i == 0 else None
+                ax.bar(x, 4 * sel, 0.36, bottom=pub, color=color, label=label)
+        ax.set_xticks(range(len(shapes)), [sh.split(" x ")[1] for sh in shapes])
+        ax.set(title=f"bs {bs} (left bar: sparse, right: mask)", xlabel="context")
+    axes[0][0].set_ylabel("device µs, layers timed alone")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
     paths.append(os.path.join(out_dir, "step_split.png"))
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
     plt.close("all")

@@ -129,8 +129,10 @@ def select(
     results: the sparse kernels compute each logit exactly as the dense ones do.
     `path="auto"` (the default) takes the sparse path where this GPU has a sparse logits kernel
     for the inputs (SM90 with the fp8 cache, SM100 with mxfp4; `docs/sparse_consumer.md`) and
-    the mask path elsewhere (the CPU reference included). `path="sparse"` on a GPU without such
-    a kernel raises ValueError rather than running the slow sparse reference there.
+    the mask path elsewhere (the CPU reference included); when the page table holds at most
+    `C·B` positions per row, every block is a candidate and it runs the plain dense top-k.
+    `path="sparse"` on a GPU without such a kernel raises ValueError rather than running the
+    slow sparse reference there.
 
     Raises:
       ValueError: bad inputs, a config that does not match them, or a table published with
@@ -151,6 +153,17 @@ def select(
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     implementation = shared(implementation)
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
+    # Rows that fit in the published blocks (every block is a candidate): the dense top-k is the
+    # answer, without the candidate mask or the gather. Measured on the H200 at 16K positions
+    # (= C·B): the sparse select took 143 us at bs 64 against 75 for the mask path.
+    fits = block_table.shape[1] * cache.page_size <= table.num_candidates * b
+    if path == "auto" and fits:
+        logits = paged_mqa_logits(
+            query, cache, context_lens, block_table, implementation=implementation
+        )
+        return topk(
+            logits, row_lengths(context_lens, query.next_n), k, implementation=implementation
+        )
     if path == "auto":
         ffi_allowed = implementation is None or "ffi" in implementation
         path = "sparse" if declines is None and ffi_allowed else "mask"

@@ -35,6 +35,12 @@ def run(flags: str, path: str) -> dict[str, tuple[int, str]]:
     return {b: (graphs[b], dig[b]) for b in dig}
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="H200 run 8 (jax 0.11.2, 2026-11-30): with these XLA flags the step's trace showed no "
+    "CUDA graph launch and no kernel run as a graph node (0 of 37); either XLA formed no command "
+    "buffer or CUPTI-through-torch does not show it. Not established which: see the closing note",
+)
 @pytest.mark.parametrize("path", ["auto"])
 def test_step_captured_equals_uncaptured(path):
     pytest.importorskip("torch")  # CUPTI records through torch.profiler prove the capture

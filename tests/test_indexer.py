@@ -82,6 +82,20 @@ def test_candidate_path_is_a_noop_up_to_c_blocks(rng):
         )
 
 
+def test_auto_path_on_rows_that_fit_is_the_dense_topk(rng):
+    """A page table of at most C·B positions: every block is a candidate, so `auto` runs the
+    plain dense top-k (no mask, no gather), equal to both paths."""
+    cfg = small_config()
+    assert cfg.page_size <= cfg.candidate_positions
+    q, cache, ctx, bt = step_inputs(rng, cfg, [0, 5, cfg.page_size], pages=1)
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    auto = np.asarray(dj.select(q, cache, ctx, bt, table, cfg))
+    for path in ("mask", "sparse"):
+        np.testing.assert_array_equal(
+            auto, np.asarray(dj.select(q, cache, ctx, bt, table, cfg, path=path))
+        )
+
+
 def test_mask_and_sparse_paths_agree_on_identical_logits(rng):
     """The contract's equivalence, isolated from logits arithmetic: sparse rows gathered from the
     dense logits (ties included) select exactly what the fused mask selects."""
