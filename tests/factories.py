@@ -69,3 +69,39 @@ def poison_device_memory(nbytes: int = 1 << 28) -> None:
     """Fill, then free, a large device buffer: an output the kernel forgets to write would likely
     read this pattern back (the allocator reuses freed blocks)."""
     jax.block_until_ready(jnp.full((nbytes // 4,), POISON, jnp.int32)).delete()
+
+
+def dcp_step(mesh, cfg, *, interleave=1, exchange="auto", implementation=None):
+    """A jitted DCP publish + select over mesh axis "x" (per-device caches and page tables
+    stacked on axis 0), returning (top-k, blocks, count, valid_lens, consumer selection)."""
+    from functools import partial
+
+    from jax.sharding import PartitionSpec as P
+
+    from dsv41_jax import sharding
+
+    @jax.jit
+    @partial(
+        jax.shard_map,
+        mesh=mesh,
+        in_specs=(P(), P("x"), P("x"), P(), P()),
+        out_specs=P(),
+        check_vma=False,
+    )
+    def step(q, caches, tables, ctx, q2):
+        local = dj.PagedIndexCache(caches[0])
+        kw = dict(axis="x", interleave=interleave, implementation=implementation)
+        idx, table = sharding.dcp_publish(q, local, tables[0], ctx, cfg, exchange=exchange, **kw)
+        sel = sharding.dcp_select(q2, local, tables[0], ctx, table, cfg, **kw)
+        return idx, table.blocks, table.count, table.valid_lens, sel
+
+    return step
+
+
+def assert_dcp_equal(got, want_idx, want_table, want_sel):
+    idx, blocks, count, valid, sel = (np.asarray(x) for x in got)
+    np.testing.assert_array_equal(idx, np.asarray(want_idx))
+    np.testing.assert_array_equal(blocks, np.asarray(want_table.blocks))
+    np.testing.assert_array_equal(count, np.asarray(want_table.count))
+    np.testing.assert_array_equal(valid, np.asarray(want_table.valid_lens))
+    np.testing.assert_array_equal(sel, np.asarray(want_sel))

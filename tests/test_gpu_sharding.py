@@ -4,13 +4,11 @@ reaches the FFI kernels must not crash the process."""
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import paged_cache, query
+from factories import assert_dcp_equal, dcp_step, paged_cache, query
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -118,30 +116,9 @@ def test_dcp_on_gpus_equals_one_gpu(rng, impl, exchange):
     )
     caches, tables = dcp_split(cache, bt, 16, w)
 
-    @jax.jit
-    @functools.partial(
-        jax.shard_map,
-        mesh=mesh,
-        in_specs=(P(), P("x"), P("x"), P(), P()),
-        out_specs=P(),
-        check_vma=False,
-    )
-    def step(q, caches, tables, ctx, q2):
-        local = dj.PagedIndexCache(caches[0])
-        idx, table = sharding.dcp_publish(
-            q, local, tables[0], ctx, CFG, axis="x", exchange=exchange, implementation=impl
-        )
-        sel = sharding.dcp_select(
-            q2, local, tables[0], ctx, table, CFG, axis="x", implementation=impl
-        )
-        return idx, table.blocks, table.count, table.valid_lens, sel
-
-    idx, blocks, count, valid, sel = step(q, jnp.asarray(caches), jnp.asarray(tables), ctx, q2)
-    np.testing.assert_array_equal(np.asarray(idx), np.asarray(want_idx))
-    np.testing.assert_array_equal(np.asarray(blocks), np.asarray(want_table.blocks))
-    np.testing.assert_array_equal(np.asarray(count), np.asarray(want_table.count))
-    np.testing.assert_array_equal(np.asarray(valid), np.asarray(want_table.valid_lens))
-    np.testing.assert_array_equal(np.asarray(sel), np.asarray(want_sel))
+    step = dcp_step(mesh, CFG, exchange=exchange, implementation=impl)
+    got = step(q, jnp.asarray(caches), jnp.asarray(tables), ctx, q2)
+    assert_dcp_equal(got, want_idx, want_table, want_sel)
 
 
 @pytest.mark.parametrize("impl", [None, "ffi"])

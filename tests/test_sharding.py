@@ -8,9 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import small_config
+from factories import assert_dcp_equal, dcp_step, small_config
 from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
 
 import dsv41_jax as dj
 from dsv41_jax import sharding
@@ -122,29 +121,9 @@ def test_dcp_equals_unsharded(rng, w, interleave, exchange):
     pages_local = -(-global_pages // w) + 1
     local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
 
-    @functools.partial(
-        jax.shard_map,
-        mesh=mesh,
-        in_specs=(P(), P("x"), P("x"), P(), P()),
-        out_specs=P(),
-        check_vma=False,
-    )
-    def step(q, caches, tables, ctx, q2):
-        cache = dj.PagedIndexCache(caches[0])
-        idx, table = sharding.dcp_publish(
-            q, cache, tables[0], ctx, CFG, axis="x", interleave=interleave, exchange=exchange
-        )
-        sel = sharding.dcp_select(
-            q2, cache, tables[0], ctx, table, CFG, axis="x", interleave=interleave
-        )
-        return idx, table.blocks, table.count, table.valid_lens, sel
-
-    idx, blocks, count, valid, sel = jax.jit(step)(q, local_caches, local_tables, ctx, q2)
-    np.testing.assert_array_equal(np.asarray(idx), np.asarray(want_idx))
-    np.testing.assert_array_equal(np.asarray(blocks), np.asarray(want_table.blocks))
-    np.testing.assert_array_equal(np.asarray(count), np.asarray(want_table.count))
-    np.testing.assert_array_equal(np.asarray(valid), np.asarray(want_table.valid_lens))
-    np.testing.assert_array_equal(np.asarray(sel), np.asarray(want_sel))
+    step = dcp_step(mesh, CFG, interleave=interleave, exchange=exchange)
+    got = step(q, local_caches, local_tables, ctx, q2)
+    assert_dcp_equal(got, want_idx, want_table, want_sel)
 
 
 def test_dcp_position_maps_round_trip():
