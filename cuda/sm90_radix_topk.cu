@@ -108,7 +108,7 @@ __device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row& r, int64_
 
 __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
   // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
-  // waiting for a whole free GPC: probe run 9 saw CTAs start 27 us apart at [8, 128K]).
+  // waiting for a whole free GPC: CTAs then started up to 27 us apart at [8, 128K] on the H200).
   extern __shared__ uint32_t dyn[];  // [cached keys, or compacted keys | positions | member bitmap]
   __shared__ Shared sh;
   cg::cluster_group cluster = cg::this_cluster();

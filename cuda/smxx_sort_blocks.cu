@@ -14,7 +14,7 @@ constexpr int32_t kPad = 0x7fffffff;
 // looks pages up without a dependent global load per block.
 constexpr int64_t kMaxStagedPages = 16384;
 // Global loads a thread keeps in flight at once. The kernel is latency-bound: a loop that loads
-// one element, then consumes it, pays a full memory round trip per iteration (run 6: 7.8 us).
+// one element, then consumes it, pays a full memory round trip per iteration.
 constexpr int kBatch = 4;
 
 // Calls use(i, src[i]) for i in [begin, end), kThreads * kBatch at a time with every load of a
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocks
   const int32_t n = total;
 
   // Emit into shared memory, then copy out coalesced (straight to global memory each warp's
-  // stores would scatter over ~16 sectors; measured no faster either way, run 9).
+  // stores would scatter over ~16 sectors; measured no faster either way on the H200).
   // Block b lives in page b / spp at slot b % spp: a shift and a mask for V4.1's 64 / 8 (the
   // three divisions per block this replaced were most of the emission's time).
   const int32_t* pages = stage ? staged : row_pages;

@@ -118,3 +118,22 @@ def lengths_within(x, capacity: int, name: str, what: str) -> None:
     lo, hi = int(v.min()), int(v.max())
     if lo < 0 or hi > capacity:
         raise ValueError(f"{name} must lie in [0, {capacity}] ({what}); got values in [{lo}, {hi}]")
+
+
+def score_rows(scores, lengths, starts) -> int:
+    """Shared checks of a `[rows, N]` score matrix with its per-row lengths (and starts)."""
+    rank(scores, 2, "scores")
+    floating(scores, "scores")
+    rows, n = scores.shape
+    shape(lengths, (rows,), "lengths")
+    integer(lengths, "lengths")
+    if starts is None:
+        lengths_within(lengths, n, "lengths", f"scores has {n} columns")
+    else:
+        shape(starts, (rows,), "starts")
+        integer(starts, "starts")
+        lengths_within(starts, n, "starts", f"scores has {n} columns")
+        s, ln = concrete(starts), concrete(lengths)
+        if s is not None and ln is not None and s.size and ((s + ln) > n).any():
+            raise ValueError(f"starts + lengths must be at most the {n} columns of scores")
+    return rows

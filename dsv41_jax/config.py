@@ -86,10 +86,3 @@ class IndexerConfig:
     def candidate_positions(self) -> int:
         """Positions covered by the published table (C·B): a no-op candidate path up to it."""
         return self.candidate_topk_blocks * self.candidate_block_size
-
-    @property
-    def cache_row_bytes(self) -> int:
-        """Bytes per cached token (values + scale), the last dim of the paged cache."""
-        if self.cache_format == "fp8":
-            return self.head_dim + 4
-        return self.head_dim // 2 + 4

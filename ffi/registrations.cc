@@ -41,7 +41,6 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
     return d;
   });
-  m.def("cuda_version", []() { return CUDART_VERSION; });
   // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
   m.def("sm100_sparse_workspace_bytes", [](int64_t rows) {
     return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),

@@ -8,7 +8,6 @@ from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
 from dsv41_jax.blocks import ffi, pallas_mgpu, reference
 from dsv41_jax.topk import pallas_mgpu as topk_pallas
-from dsv41_jax.topk.api import check_rows
 from dsv41_jax.types import CandidateTable
 
 BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference.block_amax)
@@ -45,7 +44,7 @@ def block_amax(
     """
     scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
     starts = None if starts is None else _checks.array(starts, "starts")
-    check_rows(scores, lengths, starts)
+    _checks.score_rows(scores, lengths, starts)
     block_size = _checks.positive_int(block_size, "block_size")
     pin = _checks.boolean(pin_newest, "pin_newest")
     return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, pin)

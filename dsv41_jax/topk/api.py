@@ -16,25 +16,6 @@ LOGICAL_TO_PHYSICAL = Op(
 )
 
 
-def check_rows(scores, lengths, starts) -> int:
-    """Shared checks of a `[rows, N]` score matrix with its per-row lengths (and starts)."""
-    _checks.rank(scores, 2, "scores")
-    _checks.floating(scores, "scores")
-    rows, n = scores.shape
-    _checks.shape(lengths, (rows,), "lengths")
-    _checks.integer(lengths, "lengths")
-    if starts is None:
-        _checks.lengths_within(lengths, n, "lengths", f"scores has {n} columns")
-    else:
-        _checks.shape(starts, (rows,), "starts")
-        _checks.integer(starts, "starts")
-        _checks.lengths_within(starts, n, "starts", f"scores has {n} columns")
-        s, ln = _checks.concrete(starts), _checks.concrete(lengths)
-        if s is not None and ln is not None and s.size and ((s + ln) > n).any():
-            raise ValueError(f"starts + lengths must be at most the {n} columns of scores")
-    return rows
-
-
 def topk(
     scores: jax.Array,
     lengths: jax.Array,
@@ -69,7 +50,7 @@ def topk(
     """
     scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
     starts = None if starts is None else _checks.array(starts, "starts")
-    rows = check_rows(scores, lengths, starts)
+    rows = _checks.score_rows(scores, lengths, starts)
     k = _checks.positive_int(k, "k")
     block_size = _checks.positive_int(block_size, "block_size")
     if isinstance(candidates, CandidateTable):

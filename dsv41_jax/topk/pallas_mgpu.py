@@ -19,7 +19,7 @@ The candidate mask is fused: block membership is loaded per tile and broadcast o
 positions (no masked copy of the scores). Candidate-block selection runs the same kernels on int32
 keys that XLA computes from the (small) block-score array: the newest-block pin and the
 NaN / -inf ranking then live in one jnp function instead of inside the kernels (the in-kernel
-version of those rules miscompiled on the H200 while passing interpret mode, device run 6/7).
+version of those rules miscompiled on the H200 while passing interpret mode).
 """
 
 from __future__ import annotations
