@@ -31,13 +31,12 @@ from jax.sharding import PartitionSpec as P
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
-from dsv41_jax.blocks.reference import num_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, select
 from dsv41_jax.logits import paged_mqa_logits
+from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.rows import row_lengths
 from dsv41_jax.topk import topk
-from dsv41_jax.topk.reference import ordered_select
 from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
@@ -353,9 +352,7 @@ def dcp_select(
     world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
     logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
     gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)
-    member_blocks = jnp.zeros((logits.shape[0], -(-(logits.shape[1] * world) // b)), bool)
-    rows = jnp.arange(logits.shape[0])[:, None]
-    member_blocks = member_blocks.at[rows, table.blocks].set(True, mode="drop")
+    member_blocks = candidate_member(table.blocks, -(-(logits.shape[1] * world) // b))
     member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
     return _dcp_topk(
         logits, local_rows, config.index_topk, member, axis, world, rank, interleave, implementation

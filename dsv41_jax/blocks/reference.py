@@ -5,12 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax.topk.reference import ordered_select, shift_rows
+from dsv41_jax.ordering import num_blocks, ordered_select
+from dsv41_jax.topk.reference import shift_rows
 from dsv41_jax.types import INT32_MAX, CandidateTable
-
-
-def num_blocks(lengths: jax.Array, block_size: int) -> jax.Array:
-    return (jnp.maximum(lengths.astype(jnp.int32), 0) + block_size - 1) // block_size
 
 
 def block_amax(

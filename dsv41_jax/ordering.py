@@ -1,0 +1,51 @@
+"""The contract's ordering and block-membership rules in one place, for the reference ops and the
+sharded merges: (score desc, id asc) selection, candidate-block membership, block counts."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from dsv41_jax.types import INT32_MAX
+
+
+def num_blocks(lengths: jax.Array, block_size: int) -> jax.Array:
+    return (jnp.maximum(lengths.astype(jnp.int32), 0) + block_size - 1) // block_size
+
+
+def ordered_select(
+    scores: jax.Array,
+    eligible: jax.Array,
+    k: int,
+    priority: jax.Array | None = None,
+    ids: jax.Array | None = None,
+) -> jax.Array:
+    """The k best eligible entries of each row by (priority first, score desc, id asc).
+
+    `ids` (int32, default the column index) name the entries: ties go to the smaller id and the
+    output lists ids. Returns int32 `[rows, k]` ids in ascending order, padded with -1.
+    """
+    rows, n = scores.shape
+    if ids is None:
+        ids = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (rows, n))
+    neg = jnp.where(scores == 0, 0.0, -scores.astype(jnp.float32))  # -0.0 ties +0.0
+    keys = [(~eligible).astype(jnp.int32)]
+    if priority is not None:
+        keys.append((~priority).astype(jnp.int32))
+    keys += [neg, jnp.where(eligible, ids, INT32_MAX)]
+    ranked = lax.sort(keys, dimension=1, num_keys=len(keys))
+    take = min(k, n)
+    chosen = jnp.where(ranked[0][:, :take] == 0, ranked[-1][:, :take], INT32_MAX)
+    chosen = jnp.sort(chosen, axis=1)
+    chosen = jnp.where(chosen == INT32_MAX, -1, chosen)
+    return jnp.pad(chosen, ((0, 0), (0, k - take)), constant_values=-1)
+
+
+def candidate_member(table_blocks: jax.Array, num_blocks: int) -> jax.Array:
+    """bool `[rows, num_blocks]`: is block b in the row's table (INT32_MAX padding ignored)."""
+    rows = table_blocks.shape[0]
+    member = jnp.zeros((rows, num_blocks), bool)
+    r = jnp.arange(rows)[:, None]
+    blk = jnp.where((table_blocks >= 0) & (table_blocks < num_blocks), table_blocks, num_blocks)
+    return member.at[r, blk].set(True, mode="drop")
