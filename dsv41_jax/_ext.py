@@ -74,14 +74,39 @@ def register_ffi_targets() -> tuple[str, ...]:
     return names
 
 
-def require_gpu(op: str) -> None:
-    """Raise ExtensionUnavailable unless the extension is built and JAX runs on a CUDA GPU.
+# Compute capabilities with machine code in the extension (CMakeLists.txt): the project's own
+# kernels are built for sm_90a and sm_100a, DeepGEMM's for the one architecture they exist for.
+# An 'a' target runs on exactly that compute capability.
+PORTABLE = ("9.0", "10.0")
+SM90 = ("9.0",)
+SM100 = ("10.0",)
+
+
+def _backend() -> str:
+    return jax.default_backend()
+
+
+def compute_capability() -> str:
+    """The first GPU's compute capability as "major.minor" ("" when unknown)."""
+    return str(getattr(jax.devices()[0], "compute_capability", ""))
+
+
+def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:
+    """Raise ExtensionUnavailable unless the extension is built, JAX runs on a CUDA GPU and the
+    extension holds machine code for its compute capability (`archs`), checked at trace time so
+    that `implementation=None` declines to the next implementation instead of failing at run time.
 
     Wrappers never pass a zero-size operand to a custom call (they return early or decline):
     XLA's GPU compile of such a call inside an eager `jax.shard_map` over several GPUs crashes
     the process (scripts/probes/eager_shard_map_ffi.py, seen on 2 H200s with jax 0.11.2).
     """
     extension()
-    if jax.default_backend() != "gpu":
+    if _backend() != "gpu":
         raise ExtensionUnavailable(f"{op}: the FFI implementation needs a CUDA GPU backend")
+    cc = compute_capability()
+    if cc not in archs:
+        raise ExtensionUnavailable(
+            f"{op}: no kernel image for compute capability {cc or 'unknown'} (built for "
+            f"{', '.join(archs)})"
+        )
     register_ffi_targets()

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -58,9 +59,17 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     std::string error;
     for (int d = 0; d < count && error.empty(); ++d) {
       cudaSetDevice(d);
-      for (auto prepare : {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareRadixTopk,
-                           dsv41::PrepareSortCandidateBlocks,
-                           dsv41::PreparePagedSparseMqaLogitsSm100}) {
+      // Only kernels with an image for this device: the extension holds sm_90a and sm_100a code
+      // (CMakeLists.txt); on another GPU the wrappers decline before any launch.
+      int major = 0, minor = 0;
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+      const bool sm90 = major == 9 && minor == 0, sm100 = major == 10 && minor == 0;
+      std::vector<cudaError_t (*)()> prepares;
+      if (sm90 || sm100) prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareSortCandidateBlocks};
+      if (sm90) prepares.push_back(dsv41::PreparePagedMqaLogitsSm90);
+      if (sm100) prepares.push_back(dsv41::PreparePagedSparseMqaLogitsSm100);
+      for (auto prepare : prepares) {
         if (cudaError_t err = prepare(); err != cudaSuccess) {
           error = "device " + std::to_string(d) + ": " + cudaGetErrorString(err);
           break;

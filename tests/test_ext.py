@@ -142,3 +142,54 @@ def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
         )
         with pytest.raises(NotImplementedError, match=match):
             logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, t, bad.get("block_size", 8))
+
+
+@needs_ext
+@pytest.mark.parametrize(
+    "cc,topk_runs_ffi,logits_runs_ffi",
+    [("9.0", True, True), ("10.0", True, False), ("8.0", False, False), ("12.0", False, False)],
+)
+def test_ffi_wrappers_decline_where_no_kernel_image_exists(
+    monkeypatch, caplog, cc, topk_runs_ffi, logits_runs_ffi
+):
+    """A simulated device of each compute capability: the FFI wrappers accept exactly the GPUs the
+    extension has machine code for (own kernels sm_90a + sm_100a, DeepGEMM's SM90 logits sm_90a)
+    and decline elsewhere at trace time, so `implementation=None` falls through, with a log line."""
+    import logging
+
+    import dsv41_jax as dj
+    from dsv41_jax.logits import ffi as logits_ffi
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
+    monkeypatch.setattr(_ext, "compute_capability", lambda: cc)
+    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    scores = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
+    lens = jnp.array([10, 64], jnp.int32)
+
+    def lowers(fn, *args):
+        text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+        return "custom_call @dsv41_" in text
+
+    if topk_runs_ffi:
+        assert lowers(lambda s, n: topk_ffi.topk(s, n, 4, None, None, 8), scores, lens)
+    else:
+        with pytest.raises(dj.ExtensionUnavailable, match=f"compute capability {cc}"):
+            dj.topk(scores, lens, 4, implementation="ffi")
+        with caplog.at_level(logging.INFO, logger="dsv41_jax"):
+            got = dj.topk(scores, lens, 4, implementation=("ffi", "reference"))
+        want = dj.topk(scores, lens, 4, implementation="reference")
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert f"no kernel image for compute capability {cc}" in caplog.text
+
+    rng = np.random.default_rng(1)
+    q = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((2, 1, 32, 128)), jnp.float32), jnp.ones((2, 1, 32))
+    )
+    cache = dj.PagedIndexCache.zeros(4, 64, 128)
+    bt, ctx = jnp.zeros((2, 2), jnp.int32), jnp.array([5, 100], jnp.int32)
+    if logits_runs_ffi:
+        assert lowers(lambda *a: logits_ffi.paged_mqa_logits(*a, 256), q, cache, ctx, bt)
+    else:
+        with pytest.raises(dj.ExtensionUnavailable, match=f"capability {cc} \\(built for 9.0\\)"):
+            dj.paged_mqa_logits(q, cache, ctx, bt, implementation="ffi")

@@ -26,7 +26,7 @@ def paged_mqa_logits(
     block_table: jax.Array,
     num_columns: int,
 ) -> jax.Array:
-    _ext.require_gpu(TARGET)
+    _ext.require_gpu(TARGET, _ext.SM90)
     max_pages = block_table.shape[1]
     unsupported = [
         (cache.format != "fp8", "needs the fp8 cache"),
@@ -59,17 +59,12 @@ SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
 GATHER_TARGET = "dsv41_gather_candidate_blocks"
 
 
-def _compute_capability() -> str:
-    device = jax.devices()[0]
-    return str(getattr(device, "compute_capability", ""))
-
-
 def _on_sm100() -> bool:
-    return _compute_capability().startswith("10.")
+    return _ext.compute_capability() in _ext.SM100
 
 
 def _on_sm90() -> bool:
-    return _compute_capability() == "9.0"
+    return _ext.compute_capability() in _ext.SM90
 
 
 def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> list[tuple[bool, str]]:
@@ -108,8 +103,8 @@ def sparse_kernel_declines(query, cache, num_candidates: int, block_size: int) -
         checks = _sm100_sparse_unsupported(query, cache, num_candidates, block_size)
     else:
         return (
-            f"no sparse kernel for compute capability {_compute_capability() or 'unknown'} "
-            "(kernels exist for 9.0 with the fp8 cache and 10.x with mxfp4)"
+            f"no sparse kernel for compute capability {_ext.compute_capability() or 'unknown'} "
+            "(kernels exist for 9.0 with the fp8 cache and 10.0 with mxfp4)"
         )
     reasons = [why for bad, why in checks if bad]
     return "; ".join(reasons) if reasons else None
@@ -117,7 +112,7 @@ def sparse_kernel_declines(query, cache, num_candidates: int, block_size: int) -
 
 def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, block_size):
     """The sparse logits kernel of this GPU: SM90 (fp8 cache) or SM100 (mxfp4 cache)."""
-    _ext.require_gpu(SPARSE_TARGET)
+    _ext.require_gpu(SPARSE_TARGET, _ext.SM90 + _ext.SM100)
     if _on_sm90():
         return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
     return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
@@ -156,7 +151,7 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
     if not _on_sm100():
         raise NotImplementedError(
             f"sparse_paged_mqa_logits: no sparse kernel for this GPU (compute capability "
-            f"{_compute_capability() or 'unknown'}; kernels exist for 9.0 and 10.x)"
+            f"{_ext.compute_capability() or 'unknown'}; kernels exist for 9.0 and 10.0)"
         )
     for bad, why in _sm100_sparse_unsupported(query, cache, table.num_candidates, block_size):
         if bad:
