@@ -27,6 +27,12 @@ def _load() -> ModuleType | str:
         )
 
 
+def limit(name: str) -> int:
+    """A limit the C++ side defines (buffer sizes, maximum shapes, mode values), read from the
+    extension so that Python never mirrors it by hand."""
+    return int(extension().LIMITS[name])
+
+
 def available() -> bool:
     return not isinstance(_load(), str)
 

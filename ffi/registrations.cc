@@ -8,6 +8,7 @@
 #include "common.h"
 
 #include "sm100_paged_sparse_mqa_logits.h"
+#include "sm90_paged_mqa_logits.h"
 #include "sm90_radix_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
@@ -32,6 +33,14 @@ pybind11::capsule Capsule(T* fn) {
 
 PYBIND11_MODULE(_dsv41_jax_ext, m) {
   m.doc() = "dsv41_jax CUDA extension: XLA FFI handlers for DeepGEMM and the selection kernels";
+  // Limits the Python wrappers size buffers and decline by: read from here, never mirrored.
+  pybind11::dict limits;
+  limits["sm90_schedule_rows"] = dsv41::kSm90ScheduleRows;
+  limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
+  limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
+  limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
+  limits["topk_mode_candidate_blocks"] = static_cast<int32_t>(dsv41::TopkMode::kCandidateBlocks);
+  m.attr("LIMITS") = limits;
   m.def("registrations", []() {
     pybind11::dict d;
     d["dsv41_gather_candidate_blocks"] = Capsule(dsv41::GatherCandidateBlocksFFI);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common.h"
+#include "sm90_paged_mqa_logits.h"
 #include "tma.h"
 
 namespace dsv41 {
@@ -20,7 +21,6 @@ constexpr uint32_t kNumMathWarpGroups = 4;
 constexpr uint32_t kSplitKV = kPageSize * kNumMathWarpGroups;  // 256 positions per task
 constexpr uint32_t kNumTMAThreads = 128, kNumMathThreads = 128 * kNumMathWarpGroups;
 constexpr uint32_t kNumQStages = 3, kNumKVStages = 3;
-constexpr int64_t kMaxSMs = 256;  // schedule workspace rows: [kMaxSMs + 1, 2]
 
 constexpr uint32_t Align(uint32_t x, uint32_t a) { return (x + a - 1) / a * a; }
 
@@ -124,7 +124,7 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
   }
   if (bd[0] != batch || lens.element_count() != batch || ld[0] != batch * next_n ||
       cols % kSplitKV != 0 || cols < bd[1] * kPageSize ||
-      schedule->element_count() != 2 * (kMaxSMs + 1) || weights.element_count() != batch * next_n * heads) {
+      schedule->element_count() != 2 * kSm90ScheduleRows || weights.element_count() != batch * next_n * heads) {
     return InvalidArgument(kOp, "inconsistent shapes (logits columns must cover the page table "
                                 "and be a multiple of 256)");
   }

@@ -193,3 +193,19 @@ def test_ffi_wrappers_decline_where_no_kernel_image_exists(
     else:
         with pytest.raises(dj.ExtensionUnavailable, match=f"capability {cc} \\(built for 9.0\\)"):
             dj.paged_mqa_logits(q, cache, ctx, bt, implementation="ffi")
+
+
+@needs_ext
+def test_limits_come_from_the_extension():
+    """Buffer sizes, shape limits and mode values are defined once, in C++, and read by Python."""
+    limits = _ext.extension().LIMITS
+    assert set(limits) == {
+        "sm90_schedule_rows",
+        "sort_max_blocks",
+        "sort_max_candidates",
+        "topk_mode_positions",
+        "topk_mode_candidate_blocks",
+    }
+    assert all(isinstance(v, int) for v in limits.values())
+    assert limits["topk_mode_positions"] != limits["topk_mode_candidate_blocks"]
+    assert _ext.limit("sm90_schedule_rows") == limits["sm90_schedule_rows"]

@@ -7,12 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _ext
-from dsv41_jax.topk.ffi import CANDIDATE_BLOCKS, radix_topk
+from dsv41_jax.topk.ffi import radix_topk
 from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
-MAX_BLOCKS = 1 << 20  # one CTA's bitmap per row (128 KiB of shared memory)
-MAX_CANDIDATES = 4096  # the table is staged in shared memory before it is written out
 
 
 def sort_candidate_blocks(
@@ -26,10 +24,13 @@ def sort_candidate_blocks(
     rows, c = selected.shape
     if rows == 0 or c == 0:  # no zero-size custom-call operands (see _ext.require_gpu)
         raise NotImplementedError(f"{TARGET}: empty inputs")
-    if -(-block_table.shape[1] * page_size // block_size) > MAX_BLOCKS:
-        raise NotImplementedError(f"{TARGET}: rows longer than 2^20 blocks")
-    if c > MAX_CANDIDATES:
-        raise NotImplementedError(f"{TARGET}: more than {MAX_CANDIDATES} candidates per row")
+    # One CTA per row: a shared-memory bitmap of the row's blocks, the table staged before it is
+    # written out; both bound the shapes (limits defined by the kernel, read from the extension).
+    max_blocks, max_c = _ext.limit("sort_max_blocks"), _ext.limit("sort_max_candidates")
+    if -(-block_table.shape[1] * page_size // block_size) > max_blocks:
+        raise NotImplementedError(f"{TARGET}: rows longer than {max_blocks} blocks")
+    if c > max_c:
+        raise NotImplementedError(f"{TARGET}: more than {max_c} candidates per row")
     i32 = jnp.int32
     out = (
         jax.ShapeDtypeStruct((rows, c), i32),
@@ -49,5 +50,5 @@ def sort_candidate_blocks(
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
     return radix_topk(
-        block_scores, lengths, num_candidates, None, None, block_size, CANDIDATE_BLOCKS
+        block_scores, lengths, num_candidates, None, None, block_size, "candidate_blocks"
     )

@@ -16,7 +16,6 @@ from dsv41_jax import _ext
 from dsv41_jax.types import PagedIndexCache, QueryBundle
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
-SCHEDULE_ROWS = 257  # the handler's schedule workspace: [max SMs + 1, 2]
 
 
 def paged_mqa_logits(
@@ -47,7 +46,7 @@ def paged_mqa_logits(
     lens = jnp.clip(context_lens.astype(jnp.int32), 0, max_pages * 64)
     out = (
         jax.ShapeDtypeStruct((query.num_rows, num_columns), jnp.float32),
-        jax.ShapeDtypeStruct((SCHEDULE_ROWS, 2), jnp.int32),
+        jax.ShapeDtypeStruct((_ext.limit("sm90_schedule_rows"), 2), jnp.int32),
     )
     logits, _ = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
         query.values, query.weights, cache.data, lens, block_table.astype(jnp.int32)

@@ -22,11 +22,11 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
 
 
 RADIX_TOPK = "dsv41_radix_topk"
-POSITIONS, CANDIDATE_BLOCKS = 0, 1  # TopkMode in cuda/sm90_radix_topk.cuh
 
 
 def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Array:
-    """The CUDA cluster radix select: exact, ascending output, -1 padded."""
+    """The CUDA cluster radix select: exact, ascending output, -1 padded. `mode` is "positions"
+    (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest pinned)."""
     _ext.require_gpu(RADIX_TOPK)
     if scores.dtype != jnp.float32:
         raise NotImplementedError(f"{RADIX_TOPK}: float32 scores only (got {scores.dtype})")
@@ -46,11 +46,11 @@ def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Arr
         members.astype(jnp.int32),
         k=np.int32(k),
         block_size=np.int32(block_size),
-        mode=np.int32(mode),
+        mode=np.int32(_ext.limit(f"topk_mode_{mode}")),
         has_starts=starts is not None,
         has_members=has_members,
     )
 
 
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
-    return radix_topk(scores, lengths, k, starts, candidates, block_size, POSITIONS)
+    return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions")
