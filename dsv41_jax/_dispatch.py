@@ -49,19 +49,10 @@ class Op:
                     f"{', '.join(self.impls)}"
                 )
             return (implementation,)
-        if not isinstance(implementation, (tuple, list)) or not all(
-            isinstance(n, str) for n in implementation
-        ):
-            raise ValueError(
-                "implementation must be None, a name or a sequence of names, got "
-                f"{implementation!r}"
-            )
-        unknown = [n for n in implementation if n not in KNOWN]
-        if unknown:
-            raise ValueError(f"unknown implementation names {unknown}; known: {sorted(KNOWN)}")
-        if not implementation:
+        preference = shared(implementation)
+        if not preference:
             raise ValueError(f"{self.name}: implementation must not be an empty sequence")
-        names = tuple(n for n in implementation if n in self.impls)
+        names = tuple(n for n in preference if n in self.impls)
         return names or tuple(self.impls)
 
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
@@ -90,12 +81,19 @@ def _log_fallback(op: str, impl: str, reason: str) -> None:
     logger.log(level, "%s: skipping implementation %r (%s)", op, impl, reason)
 
 
-def shared(implementation: Implementation) -> Implementation:
-    """`implementation` as composites (publish, select, the step) forward it to their ops: a single
-    name becomes a one-name preference, so an op without it (e.g. `block_amax` for "ffi") runs its
-    own order instead of raising."""
-    if isinstance(implementation, str):
-        if implementation not in KNOWN:
-            raise ValueError(f"unknown implementation {implementation!r}; known: {sorted(KNOWN)}")
-        return (implementation,)
-    return implementation
+def shared(implementation: Implementation) -> tuple[str, ...] | None:
+    """`implementation` as composites (publish, select, the step, the sharded entry points)
+    forward it to their ops: None, or a tuple of known names (hashable, so it can be a jit static
+    argument). A single name becomes a one-name preference, so an op without it (e.g.
+    `block_amax` for "ffi") runs its own order instead of raising."""
+    if implementation is None:
+        return None
+    names = (implementation,) if isinstance(implementation, str) else implementation
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(
+            f"implementation must be None, a name or a sequence of names, got {implementation!r}"
+        )
+    unknown = [n for n in names if n not in KNOWN]
+    if unknown:
+        raise ValueError(f"unknown implementation names {unknown}; known: {sorted(KNOWN)}")
+    return tuple(names)

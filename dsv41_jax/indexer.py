@@ -17,7 +17,7 @@ from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
-from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -152,7 +152,6 @@ def select(
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     implementation = shared(implementation)
-    declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
     # Rows that fit in the published blocks (every block is a candidate): the dense top-k is the
     # answer, without the candidate mask or the gather. Measured on the H200 at 16K positions
     # (= C·B): the sparse select took 143 us at bs 64 against 75 for the mask path.
@@ -164,6 +163,7 @@ def select(
         return topk(
             logits, row_lengths(context_lens, query.next_n), k, implementation=implementation
         )
+    declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
     if path == "auto":
         ffi_allowed = implementation is None or "ffi" in implementation
         path = "sparse" if declines is None and ffi_allowed else "mask"
@@ -198,10 +198,6 @@ def select(
         return sparse_columns_to_positions(columns, table, b)
 
 
-def _prefill_lens(starts: jax.Array, ends: jax.Array) -> jax.Array:
-    return jnp.maximum(ends.astype(jnp.int32) - starts.astype(jnp.int32), 0)
-
-
 def publish_prefill(
     query: QueryBundle,
     keys: KeyBuffer,
@@ -219,7 +215,7 @@ def publish_prefill(
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
     logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
-    lens = _prefill_lens(starts, ends)
+    lens = prefill_lengths(starts, ends)
     pages = -(-logits.shape[1] // config.page_size)
     identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
     return _publish_from_logits(logits, lens, identity, config, starts, implementation)
@@ -241,7 +237,7 @@ def select_prefill(
     logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
     return topk(
         logits,
-        _prefill_lens(starts, ends),
+        prefill_lengths(starts, ends),
         config.index_topk,
         starts=starts,
         candidates=table,

@@ -14,6 +14,11 @@ def row_lengths(context_lens: jax.Array, next_n: int) -> jax.Array:
     return jnp.maximum(lens, 0).reshape(-1)
 
 
+def prefill_lengths(starts: jax.Array, ends: jax.Array) -> jax.Array:
+    """int32 `[rows]`: positions `[starts, ends)` a ragged prefill row sees (0 when empty)."""
+    return jnp.maximum(ends.astype(jnp.int32) - starts.astype(jnp.int32), 0)
+
+
 def row_block_table(block_table: jax.Array, next_n: int) -> jax.Array:
     """The per-request page table repeated for each of the request's `next_n` rows."""
     return jnp.repeat(block_table.astype(jnp.int32), next_n, axis=0)

@@ -29,7 +29,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation
+from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, select
@@ -43,19 +43,11 @@ logger = logging.getLogger("dsv41_jax")
 
 
 # ----------------------------------------------------------------------------- row sharding
-def _hashable(implementation: Implementation) -> Implementation:
-    """`implementation` as a jit static argument (a list becomes a tuple)."""
-    if implementation is None or isinstance(implementation, str):
-        return implementation
-    return tuple(implementation)
-
-
 def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
     """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0).
 
-    Call it under `jax.jit` (the public entry points do): an eager `shard_map` compiles every
-    primitive on its own, and XLA's GPU compile of a lone FFI custom call over several devices
-    crashes the process (scripts/probes/eager_shard_map_ffi.py)."""
+    The public entry points call it under `jax.jit`, so the shard_map is traced once rather
+    than run primitive by primitive as an eager shard_map is."""
     if axis not in mesh.axis_names:
         raise ValueError(f"axis {axis!r} is not a mesh axis {mesh.axis_names}")
     world = mesh.shape[axis]
@@ -106,7 +98,7 @@ def publish_row_sharded(
     """
 
     return _publish_row_sharded(
-        query, cache, context_lens, block_table, config, mesh, axis, _hashable(implementation)
+        query, cache, context_lens, block_table, config, mesh, axis, shared(implementation)
     )
 
 
@@ -143,7 +135,7 @@ def select_row_sharded(
         mesh,
         axis,
         path,
-        _hashable(implementation),
+        shared(implementation),
     )
 
 

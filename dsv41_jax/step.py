@@ -14,14 +14,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 import jax
-import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext
-from dsv41_jax._dispatch import KNOWN, Implementation
+from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import Path, publish, publish_prefill, select, select_prefill
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits
-from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import logical_to_physical, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -157,7 +156,7 @@ class TwoLevelIndexer:
             )
         for layer in self.plain_layers:
             logits = mqa_logits(queries[layer], keys[layer], starts, ends, implementation=impl)
-            lens = jnp.maximum(ends.astype(jnp.int32) - starts.astype(jnp.int32), 0)
+            lens = prefill_lengths(starts, ends)
             selections[layer] = topk(
                 logits, lens, cfg.index_topk, starts=starts, implementation=impl
             )
@@ -196,15 +195,9 @@ def make_two_level_indexer(
         raise ValueError(f"a layer appears twice among source, consumer and plain layers: {ids}")
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
-    if implementation is not None:
-        names = (implementation,) if isinstance(implementation, str) else implementation
-        if not isinstance(names, (tuple, list)) or not all(n in KNOWN for n in names):
-            raise ValueError(
-                f"implementation must be None or names from {sorted(KNOWN)}, got {implementation!r}"
-            )
-        if implementation == "ffi":
-            _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
-        implementation = tuple(names)
+    if implementation == "ffi":
+        _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
+    implementation = shared(implementation)
     n_consumers = len(consumer_layers)
     return TwoLevelIndexer(
         config,

@@ -7,6 +7,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from dsv41_jax import _checks
 from dsv41_jax.config import CacheFormat
 
 INT32_MAX = 2**31 - 1  # padding of CandidateTable.blocks (sorts after every block id)
@@ -82,8 +83,6 @@ class PagedIndexCache:
         Raises ValueError naming the argument for a non-positive or non-integer size, or a
         head_dim the format cannot hold (mxfp4: a multiple of 32, at most 128).
         """
-        from dsv41_jax import _checks
-
         num_pages = _checks.positive_int(num_pages, "num_pages")
         page_size = _checks.positive_int(page_size, "page_size")
         head_dim = _checks.positive_int(head_dim, "head_dim")

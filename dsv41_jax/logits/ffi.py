@@ -146,12 +146,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
 def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size):
     """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
     `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
-    machine); on other GPUs it declines."""
-    if not _on_sm100():
-        raise NotImplementedError(
-            f"sparse_paged_mqa_logits: no sparse kernel for this GPU (compute capability "
-            f"{_ext.compute_capability() or 'unknown'}; kernels exist for 9.0 and 10.0)"
-        )
+    machine). The caller has checked the device (`_ext.require_gpu(..., SM90 + SM100)`)."""
     for bad, why in _sm100_sparse_unsupported(query, cache, table.num_candidates, block_size):
         if bad:
             raise NotImplementedError(f"{SPARSE_TARGET}: {why}")
