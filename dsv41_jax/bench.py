@@ -142,6 +142,55 @@ def bench_logits(rng, bw, quick: bool) -> list[Row]:
     return rows
 
 
+FP8_DENSE_TFLOPS = 989.0  # H100/H200 SXM dense FP8 tensor-core peak (the prefill logits floor)
+PREFILL_TOKENS = (4096, 32768, 131072)
+
+
+def bench_prefill(rng, bw, quick: bool) -> list[Row]:
+    """Ragged prefill of one causal request of T tokens (row i sees keys [0, i + 1)), 32 heads:
+    the logits (floor: the causal FLOPs at the FP8 peak) and the top-k over them (floor: the
+    visible logits read once). The reference logits only at the smallest size."""
+    import dsv41_jax as dj
+
+    cfg = dj.IndexerConfig()
+    rows = []
+    for t in PREFILL_TOKENS[:1] if quick else PREFILL_TOKENS:
+        keys = dj.quantize_keys(_rand(rng, (t, 128)))
+        q = dj.quantize_queries(_rand(rng, (t, 1, 32, 128)), _rand(rng, (t, 1, 32)))
+        starts = jnp.zeros((t,), jnp.int32)
+        ends = jnp.arange(1, t + 1, dtype=jnp.int32)
+        shape = f"{t // 1024}K tokens, H 32"
+        flops = 2.0 * 32 * 128 * t * (t + 1) / 2
+        floor = flops / (FP8_DENSE_TFLOPS * 1e6)
+        calls = 3 if t <= 32768 else 1  # every timed call's [T, T] logits stay alive until the end
+        try:
+            f = jax.jit(lambda q, k, s, e: dj.mqa_logits(q, k, s, e, relative=True))
+            t_ffi = jax_time_us(f, [(q, keys, starts, ends)], calls=calls)
+            rows.append(Row("mqa_logits (prefill)", shape, "ffi (DeepGEMM sm90)", t_ffi, floor))
+            if t <= 4096 and not quick:
+                t_ref = jax_time_us(
+                    lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference"),
+                    [(q, keys, starts, ends)],
+                    calls=1,
+                )
+                rows.append(Row("mqa_logits (prefill)", shape, "reference (XLA)", t_ref, floor))
+            logits = f(q, keys, starts, ends)
+            lens = ends - starts
+            top_floor = 4.0 * t * (t + 1) / 2 / (bw * 1e3)
+            t_top = jax_time_us(
+                lambda x, n: dj.topk(x, n, cfg.index_topk), [(logits, lens)], calls=calls
+            )
+            rows.append(Row("topk k=512 (prefill rows)", shape, "default", t_top, top_floor))
+            del logits
+            t_pub = jax_time_us(
+                lambda *a: dj.publish_prefill(*a, cfg), [(q, keys, starts, ends)], calls=calls
+            )
+            rows.append(Row("publish_prefill", shape, "default", t_pub, floor + top_floor))
+        except Exception as e:  # noqa: BLE001 - a size that does not fit is reported, not fatal
+            print(f"bench: prefill {shape}: skipped ({type(e).__name__}: {str(e)[:200]})")
+    return rows
+
+
 def bench_sort(rng, bw) -> list[Row]:
     import torch
 
@@ -563,13 +612,13 @@ def main() -> None:
     ap.add_argument(
         "ops",
         nargs="*",
-        help="what to run: logits sort amax topk select step sharded (default: all"
+        help="what to run: logits sort amax topk select step prefill sharded (default: all"
         " single-GPU ones); same as --only",
     )
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
     ap.add_argument("--plots", default="", help="write the step plots (PNG) into this folder")
     ap.add_argument(
-        "--only", default="", help="comma list: logits,sort,amax,topk,select,step,sharded"
+        "--only", default="", help="comma list: logits,sort,amax,topk,select,step,prefill,sharded"
     )
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
@@ -593,6 +642,7 @@ def main() -> None:
         "topk",
         "select",
         "step",
+        "prefill",
     }
     if args.breakdown:
         os.environ["DSV41_BENCH_BREAKDOWN"] = "1"
@@ -605,7 +655,11 @@ def main() -> None:
         rows += bench_block_amax(rng, bw)
     if "topk" in only:
         rows += bench_topk(rng, bw, args.topk_impls.split(","))
-    for name, bench in (("select", bench_select), ("step", bench_step)):
+    for name, bench in (
+        ("select", bench_select),
+        ("step", bench_step),
+        ("prefill", bench_prefill),
+    ):
         if name in only:
             print(f"bench: {name} ...", flush=True)
             rows += bench(rng, bw, args.quick)

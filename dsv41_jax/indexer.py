@@ -55,10 +55,10 @@ def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
         )
 
 
-def _publish_from_logits(logits, lens, bt, config: IndexerConfig, starts, implementation):
+def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
     b = config.candidate_block_size
-    indices = topk(logits, lens, config.index_topk, starts=starts, implementation=implementation)
-    scores = block_amax(logits, lens, block_size=b, starts=starts, implementation=implementation)
+    indices = topk(logits, lens, config.index_topk, implementation=implementation)
+    scores = block_amax(logits, lens, block_size=b, implementation=implementation)
     selected = select_candidate_blocks(
         scores,
         lens,
@@ -107,7 +107,7 @@ def publish(
     )
     lens = row_lengths(context_lens, query.next_n)
     bt = row_block_table(block_table, query.next_n)
-    return _publish_from_logits(logits, lens, bt, config, None, implementation)
+    return _publish_from_logits(logits, lens, bt, config, implementation)
 
 
 def select(
@@ -214,11 +214,12 @@ def publish_prefill(
     """
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
-    logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
+    # Relative layout: row i's position p sits at column p, as the selection contract counts.
+    logits = mqa_logits(query, keys, starts, ends, relative=True, implementation=implementation)
     lens = prefill_lengths(starts, ends)
     pages = -(-logits.shape[1] // config.page_size)
     identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
-    return _publish_from_logits(logits, lens, identity, config, starts, implementation)
+    return _publish_from_logits(logits, lens, identity, config, implementation)
 
 
 def select_prefill(
@@ -234,12 +235,11 @@ def select_prefill(
     """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`."""
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
-    logits = mqa_logits(query, keys, starts, ends, implementation=implementation)
+    logits = mqa_logits(query, keys, starts, ends, relative=True, implementation=implementation)
     return topk(
         logits,
         prefill_lengths(starts, ends),
         config.index_topk,
-        starts=starts,
         candidates=table,
         block_size=config.candidate_block_size,
         implementation=implementation,

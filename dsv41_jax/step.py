@@ -155,11 +155,11 @@ class TwoLevelIndexer:
                 queries[layer], keys[layer], starts, ends, table, cfg, implementation=impl
             )
         for layer in self.plain_layers:
-            logits = mqa_logits(queries[layer], keys[layer], starts, ends, implementation=impl)
-            lens = prefill_lengths(starts, ends)
-            selections[layer] = topk(
-                logits, lens, cfg.index_topk, starts=starts, implementation=impl
+            logits = mqa_logits(
+                queries[layer], keys[layer], starts, ends, relative=True, implementation=impl
             )
+            lens = prefill_lengths(starts, ends)
+            selections[layer] = topk(logits, lens, cfg.index_topk, implementation=impl)
         return StepResult(selections, table, None)
 
 

@@ -8,15 +8,18 @@
 #include "common.h"
 
 #include "sm100_paged_sparse_mqa_logits.h"
+#include "sm90_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
 #include "sm90_radix_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
 cudaError_t PreparePagedMqaLogitsSm90();
+cudaError_t PrepareMqaLogitsSm90();
 XLA_FFI_DECLARE_HANDLER_SYMBOL(GatherCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
@@ -36,6 +39,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   // Limits the Python wrappers size buffers and decline by: read from here, never mirrored.
   pybind11::dict limits;
   limits["sm90_schedule_rows"] = dsv41::kSm90ScheduleRows;
+  limits["sm90_mqa_row_padding"] = dsv41::kSm90MqaRowPadding;
   limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
@@ -46,6 +50,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_gather_candidate_blocks"] = Capsule(dsv41::GatherCandidateBlocksFFI);
     d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
     d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
+    d["dsv41_sm90_mqa_logits"] = Capsule(dsv41::MqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
@@ -76,7 +81,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       const bool sm90 = major == 9 && minor == 0, sm100 = major == 10 && minor == 0;
       std::vector<cudaError_t (*)()> prepares;
       if (sm90 || sm100) prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareSortCandidateBlocks};
-      if (sm90) prepares.push_back(dsv41::PreparePagedMqaLogitsSm90);
+      if (sm90) prepares.insert(prepares.end(), {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90});
       if (sm100) prepares.push_back(dsv41::PreparePagedSparseMqaLogitsSm100);
       for (auto prepare : prepares) {
         if (cudaError_t err = prepare(); err != cudaSuccess) {

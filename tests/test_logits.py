@@ -124,6 +124,34 @@ def test_prefill_mqa_logits_matches_oracle(rng, fmt, d):
             )
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_prefill_relative_layout_is_the_absolute_shifted(rng, fmt):
+    t = 21
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 64)).astype(np.float32)), fmt)
+    q = query(rng, 7, 1, 4, 64, fmt)
+    starts = np.array([0, 0, 5, 10, 20, 21, 3], np.int32)
+    ends = np.array([0, 1, 17, 21, 21, 21, 3], np.int32)
+    absolute = np.asarray(dj.mqa_logits(q, keys, jnp.asarray(starts), jnp.asarray(ends)))
+    rel = np.asarray(dj.mqa_logits(q, keys, jnp.asarray(starts), jnp.asarray(ends), relative=True))
+    for i in range(7):
+        n = ends[i] - starts[i]
+        np.testing.assert_array_equal(rel[i, :n], absolute[i, starts[i] : ends[i]])
+        assert (rel[i, n:] == -np.inf).all()
+    # Traced out-of-range ranges are clamped, in both layouts alike.
+    f = jax.jit(lambda s, e: dj.mqa_logits(q, keys, s, e, relative=True))
+    bad = np.asarray(f(jnp.asarray(starts - 9), jnp.asarray(ends + 9)))
+    want = np.asarray(
+        dj.mqa_logits(
+            q,
+            keys,
+            jnp.asarray(np.clip(starts - 9, 0, t)),
+            jnp.asarray(np.clip(ends + 9, 0, t)),
+            relative=True,
+        )
+    )
+    np.testing.assert_array_equal(bad, want)
+
+
 def test_paged_mqa_logits_jit_and_repeatable(rng):
     cache, bt = paged_cache(rng, 3, 4, 16, 64)
     q = query(rng, 3, 1, 4, 64)

@@ -20,7 +20,7 @@ SPARSE_PAGED_MQA_LOGITS = Op(
     ffi=ffi.sparse_paged_mqa_logits,  # SM100 only, compile-verified only
     reference=reference.sparse_paged_mqa_logits,
 )
-MQA_LOGITS = Op("mqa_logits", reference=reference.mqa_logits)
+MQA_LOGITS = Op("mqa_logits", ffi=ffi.mqa_logits, reference=reference.mqa_logits)
 
 
 def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> None:
@@ -149,16 +149,34 @@ def mqa_logits(
     starts: jax.Array,
     ends: jax.Array,
     *,
+    relative: bool = False,
     implementation: Implementation = None,
 ) -> jax.Array:
     """Ragged prefill MQA logits: row `i` scores packed keys `[starts[i], ends[i])`.
 
-    `query` holds one row per token (`next_n == 1`). Returns float32 `[rows, T]`, -inf outside each
-    row's range.
+    Same formula as `paged_mqa_logits`. `query` holds one row per token (`next_n == 1`).
+
+    Args:
+      query: QueryBundle `[rows, 1, H, D]`.
+      keys: the packed KeyBuffer `[T, ...]` (same format and head_dim as `query`).
+      starts, ends: int `[rows]`, `0 <= starts <= ends <= T`.
+      relative: the layout of the result. False: column `t` is key `t` (a row's range sits at
+        `[starts[i], ends[i])`). True: column `j` is key `starts[i] + j` (the range sits at
+        `[0, ends[i] - starts[i])`), the layout the prefill selection reads without `starts`
+        and the one DeepGEMM's kernel writes; the "ffi" implementation makes the other layout
+        from it with one more pass over the logits.
+      implementation: None (fastest available), "ffi" (DeepGEMM's SM90 FP8 kernel: fp8 keys,
+        head_dim 128, 32 or 64 heads) or "reference".
+
+    Returns:
+      float32 `[rows, T]`, -inf outside each row's range. Ranges known at trace time outside
+      `[0, T]` or with `starts > ends` raise ValueError; traced ones are clamped to
+      `0 <= starts <= ends <= T`.
     """
     check_query(query, keys.head_dim, keys.format, "keys")
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")
+    relative = _checks.boolean(relative, "relative")
     rows = query.num_rows
     starts, ends = _checks.array(starts, "starts"), _checks.array(ends, "ends")
     for name, v in (("starts", starts), ("ends", ends)):
@@ -169,4 +187,4 @@ def mqa_logits(
     if s is not None and e is not None and (s > e).any():
         r = int(np.argmax(s > e))
         raise ValueError(f"starts must be <= ends (row {r}: starts {s[r]} > ends {e[r]})")
-    return MQA_LOGITS(implementation, query, keys, starts, ends)
+    return MQA_LOGITS(implementation, query, keys, starts, ends, relative)

@@ -1,4 +1,6 @@
-"""`implementation="ffi"` of paged_mqa_logits: DeepGEMM's SM90 FP8 kernel through XLA FFI.
+"""`implementation="ffi"` of the logits ops: DeepGEMM's kernels through XLA FFI.
+
+paged_mqa_logits (DeepGEMM's SM90 FP8 paged kernel):
 
 Dense, supported: fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1 or 2, `num_columns` a
 multiple of 256 covering the page table (the kernel writes whole 256-position splits). Anything
@@ -13,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _ext
-from dsv41_jax.types import PagedIndexCache, QueryBundle
+from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
 
@@ -171,3 +173,43 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
         table.blocks.astype(jnp.int32),
     )
     return logits
+
+
+RAGGED_TARGET = "dsv41_sm90_mqa_logits"
+
+
+def mqa_logits(
+    query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array, relative: bool
+) -> jax.Array:
+    """Ragged prefill logits through DeepGEMM's SM90 FP8 kernel (`sm90_fp8_mqa_logits`), which
+    writes the relative layout; the handler clamps the ranges and writes -inf past each row's
+    range. `relative=False` moves every row to its absolute columns in one XLA pass."""
+    _ext.require_gpu(RAGGED_TARGET, _ext.SM90)
+    unsupported = [
+        (keys.format != "fp8", "needs fp8 keys"),
+        (keys.head_dim != 128, "needs head_dim 128"),
+        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+        (keys.num_tokens >= 2**31, "needs fewer than 2^31 keys"),
+    ]
+    for bad, why in unsupported:
+        if bad:
+            raise NotImplementedError(f"{RAGGED_TARGET}: {why}")
+    rows, n = query.num_rows, keys.num_tokens
+    if rows == 0 or n == 0:  # never hand XLA a zero-size custom-call operand
+        return jnp.full((rows, n), -jnp.inf, jnp.float32)
+    out = (
+        jax.ShapeDtypeStruct((rows, n), jnp.float32),
+        # the clamped ranges, for the rows rounded up to a whole query block
+        jax.ShapeDtypeStruct((2, rows + _ext.limit("sm90_mqa_row_padding")), jnp.int32),
+    )
+    starts, ends = starts.astype(jnp.int32), ends.astype(jnp.int32)
+    logits, _ = jax.ffi.ffi_call(RAGGED_TARGET, out, vmap_method="sequential")(
+        query.values, query.weights, keys.values, keys.scales, starts, ends
+    )
+    if relative:
+        return logits
+    ks = jnp.clip(starts, 0, n)[:, None]
+    ke = jnp.clip(ends, ks[:, 0], n)[:, None]
+    t = jnp.arange(n)[None]
+    moved = jnp.take_along_axis(logits, jnp.clip(t - ks, 0, n - 1), axis=1)
+    return jnp.where((t >= ks) & (t < ke), moved, -jnp.inf)

@@ -96,7 +96,7 @@ def sparse_paged_mqa_logits(
 
 
 def mqa_logits(
-    query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array
+    query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array, relative: bool
 ) -> jax.Array:
     q = dequantize_query(query).reshape(query.num_rows, query.num_heads, -1)
     w = query.weights.reshape(query.num_rows, query.num_heads)
@@ -104,11 +104,16 @@ def mqa_logits(
         k, s = keys.values.astype(jnp.float32), keys.scales
     else:
         k, s = quant.dequantize_mxfp4(keys.values, keys.scales), jnp.ones(keys.num_tokens)
-    t = jnp.arange(keys.num_tokens)
+    n = keys.num_tokens
+    t = jnp.arange(n)
 
     def one(args):
         qr, wr, ks, ke = args
         out = _score(qr[None], wr[None], k, s)[0]
+        if relative:  # column j is key ks + j
+            ks, ke = jnp.clip(ks, 0, n), jnp.clip(ke, 0, n)
+            out = jnp.take(out, jnp.minimum(ks + t, n - 1))
+            return jnp.where(t < ke - ks, out, -jnp.inf)
         return jnp.where((t >= ks) & (t < ke), out, -jnp.inf)
 
     return lax.map(one, (q, w, starts.astype(jnp.int32), ends.astype(jnp.int32)))
