@@ -46,10 +46,15 @@ for step in $STEPS; do
       note "gpu tests ${args}: $(tail -1 "$log")"
       grep -E "^(FAILED|ERROR)" "$log" | head -20 ;;
     sanitize)
-      for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --error-exitcode 3 $PY scripts/sanitize_run.py \
-          >"$OUT/sanitize_$tool.log" 2>&1
-        note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+      # memcheck over every section in one process; racecheck one section per process, so a
+      # sanitizer crash names its op.
+      compute-sanitizer --tool memcheck --error-exitcode 3 $PY scripts/sanitize_run.py \
+        >"$OUT/sanitize_memcheck.log" 2>&1
+      note "compute-sanitizer memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1)"
+      for section in ${SANITIZE_SECTIONS:-logits sort physical topk topc sparse prefill amax}; do
+        compute-sanitizer --tool racecheck --error-exitcode 3 $PY scripts/sanitize_run.py $section \
+          >"$OUT/sanitize_racecheck_$section.log" 2>&1
+        note "compute-sanitizer racecheck $section: rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitize_racecheck_$section.log" | tail -1)"
       done ;;
     demo)
       $PY examples/decode_step.py >"$OUT/demo.log" 2>&1

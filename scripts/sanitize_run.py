@@ -1,4 +1,10 @@
-"""Small calls of every FFI handler, run under compute-sanitizer by scripts/device_check.sh."""
+"""Small calls of every FFI handler (and the Pallas block amax), run under compute-sanitizer by
+scripts/device_check.sh. One section per op, so a tool can be run on one op at a time:
+
+    python scripts/sanitize_run.py [section ...]      # default: every section
+"""
+
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -23,43 +29,94 @@ q = dj.quantize_queries(
     jnp.ones((batch, 2, 32), jnp.float32),
 )
 lens = jnp.array([0, 1000, pages * 64 + 999], jnp.int32)  # the last is past the page table
-# Under jit the lengths are not visible at trace time: the FFI path must clamp them itself.
-logits = jax.jit(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"))(q, cache, lens, bt)
 rows = dj.row_lengths(jnp.minimum(lens, pages * 64), 2)
-sel = jnp.asarray(rng.integers(-3, 400, (6, 64)).astype(np.int32))
-table = dj.sort_candidate_blocks(sel, rows, dj.row_block_table(bt, 2), implementation="ffi")
-phys = dj.logical_to_physical(
-    jnp.asarray(rng.integers(-1, 3000, (6, 32)).astype(np.int32)),
-    dj.row_block_table(bt, 2),
-    64,
-    implementation="ffi",
-)
 scores = jnp.asarray(rng.standard_normal((3, 70000)).astype(np.float32))
 top_lens = jnp.array([0, 700, 70000], jnp.int32)
-members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))
-top = dj.topk(scores, top_lens, 512, implementation="ffi")
-top_masked = dj.topk(scores, top_lens, 512, candidates=members, implementation="ffi")
-picked = dj.select_candidate_blocks(
-    scores[:, :16384], top_lens, num_candidates=2048, implementation="ffi"
+
+
+def logits():
+    # Under jit the lengths are not visible at trace time: the FFI path must clamp them itself.
+    out = jax.jit(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"))(q, cache, lens, bt)
+    return float(jnp.nansum(jnp.where(jnp.isfinite(out), out, 0)))
+
+
+def sort():
+    sel = jnp.asarray(rng.integers(-3, 400, (6, 64)).astype(np.int32))
+    table = dj.sort_candidate_blocks(sel, rows, dj.row_block_table(bt, 2), implementation="ffi")
+    return int(table.count.sum())
+
+
+def physical():
+    phys = dj.logical_to_physical(
+        jnp.asarray(rng.integers(-1, 3000, (6, 32)).astype(np.int32)),
+        dj.row_block_table(bt, 2),
+        64,
+        implementation="ffi",
+    )
+    return int(phys.sum())
+
+
+def topk():
+    members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))
+    top = dj.topk(scores, top_lens, 512, implementation="ffi")
+    masked = dj.topk(scores, top_lens, 512, candidates=members, implementation="ffi")
+    return int(top.sum() + masked.sum())
+
+
+def topc():
+    picked = dj.select_candidate_blocks(
+        scores[:, :16384], top_lens, num_candidates=2048, implementation="ffi"
+    )
+    return int(picked.sum())
+
+
+def sparse():
+    # The Hopper sparse path: gather (with a page id past the cache and -1 padding) + dense kernel.
+    bad_bt = dj.row_block_table(bt, 2).at[0, 0].set(batch * pages + 50)
+    table = dj.sort_candidate_blocks(
+        jnp.asarray(rng.integers(-3, 400, (6, 32)).astype(np.int32)),
+        rows,
+        bad_bt,
+        implementation="ffi",
+    )
+    out = dj.sparse_paged_mqa_logits(
+        q, cache, table, jnp.minimum(lens, pages * 64), bt, block_size=8, implementation="ffi"
+    )
+    return float(jnp.nansum(out[:, :8]))
+
+
+def prefill():
+    # Ragged rows (one past the buffer, one reversed, a partial last query block) under jit.
+    t = 777
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 128)), jnp.float32))
+    qp = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((7, 1, 32, 128)), jnp.float32), jnp.ones((7, 1, 32))
+    )
+    s = jnp.array([0, 0, 5, 700, -3, 30, 776], jnp.int32)
+    e = jnp.array([0, 1, 400, 900, 10, 20, 777], jnp.int32)
+    out = jax.jit(lambda a, b: dj.mqa_logits(qp, keys, a, b, implementation="ffi"))(s, e)
+    return float(jnp.where(jnp.isfinite(out), out, 0).sum())
+
+
+def amax():
+    x = jnp.asarray(rng.standard_normal((6, 4096)).astype(np.float32))
+    out = dj.block_amax(x, rows, implementation="pallas")
+    return float(jnp.where(jnp.isfinite(out), out, 0).sum())
+
+
+SECTIONS = dict(
+    logits=logits,
+    sort=sort,
+    physical=physical,
+    topk=topk,
+    topc=topc,
+    sparse=sparse,
+    prefill=prefill,
+    amax=amax,
 )
-# The Hopper sparse path: gather (with a page id past the cache and -1 padding) + dense kernel.
-bad_bt = dj.row_block_table(bt, 2).at[0, 0].set(batch * pages + 50)
-sparse_table = dj.sort_candidate_blocks(
-    jnp.asarray(rng.integers(-3, 400, (6, 32)).astype(np.int32)),
-    rows,
-    bad_bt,
-    implementation="ffi",
-)
-sparse = dj.sparse_paged_mqa_logits(
-    q, cache, sparse_table, jnp.minimum(lens, pages * 64), bt, block_size=8, implementation="ffi"
-)
-amax = dj.block_amax(jnp.where(jnp.isnan(logits), 0.0, logits), rows, implementation="pallas")
-print(
-    "sanitize run done",
-    float(jnp.nansum(jnp.where(jnp.isfinite(logits), logits, 0))),
-    int(table.count.sum()),
-    int(phys.sum()),
-    int(top.sum() + top_masked.sum() + picked.sum()),
-    float(jnp.where(jnp.isfinite(amax), amax, 0).sum()),
-    float(jnp.nansum(sparse[:, :8])),
-)
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(SECTIONS)
+    for name in names:
+        print(f"sanitize run {name}: {SECTIONS[name]()}", flush=True)
+    print("sanitize run done")
