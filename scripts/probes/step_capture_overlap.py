@@ -34,6 +34,12 @@ VARIANTS = {
     # without any custom call: which op the second stream refuses.
     "overlap-no-pallas": ("--xla_gpu_enable_command_buffer=", "2"),
     "overlap-reference": ("--xla_gpu_enable_command_buffer=", "3"),
+    # jax 0.11.2 cannot schedule a non-inlined nested jit (jnp.clip, ...) inside a stream-
+    # annotated region (scripts/probes/compute_on_stream.py): the chain with every nested call
+    # inlined into the region.
+    "overlap-inlined": ("--xla_gpu_enable_command_buffer=", "4"),
+    "default-cmdbuf+overlap-inlined": ("", "4"),
+    "default-cmdbuf": ("", "0"),
 }
 ONLY = [v for v in os.environ.get("PROBE_VARIANTS", "").split(",") if v]
 VMODULE = (
@@ -62,6 +68,7 @@ def child(mode: str) -> None:
     caches, qs, lens, bt = bench._decode_inputs(rng, jax.random.key(3), 8, 131072, layers=5)
 
     overlap = mode != "0"
+    inline = mode == "4"
     impl = {"2": ("ffi", "reference"), "3": "reference"}.get(mode)
 
     def table_chain(logits, n, rbt):
@@ -80,7 +87,7 @@ def child(mode: str) -> None:
         rbt = row_block_table(bt, 1)
         if overlap:
             table = compute_on(
-                table_chain,
+                _inlined(table_chain) if inline else table_chain,
                 compute_type="gpu_stream:1",
                 out_memory_spaces=jax.memory.Space.Device,
             )(logits, n, rbt)
@@ -111,6 +118,38 @@ def child(mode: str) -> None:
         f"async_start {len(re.findall(r'call-start|async-start', hlo))}"
     )
     del jnp
+
+
+def _inlined(f):
+    """f with every nested jit call evaluated in place (its equations bound directly)."""
+    import jax
+    from jax.extend import core
+
+    def run(jaxpr, consts, *args):
+        env = {}
+
+        def read(v):
+            return v.val if isinstance(v, core.Literal) else env[v]
+
+        env.update(zip(jaxpr.constvars, consts))
+        env.update(zip(jaxpr.invars, args))
+        for eqn in jaxpr.eqns:
+            vals = [read(v) for v in eqn.invars]
+            if eqn.primitive.name in ("pjit", "jit"):
+                inner = eqn.params["jaxpr"]
+                outs = run(inner.jaxpr, inner.consts, *vals)
+            else:
+                outs = eqn.primitive.bind(*vals, **eqn.params)
+                outs = outs if eqn.primitive.multiple_results else [outs]
+            env.update(zip(eqn.outvars, outs))
+        return [read(v) for v in jaxpr.outvars]
+
+    def g(*args):
+        closed, shape = jax.make_jaxpr(f, return_shape=True)(*args)
+        out = run(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
+        return jax.tree.unflatten(jax.tree.structure(shape), out)
+
+    return g
 
 
 def _reference_step(dj, cfg, layers, qs, caches, lens, bt):
