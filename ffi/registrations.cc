@@ -23,6 +23,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm100FFI);
 }  // namespace dsv41
 
 namespace {
@@ -40,6 +41,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   pybind11::dict limits;
   limits["sm90_schedule_rows"] = dsv41::kSm90ScheduleRows;
   limits["sm90_mqa_row_padding"] = dsv41::kSm90MqaRowPadding;
+  limits["sm100_num_sms"] = static_cast<int64_t>(dsv41::kSm100SMs);
   limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
@@ -54,6 +56,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
+    d["dsv41_sm100_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm100FFI);
     return d;
   });
   // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
@@ -82,7 +85,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       std::vector<cudaError_t (*)()> prepares;
       if (sm90 || sm100) prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareSortCandidateBlocks};
       if (sm90) prepares.insert(prepares.end(), {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90});
-      if (sm100) prepares.push_back(dsv41::PreparePagedSparseMqaLogitsSm100);
+      if (sm100) prepares.insert(prepares.end(), {dsv41::PreparePagedSparseMqaLogitsSm100, dsv41::PreparePagedMqaLogitsSm100});
       for (auto prepare : prepares) {
         if (cudaError_t err = prepare(); err != cudaSuccess) {
           error = "device " + std::to_string(d) + ": " + cudaGetErrorString(err);

@@ -95,6 +95,36 @@ def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
 
 
 @needs_ext
+def test_sm100_dense_call_lowers_with_row_tables(monkeypatch):
+    """The SM100 dense paged logits (compile-verified only): on an SM100 device the FFI path calls
+    its kernel with per-row lengths and page tables and widens the bf16 logits to float32."""
+    import dsv41_jax as dj
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    rng = np.random.default_rng(0)
+    q = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((3, 2, 32, 128)), jnp.float32),
+        jnp.ones((3, 2, 32), jnp.float32),
+        "mxfp4",
+    )
+    cache = dj.PagedIndexCache.zeros(12, 64, 128, "mxfp4")
+    bt = jnp.zeros((3, 4), jnp.int32)
+    lens = jnp.array([5, 200, 256], jnp.int32)
+    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
+    monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: True)
+    f = jax.jit(lambda *a: logits_ffi.paged_mqa_logits(*a, 256))
+    lowered = f.trace(q, cache, lens, bt).lower(lowering_platforms=("cuda",))
+    text = lowered.as_text()
+    assert "custom_call @dsv41_sm100_paged_mqa_logits" in text
+    assert "tensor<6x384xbf16>" in text  # rows = batch x next_n; width: whole 384-position splits
+    out = jax.eval_shape(f, q, cache, lens, bt)
+    assert out.shape == (6, 256) and out.dtype == jnp.float32
+    q8 = dj.quantize_queries(jnp.ones((3, 2, 32, 128), jnp.float32), q.weights)
+    with pytest.raises(NotImplementedError, match="mxfp4"):  # SM100 has no fp8 dense kernel here
+        logits_ffi.paged_mqa_logits(q8, dj.PagedIndexCache.zeros(12, 64, 128), lens, bt, 256)
+
+
+@needs_ext
 def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
     """The Hopper sparse path: one gather of the candidate blocks, then the dense SM90 kernel over
     the compact cache with one query row per request (next_n 2 rows become 2 requests)."""
@@ -146,15 +176,21 @@ def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
 
 @needs_ext
 @pytest.mark.parametrize(
-    "cc,topk_runs_ffi,logits_runs_ffi",
-    [("9.0", True, True), ("10.0", True, False), ("8.0", False, False), ("12.0", False, False)],
+    "cc,topk_runs_ffi,logits_decline",
+    [
+        ("9.0", True, None),
+        ("10.0", True, "needs the mxfp4 cache"),  # SM100's dense kernel reads MXFP4 pages only
+        ("8.0", False, "capability 8.0 \\(built for 9.0, 10.0\\)"),
+        ("12.0", False, "capability 12.0 \\(built for 9.0, 10.0\\)"),
+    ],
 )
 def test_ffi_wrappers_decline_where_no_kernel_image_exists(
-    monkeypatch, caplog, cc, topk_runs_ffi, logits_runs_ffi
+    monkeypatch, caplog, cc, topk_runs_ffi, logits_decline
 ):
     """A simulated device of each compute capability: the FFI wrappers accept exactly the GPUs the
-    extension has machine code for (own kernels sm_90a + sm_100a, DeepGEMM's SM90 logits sm_90a)
-    and decline elsewhere at trace time, so `implementation=None` falls through, with a log line."""
+    extension has machine code for (own kernels sm_90a + sm_100a, DeepGEMM's logits for the
+    architecture each exists for) and decline elsewhere at trace time, so `implementation=None`
+    falls through, with a log line."""
     import logging
 
     import dsv41_jax as dj
@@ -188,10 +224,10 @@ def test_ffi_wrappers_decline_where_no_kernel_image_exists(
     )
     cache = dj.PagedIndexCache.zeros(4, 64, 128)
     bt, ctx = jnp.zeros((2, 2), jnp.int32), jnp.array([5, 100], jnp.int32)
-    if logits_runs_ffi:
+    if logits_decline is None:
         assert lowers(lambda *a: logits_ffi.paged_mqa_logits(*a, 256), q, cache, ctx, bt)
     else:
-        with pytest.raises(dj.ExtensionUnavailable, match=f"capability {cc} \\(built for 9.0\\)"):
+        with pytest.raises(dj.ExtensionUnavailable, match=logits_decline):
             dj.paged_mqa_logits(q, cache, ctx, bt, implementation="ffi")
 
 
@@ -201,6 +237,8 @@ def test_limits_come_from_the_extension():
     limits = _ext.extension().LIMITS
     assert set(limits) == {
         "sm90_schedule_rows",
+        "sm90_mqa_row_padding",
+        "sm100_num_sms",
         "sort_max_blocks",
         "sort_max_candidates",
         "topk_mode_positions",

@@ -1,7 +1,8 @@
-"""DeepGEMM's SM100 paged sparse MQA logits: runs only where an SM100 (Blackwell) GPU is present.
+"""DeepGEMM's SM100 paged MQA logits (sparse and dense): run only where an SM100 (Blackwell) GPU is
+present.
 
-No such machine is lent to this project: the kernel is compile-verified only (CI builds it for
-sm_100a; tests/test_ext.py checks its FFI call lowers). On an SM100 machine these run as they are.
+No such machine is lent to this project: the kernels are compile-verified only (CI builds them for
+sm_100a; tests/test_ext.py checks their FFI calls lower). On an SM100 machine these run as they are.
 """
 
 from __future__ import annotations
@@ -56,3 +57,20 @@ def test_sm100_sparse_path_selects_like_the_mask_path(rng):
         ]
     )
     assert overlap > 0.95  # bf16 logits: differences only among near-ties of the k-th score
+
+
+@pytest.mark.parametrize("next_n,page", [(1, 64), (2, 64), (1, 128)])
+def test_sm100_dense_logits_match_reference(rng, next_n, page):
+    batch, pages = 5, 3000 // page
+    cache, bt = paged_cache(rng, batch, pages, page, 128, "mxfp4")
+    bt = jnp.asarray(bt).at[1, 2].set(-1)  # an invalid page id: NaN at its visible positions
+    q = query(rng, batch, next_n, 32, 128, "mxfp4")
+    lens = jnp.array([0, 1, 383, 385, pages * page], jnp.int32)
+    got = np.asarray(dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi"))
+    want = np.asarray(dj.paged_mqa_logits(q, cache, lens, bt, implementation="reference"))
+    rows = np.asarray(dj.row_lengths(lens, next_n))
+    vis = np.arange(got.shape[1])[None] < rows[:, None]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(np.isnan(got[vis]), np.isnan(want[vis]))
+    ok = vis & ~np.isnan(want)
+    assert calc_diff(got[ok], want[ok]) < 1e-3  # bf16 weights and reduction inside the kernel

@@ -1,10 +1,13 @@
 """`implementation="ffi"` of the logits ops: DeepGEMM's kernels through XLA FFI.
 
-paged_mqa_logits (DeepGEMM's SM90 FP8 paged kernel):
-
-Dense, supported: fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1 or 2, `num_columns` a
-multiple of 256 covering the page table (the kernel writes whole 256-position splits). Anything
-else raises NotImplementedError, so `implementation=None` falls back (with a log line).
+paged_mqa_logits, by the GPU:
+- SM90 (DeepGEMM's FP8 paged kernel): fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1
+  or 2, `num_columns` a multiple of 256 covering the page table (the kernel writes whole
+  256-position splits).
+- SM100 (DeepGEMM's unified MXFP4 paged kernel, COMPILE-VERIFIED ONLY: no Blackwell machine has
+  run it here): mxfp4 cache, head_dim 128, page 64 or 128, 32 heads; bf16 weights and logits
+  inside the kernel, returned as float32.
+Anything else raises NotImplementedError, so `implementation=None` falls back (with a log line).
 Columns at or past a row's length are left as the kernel wrote them (unspecified): no
 selection op reads them. Positions on invalid page ids are NaN, as in the reference.
 """
@@ -15,9 +18,12 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _ext
+from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
+SM100_TARGET = "dsv41_sm100_paged_mqa_logits"
+SM100_SPLIT = 384  # positions per split of the SM100 kernel: its logits width is a multiple
 
 
 def paged_mqa_logits(
@@ -27,7 +33,9 @@ def paged_mqa_logits(
     block_table: jax.Array,
     num_columns: int,
 ) -> jax.Array:
-    _ext.require_gpu(TARGET, _ext.SM90)
+    _ext.require_gpu(f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
+    if _on_sm100():
+        return paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     max_pages = block_table.shape[1]
     unsupported = [
         (cache.format != "fp8", "needs the fp8 cache"),
@@ -54,6 +62,44 @@ def paged_mqa_logits(
         query.values, query.weights, cache.data, lens, block_table.astype(jnp.int32)
     )
     return logits
+
+
+def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns):
+    """Blackwell: DeepGEMM's SM100 paged kernel (MXFP4), COMPILE-VERIFIED ONLY. The kernel reads
+    a page id outside the cache as TMA's zero fill; those visible positions are set to NaN here,
+    in the same pass that widens its bf16 logits to float32."""
+    max_pages, p = block_table.shape[1], cache.page_size
+    for bad, why in [
+        (cache.format != "mxfp4", "needs the mxfp4 cache (SM100 has no fp8 dense kernel here)"),
+        (cache.head_dim != 128 or p not in (64, 128), "needs head_dim 128 and page 64 or 128"),
+        (query.num_heads != 32, "needs 32 heads"),
+        (query.num_rows > 16384, "needs at most 16384 query rows"),
+        (query.num_rows == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
+    ]:
+        if bad:
+            raise NotImplementedError(f"{SM100_TARGET}: {why}")
+    rows, n = query.num_rows, query.next_n
+    lens = row_lengths(jnp.clip(context_lens.astype(jnp.int32), 0, max_pages * p), n)
+    bt = row_block_table(block_table, n)
+    width = -(-max(num_columns, max_pages * p) // SM100_SPLIT) * SM100_SPLIT
+    out = (
+        jax.ShapeDtypeStruct((rows, width), jnp.bfloat16),
+        jax.ShapeDtypeStruct((_ext.limit("sm100_num_sms") + 1, 2), jnp.int32),
+    )
+    logits, _ = jax.ffi.ffi_call(SM100_TARGET, out, vmap_method="sequential")(
+        query.values.reshape(rows, 32, 64),
+        jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32),
+        query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+        cache.data,
+        lens,
+        bt,
+        jnp.arange(rows, dtype=jnp.int32) // n,  # a request's rows share its KV pass
+    )
+    col = jnp.arange(num_columns, dtype=jnp.int32)
+    page_ok = (bt >= 0) & (bt < cache.num_pages)
+    on_bad_page = ~jnp.take(page_ok, jnp.minimum(col // p, max_pages - 1), axis=1)
+    bad = on_bad_page & (col[None] < lens[:, None])
+    return jnp.where(bad, jnp.nan, logits[:, :num_columns].astype(jnp.float32))
 
 
 SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
