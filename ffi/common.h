@@ -25,12 +25,13 @@ inline ffi::Error InvalidArgument(const char* op, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(op) + ": " + what);
 }
 
-inline ffi::Error LastCudaError(const char* op) {
-  cudaError_t err = cudaGetLastError();
+inline ffi::Error CudaStatus(const char* op, cudaError_t err) {
   if (err != cudaSuccess) {
     return ffi::Error::Internal(std::string(op) + ": " + cudaGetErrorString(err));
   }
   return ffi::Error::Success();
 }
+
+inline ffi::Error LastCudaError(const char* op) { return CudaStatus(op, cudaGetLastError()); }
 
 }  // namespace dsv41

@@ -8,9 +8,9 @@
 #include "common.h"
 
 #include "sm100_paged_sparse_mqa_logits.h"
-#include "sm90_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
 #include "sm90_radix_topk.cuh"
+#include "smxx_ragged_rows.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -24,6 +24,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm100FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm100FFI);
 }  // namespace dsv41
 
 namespace {
@@ -40,7 +41,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   // Limits the Python wrappers size buffers and decline by: read from here, never mirrored.
   pybind11::dict limits;
   limits["sm90_schedule_rows"] = dsv41::kSm90ScheduleRows;
-  limits["sm90_mqa_row_padding"] = dsv41::kSm90MqaRowPadding;
+  limits["mqa_row_padding"] = dsv41::kMqaRowPadding;
   limits["sm100_num_sms"] = static_cast<int64_t>(dsv41::kSm100SMs);
   limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
@@ -57,6 +58,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
     d["dsv41_sm100_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm100FFI);
+    d["dsv41_sm100_mqa_logits"] = Capsule(dsv41::MqaLogitsSm100FFI);
     return d;
   });
   // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
@@ -84,8 +86,15 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       const bool sm90 = major == 9 && minor == 0, sm100 = major == 10 && minor == 0;
       std::vector<cudaError_t (*)()> prepares;
       if (sm90 || sm100) prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareSortCandidateBlocks};
-      if (sm90) prepares.insert(prepares.end(), {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90});
-      if (sm100) prepares.insert(prepares.end(), {dsv41::PreparePagedSparseMqaLogitsSm100, dsv41::PreparePagedMqaLogitsSm100});
+      if (sm90) {
+        prepares.insert(prepares.end(),
+                        {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90});
+      }
+      if (sm100) {
+        prepares.insert(prepares.end(), {dsv41::PreparePagedSparseMqaLogitsSm100,
+                                         dsv41::PreparePagedMqaLogitsSm100,
+                                         dsv41::PrepareMqaLogitsSm100});
+      }
       for (auto prepare : prepares) {
         if (cudaError_t err = prepare(); err != cudaSuccess) {
           error = "device " + std::to_string(d) + ": " + cudaGetErrorString(err);

@@ -16,5 +16,6 @@ int64_t Sm100SparseWorkspaceBytes(int64_t rows);
 // Kernel attributes on an SM100 device (a no-op elsewhere); outside any stream capture.
 cudaError_t PreparePagedSparseMqaLogitsSm100();
 cudaError_t PreparePagedMqaLogitsSm100();
+cudaError_t PrepareMqaLogitsSm100();
 
 }  // namespace dsv41

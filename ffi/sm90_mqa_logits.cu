@@ -8,10 +8,8 @@
 // own launcher for this kernel.
 #include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>
 
-#include <cmath>
-
 #include "common.h"
-#include "sm90_mqa_logits.h"
+#include "smxx_ragged_rows.cuh"
 #include "tma.h"
 
 namespace dsv41 {
@@ -24,7 +22,7 @@ constexpr uint32_t kNumQStages = 3, kNumKVStages = 3;
 constexpr uint32_t kNumTMAThreads = 128, kNumMathThreads = 512;
 
 constexpr uint32_t BlockQ(uint32_t heads) { return kBlockQH / heads; }
-static_assert(BlockQ(32) == kSm90MqaRowPadding, "ranges workspace padding");
+static_assert(BlockQ(32) == kMqaRowPadding, "ranges workspace padding");
 
 // Mirrors the kernel's shared-memory plan: Q, KV, weight and KV-scale stages, then 8-byte barriers.
 constexpr uint32_t SmemBytes(uint32_t heads) {
@@ -81,28 +79,6 @@ cudaError_t SetSmemAttributes() {
 constexpr int kMaxDevices = 64;
 int g_num_sms[kMaxDevices] = {};  // filled by PrepareMqaLogitsSm90, read by the handler
 
-// The kernel trusts its ranges and writes column kv - ks for every kv in [ks, ke): clamp them to
-// 0 <= ks <= ke <= cols so nothing lands outside the row. Rows past `rows` (the last query block
-// is whole) get an empty range at the last row's start: they widen no block's key range and
-// write nothing. Then -inf at columns [ke - ks, cols) of each real row.
-constexpr int kRangeThreads = 256;
-
-__global__ void __launch_bounds__(kRangeThreads) PrepareRowsKernel(
-    float* logits, int64_t cols, const int32_t* starts, const int32_t* ends, int64_t rows,
-    int64_t rows_padded, uint32_t* ranges) {
-  const int64_t row = blockIdx.x;
-  const int64_t src = row < rows ? row : rows - 1;
-  const int64_t s = min(max(int64_t(starts[src]), int64_t(0)), cols);
-  const int64_t e = row < rows ? min(max(int64_t(ends[src]), s), cols) : s;
-  if (threadIdx.x == 0) {
-    ranges[row] = uint32_t(s);
-    ranges[rows_padded + row] = uint32_t(e);
-  }
-  if (row >= rows) return;
-  float* out = logits + row * cols;
-  for (int64_t c = (e - s) + threadIdx.x; c < cols; c += kRangeThreads) out[c] = -INFINITY;
-}
-
 ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                          ffi::AnyBuffer kv, Buffer<ffi::F32> kv_scales, Buffer<ffi::S32> starts,
                          Buffer<ffi::S32> ends, Result<ffi::F32> logits, Result<ffi::S32> ranges) {
@@ -156,10 +132,12 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
   if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
 
   auto* range_data = reinterpret_cast<uint32_t*>(ranges->typed_data());
-  PrepareRowsKernel<<<unsigned(rows_padded), kRangeThreads, 0, stream>>>(
-      logits->typed_data(), tokens, starts.typed_data(), ends.typed_data(), rows, rows_padded,
-      range_data);
-  if (auto e = LastCudaError(kOp); e.failure()) return e;
+  if (auto e = CudaStatus(kOp, LaunchPrepareRaggedRows(stream, logits->typed_data(), tokens,
+                                                        starts.typed_data(), ends.typed_data(),
+                                                        rows, rows_padded, range_data));
+      e.failure()) {
+    return e;
+  }
 
   const auto launch = heads == 32 ? LaunchForSMs<32> : LaunchForSMs<64>;
   const cudaError_t err = launch(g_num_sms[device], stream, uint32_t(rows_padded),

@@ -125,6 +125,35 @@ def test_sm100_dense_call_lowers_with_row_tables(monkeypatch):
 
 
 @needs_ext
+@pytest.mark.parametrize("sm100", [False, True])
+def test_ragged_logits_call_lowers_per_architecture(monkeypatch, sm100):
+    """The prefill logits kernel of each architecture (SM100's is compile-verified only): its
+    custom call, the relative layout widened to float32, and the decline for the other format."""
+    import dsv41_jax as dj
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    fmt = "mxfp4" if sm100 else "fp8"
+    rng = np.random.default_rng(0)
+    q = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((5, 1, 32, 128)), jnp.float32), jnp.ones((5, 1, 32)), fmt
+    )
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((300, 128)), jnp.float32), fmt)
+    s, e = jnp.zeros(5, jnp.int32), jnp.arange(1, 6, dtype=jnp.int32)
+    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
+    monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: sm100)
+    f = jax.jit(lambda *a: logits_ffi.mqa_logits(*a, True))
+    text = f.trace(q, keys, s, e).lower(lowering_platforms=("cuda",)).as_text()
+    target = "dsv41_sm100_mqa_logits" if sm100 else "dsv41_sm90_mqa_logits"
+    assert f"custom_call @{target}" in text
+    assert jax.eval_shape(f, q, keys, s, e).dtype == jnp.float32
+    other = "fp8" if sm100 else "mxfp4"
+    q2 = dj.quantize_queries(jnp.ones((5, 1, 32, 128)), jnp.ones((5, 1, 32)), other)
+    k2 = dj.quantize_keys(jnp.ones((300, 128)), other)
+    with pytest.raises(NotImplementedError, match=f"needs {fmt} keys"):
+        logits_ffi.mqa_logits(q2, k2, s, e, True)
+
+
+@needs_ext
 def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
     """The Hopper sparse path: one gather of the candidate blocks, then the dense SM90 kernel over
     the compact cache with one query row per request (next_n 2 rows become 2 requests)."""
@@ -237,7 +266,7 @@ def test_limits_come_from_the_extension():
     limits = _ext.extension().LIMITS
     assert set(limits) == {
         "sm90_schedule_rows",
-        "sm90_mqa_row_padding",
+        "mqa_row_padding",
         "sm100_num_sms",
         "sort_max_blocks",
         "sort_max_candidates",

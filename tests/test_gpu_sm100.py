@@ -74,3 +74,20 @@ def test_sm100_dense_logits_match_reference(rng, next_n, page):
     np.testing.assert_array_equal(np.isnan(got[vis]), np.isnan(want[vis]))
     ok = vis & ~np.isnan(want)
     assert calc_diff(got[ok], want[ok]) < 1e-3  # bf16 weights and reduction inside the kernel
+
+
+def test_sm100_ragged_logits_match_reference(rng):
+    t = 1001
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 128)), jnp.float32), "mxfp4")
+    s = np.array([0, 0, 7, t - 1, 0, t, 5, 3], np.int32)
+    e = np.array([0, 1, 7, t, t, t, 260, 40], np.int32)
+    q = query(rng, len(s), 1, 32, 128, "mxfp4")
+    args = (q, keys, jnp.asarray(s), jnp.asarray(e))
+    got = np.asarray(
+        jax.jit(lambda *a: dj.mqa_logits(*a, relative=True, implementation="ffi"))(*args)
+    )
+    want = np.asarray(dj.mqa_logits(*args, relative=True, implementation="reference"))
+    cs = np.clip(s, 0, t)
+    inside = np.arange(t)[None] < (np.maximum(np.clip(e, 0, t), cs) - cs)[:, None]
+    assert (got[~inside] == -np.inf).all()
+    assert calc_diff(got[inside], want[inside]) < 1e-3  # bf16 weights and reduction

@@ -165,8 +165,9 @@ def mqa_logits(
         `[0, ends[i] - starts[i])`), the layout the prefill selection reads without `starts`
         and the one DeepGEMM's kernel writes; the "ffi" implementation makes the other layout
         from it with one more pass over the logits.
-      implementation: None (fastest available), "ffi" (DeepGEMM's SM90 FP8 kernel: fp8 keys,
-        head_dim 128, 32 or 64 heads) or "reference".
+      implementation: None (fastest available), "ffi" (DeepGEMM's kernels: on SM90 fp8 keys
+        with 32 or 64 heads; on SM100 mxfp4 keys with 32 heads, compile-verified only; head_dim
+        128) or "reference".
 
     Returns:
       float32 `[rows, T]`, -inf outside each row's range. Ranges known at trace time outside

@@ -222,36 +222,58 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
 
 
 RAGGED_TARGET = "dsv41_sm90_mqa_logits"
+SM100_RAGGED_TARGET = "dsv41_sm100_mqa_logits"
 
 
 def mqa_logits(
     query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array, relative: bool
 ) -> jax.Array:
-    """Ragged prefill logits through DeepGEMM's SM90 FP8 kernel (`sm90_fp8_mqa_logits`), which
-    writes the relative layout; the handler clamps the ranges and writes -inf past each row's
-    range. `relative=False` moves every row to its absolute columns in one XLA pass."""
-    _ext.require_gpu(RAGGED_TARGET, _ext.SM90)
+    """Ragged prefill logits through DeepGEMM's kernels, which write the relative layout: SM90
+    `sm90_fp8_mqa_logits` (fp8 keys, 32 or 64 heads) or SM100 `sm100_mqa_logits` (MXFP4 keys,
+    32 heads, bf16 inside the kernel; COMPILE-VERIFIED ONLY). The handlers clamp the ranges and
+    write -inf past each row's range. `relative=False` moves every row to its absolute columns
+    in one more XLA pass."""
+    _ext.require_gpu(f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
+    sm100 = _on_sm100()
+    target = SM100_RAGGED_TARGET if sm100 else RAGGED_TARGET
     unsupported = [
-        (keys.format != "fp8", "needs fp8 keys"),
         (keys.head_dim != 128, "needs head_dim 128"),
-        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
         (keys.num_tokens >= 2**31, "needs fewer than 2^31 keys"),
     ]
+    if sm100:
+        unsupported += [
+            (keys.format != "mxfp4", "needs mxfp4 keys"),
+            (query.num_heads != 32, "needs 32 heads"),
+        ]
+    else:
+        unsupported += [
+            (keys.format != "fp8", "needs fp8 keys"),
+            (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+        ]
     for bad, why in unsupported:
         if bad:
-            raise NotImplementedError(f"{RAGGED_TARGET}: {why}")
+            raise NotImplementedError(f"{target}: {why}")
     rows, n = query.num_rows, keys.num_tokens
     if rows == 0 or n == 0:  # never hand XLA a zero-size custom-call operand
         return jnp.full((rows, n), -jnp.inf, jnp.float32)
     out = (
-        jax.ShapeDtypeStruct((rows, n), jnp.float32),
+        jax.ShapeDtypeStruct((rows, n), jnp.bfloat16 if sm100 else jnp.float32),
         # the clamped ranges, for the rows rounded up to a whole query block
-        jax.ShapeDtypeStruct((2, rows + _ext.limit("sm90_mqa_row_padding")), jnp.int32),
+        jax.ShapeDtypeStruct((2, rows + _ext.limit("mqa_row_padding")), jnp.int32),
     )
     starts, ends = starts.astype(jnp.int32), ends.astype(jnp.int32)
-    logits, _ = jax.ffi.ffi_call(RAGGED_TARGET, out, vmap_method="sequential")(
-        query.values, query.weights, keys.values, keys.scales, starts, ends
-    )
+    if sm100:
+        operands = (
+            query.values.reshape(rows, 32, 64),
+            jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32),
+            query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+            keys.values,
+            jax.lax.bitcast_convert_type(keys.scales, jnp.int32),
+        )
+    else:
+        operands = (query.values, query.weights, keys.values, keys.scales)
+    logits, _ = jax.ffi.ffi_call(target, out, vmap_method="sequential")(*operands, starts, ends)
+    logits = logits.astype(jnp.float32)
     if relative:
         return logits
     ks = jnp.clip(starts, 0, n)[:, None]
