@@ -1,7 +1,7 @@
 """dsv41_jax: exact, deterministic DeepSeek-V4.1 sparse-attention indexer selection for JAX."""
 
 from dsv41_jax._ext import ExtensionUnavailable, register_ffi_targets
-from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
+from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
@@ -9,7 +9,12 @@ from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.step import StepResult, TwoLevelIndexer, make_two_level_indexer
-from dsv41_jax.topk import logical_to_physical, sparse_columns_to_positions, topk
+from dsv41_jax.topk import (
+    logical_to_physical,
+    select_candidate_blocks,
+    sparse_columns_to_positions,
+    topk,
+)
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 __version__ = "0.1.0"

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, shared
-from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
+from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
-from dsv41_jax.topk import sparse_columns_to_positions, topk
+from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 Path = Literal["auto", "mask", "sparse"]

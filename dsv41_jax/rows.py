@@ -22,3 +22,14 @@ def prefill_lengths(starts: jax.Array, ends: jax.Array) -> jax.Array:
 def row_block_table(block_table: jax.Array, next_n: int) -> jax.Array:
     """The per-request page table repeated for each of the request's `next_n` rows."""
     return jnp.repeat(block_table.astype(jnp.int32), next_n, axis=0)
+
+
+def shift_rows(scores: jax.Array, starts: jax.Array | None, lengths: jax.Array):
+    """(row values at logical positions `p` = column `starts + p`, lengths clamped to the row)."""
+    n = scores.shape[1]
+    if starts is None:
+        return scores, jnp.clip(lengths.astype(jnp.int32), 0, n)
+    starts = jnp.clip(starts.astype(jnp.int32), 0, n)
+    cols = jnp.minimum(starts[:, None] + jnp.arange(n, dtype=jnp.int32)[None], n - 1)
+    vals = jnp.take_along_axis(scores, cols, axis=1)
+    return vals, jnp.clip(lengths.astype(jnp.int32), 0, n - starts)

@@ -30,13 +30,13 @@ from jax.sharding import PartitionSpec as P
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, shared
-from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
+from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, select
 from dsv41_jax.logits import paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.rows import row_lengths
-from dsv41_jax.topk import topk
+from dsv41_jax.topk import select_candidate_blocks, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")

@@ -53,7 +53,6 @@ def test_block_amax_pallas_refuses_what_it_cannot_do():
 
 
 # ----------------------------------------------------------------------------- selection kernels
-from dsv41_jax.blocks import reference as blocks_reference  # noqa: E402
 from dsv41_jax.topk import pallas_mgpu as topk_pallas  # noqa: E402
 from dsv41_jax.topk import reference as topk_reference  # noqa: E402
 
@@ -83,7 +82,7 @@ def test_candidate_blocks_interpret_equals_reference(rng, kind):
     bs = jnp.asarray(make_scores(rng, 6, 512, kind))
     lens = jnp.array([0, 1, 8, 9, 127, 4096], jnp.int32)
     got = finished(topk_pallas.select_candidate_blocks(bs, lens, 16, 8, interpret=True))
-    want = blocks_reference.select_candidate_blocks(bs, lens, 16, 8)
+    want = topk_reference.select_candidate_blocks(bs, lens, 16, 8)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 

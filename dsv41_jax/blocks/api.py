@@ -1,4 +1,5 @@
-"""Public candidate-block ops: block amax, top-C block selection, the published table."""
+"""Public candidate-block ops: block amax and the published table (the top-C block selection is a
+selection op: `dsv41_jax.topk.select_candidate_blocks`)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,9 @@ import jax
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
 from dsv41_jax.blocks import ffi, pallas_mgpu, reference
-from dsv41_jax.topk import pallas_mgpu as topk_pallas
 from dsv41_jax.types import CandidateTable
 
 BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference.block_amax)
-SELECT_CANDIDATE_BLOCKS = Op(
-    "select_candidate_blocks",
-    ffi=ffi.select_candidate_blocks,
-    pallas=topk_pallas.select_candidate_blocks,
-    reference=reference.select_candidate_blocks,
-)
 SORT_CANDIDATE_BLOCKS = Op(
     "sort_candidate_blocks",
     ffi=ffi.sort_candidate_blocks,
@@ -48,42 +42,6 @@ def block_amax(
     block_size = _checks.positive_int(block_size, "block_size")
     pin = _checks.boolean(pin_newest, "pin_newest")
     return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, pin)
-
-
-def select_candidate_blocks(
-    block_scores: jax.Array,
-    lengths: jax.Array,
-    *,
-    num_candidates: int,
-    block_size: int = 8,
-    implementation: Implementation = None,
-) -> jax.Array:
-    """The candidate blocks of each row: exactly `count = min(C, nblocks)` block ids.
-
-    The newest block `nblocks - 1` is always chosen; the rest are the best blocks by (score desc,
-    block id asc), NaN counting as -inf (so -inf blocks fill a row that has too few scored
-    ones). When `nblocks <= C` every block is chosen.
-
-    Args:
-      block_scores: float `[rows, NB]`, e.g. from `block_amax`.
-      lengths: int `[rows]` row lengths in positions (`nblocks = ceil(len / B)`, at most NB).
-      num_candidates: C.
-
-    Returns:
-      int32 `[rows, C]` block ids, ascending, padded with -1.
-    """
-    block_scores = _checks.array(block_scores, "block_scores")
-    lengths = _checks.array(lengths, "lengths")
-    _checks.rank(block_scores, 2, "block_scores")
-    _checks.floating(block_scores, "block_scores")
-    _checks.shape(lengths, (block_scores.shape[0],), "lengths")
-    _checks.integer(lengths, "lengths")
-    c = _checks.positive_int(num_candidates, "num_candidates")
-    b = _checks.positive_int(block_size, "block_size")
-    _checks.lengths_within(
-        lengths, block_scores.shape[1] * b, "lengths", f"{block_scores.shape[1]} blocks of {b}"
-    )
-    return SELECT_CANDIDATE_BLOCKS(implementation, block_scores, lengths, c, b)
 
 
 def sort_candidate_blocks(

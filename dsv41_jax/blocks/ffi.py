@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _ext
-from dsv41_jax.topk.ffi import radix_topk
 from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
@@ -46,9 +45,3 @@ def sort_candidate_blocks(
         page_size=np.int32(page_size),
     )
     return CandidateTable(blocks, count, valid, physical, block_size=block_size)
-
-
-def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
-    return radix_topk(
-        block_scores, lengths, num_candidates, None, None, block_size, "candidate_blocks"
-    )

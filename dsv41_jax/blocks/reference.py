@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax.ordering import num_blocks, ordered_select
-from dsv41_jax.topk.reference import shift_rows
+from dsv41_jax.ordering import num_blocks
+from dsv41_jax.rows import shift_rows
 from dsv41_jax.types import INT32_MAX, CandidateTable
 
 
@@ -28,18 +28,6 @@ def block_amax(
         newest = num_blocks(lens, block_size) - 1
         amax = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, amax)
     return amax
-
-
-def select_candidate_blocks(
-    block_scores: jax.Array, lengths: jax.Array, num_candidates: int, block_size: int
-) -> jax.Array:
-    nb = block_scores.shape[1]
-    nblocks = jnp.minimum(num_blocks(lengths, block_size), nb)
-    ids = jnp.arange(nb, dtype=jnp.int32)[None]
-    scores = jnp.where(jnp.isnan(block_scores), -jnp.inf, block_scores)
-    return ordered_select(
-        scores, ids < nblocks[:, None], num_candidates, priority=ids == nblocks[:, None] - 1
-    )
 
 
 def sort_candidate_blocks(

@@ -1,4 +1,5 @@
-"""Public selection ops: masked top-k, sparse-column and page-table transforms."""
+"""Public selection ops: masked top-k, the top-C candidate blocks (the same selection kernels in
+another mode), sparse-column and page-table transforms."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from dsv41_jax.types import CandidateTable
 
 # Fastest first: the CUDA radix select, then the pure-Pallas kernels (BENCHMARKS.md).
 TOPK = Op("topk", ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
+SELECT_CANDIDATE_BLOCKS = Op(
+    "select_candidate_blocks",
+    ffi=ffi.select_candidate_blocks,
+    pallas=pallas_mgpu.select_candidate_blocks,
+    reference=reference.select_candidate_blocks,
+)
 LOGICAL_TO_PHYSICAL = Op(
     "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical
 )
@@ -102,3 +109,39 @@ def logical_to_physical(
         raise ValueError("block_table must have at least one page column")
     page_size = _checks.positive_int(page_size, "page_size")
     return LOGICAL_TO_PHYSICAL(implementation, indices, block_table, page_size)
+
+
+def select_candidate_blocks(
+    block_scores: jax.Array,
+    lengths: jax.Array,
+    *,
+    num_candidates: int,
+    block_size: int = 8,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """The candidate blocks of each row: exactly `count = min(C, nblocks)` block ids.
+
+    The newest block `nblocks - 1` is always chosen; the rest are the best blocks by (score desc,
+    block id asc), NaN counting as -inf (so -inf blocks fill a row that has too few scored
+    ones). When `nblocks <= C` every block is chosen.
+
+    Args:
+      block_scores: float `[rows, NB]`, e.g. from `block_amax`.
+      lengths: int `[rows]` row lengths in positions (`nblocks = ceil(len / B)`, at most NB).
+      num_candidates: C.
+
+    Returns:
+      int32 `[rows, C]` block ids, ascending, padded with -1.
+    """
+    block_scores = _checks.array(block_scores, "block_scores")
+    lengths = _checks.array(lengths, "lengths")
+    _checks.rank(block_scores, 2, "block_scores")
+    _checks.floating(block_scores, "block_scores")
+    _checks.shape(lengths, (block_scores.shape[0],), "lengths")
+    _checks.integer(lengths, "lengths")
+    c = _checks.positive_int(num_candidates, "num_candidates")
+    b = _checks.positive_int(block_size, "block_size")
+    _checks.lengths_within(
+        lengths, block_scores.shape[1] * b, "lengths", f"{block_scores.shape[1]} blocks of {b}"
+    )
+    return SELECT_CANDIDATE_BLOCKS(implementation, block_scores, lengths, c, b)

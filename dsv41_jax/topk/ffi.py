@@ -1,4 +1,5 @@
-"""`implementation="ffi"` of logical_to_physical: an elementwise CUDA kernel (cuda/)."""
+"""`implementation="ffi"` of the selection ops: the CUDA cluster radix select (topk and
+select_candidate_blocks) and the elementwise page transform (logical_to_physical), in cuda/."""
 
 from __future__ import annotations
 
@@ -54,3 +55,9 @@ def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Arr
 
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
     return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions")
+
+
+def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
+    return radix_topk(
+        block_scores, lengths, num_candidates, None, None, block_size, "candidate_blocks"
+    )

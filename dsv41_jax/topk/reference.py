@@ -9,19 +9,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax.ordering import candidate_member, ordered_select
+from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
+from dsv41_jax.rows import shift_rows
 from dsv41_jax.types import CandidateTable
-
-
-def shift_rows(scores: jax.Array, starts: jax.Array | None, lengths: jax.Array):
-    """(row values at logical positions `p` = column `starts + p`, lengths clamped to the row)."""
-    n = scores.shape[1]
-    if starts is None:
-        return scores, jnp.clip(lengths.astype(jnp.int32), 0, n)
-    starts = jnp.clip(starts.astype(jnp.int32), 0, n)
-    cols = jnp.minimum(starts[:, None] + jnp.arange(n, dtype=jnp.int32)[None], n - 1)
-    vals = jnp.take_along_axis(scores, cols, axis=1)
-    return vals, jnp.clip(lengths.astype(jnp.int32), 0, n - starts)
 
 
 def topk(
@@ -56,3 +46,15 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
     page = jnp.take_along_axis(block_table, jnp.clip(page_col, 0, max_pages - 1), axis=1)
     ok &= page >= 0
     return jnp.where(ok, page * page_size + indices % page_size, -1).astype(jnp.int32)
+
+
+def select_candidate_blocks(
+    block_scores: jax.Array, lengths: jax.Array, num_candidates: int, block_size: int
+) -> jax.Array:
+    nb = block_scores.shape[1]
+    nblocks = jnp.minimum(num_blocks(lengths, block_size), nb)
+    ids = jnp.arange(nb, dtype=jnp.int32)[None]
+    scores = jnp.where(jnp.isnan(block_scores), -jnp.inf, block_scores)
+    return ordered_select(
+        scores, ids < nblocks[:, None], num_candidates, priority=ids == nblocks[:, None] - 1
+    )

@@ -59,8 +59,9 @@ def child(mode: str) -> None:
 
     import dsv41_jax as dj
     from dsv41_jax import bench
-    from dsv41_jax.blocks import block_amax, select_candidate_blocks, sort_candidate_blocks
+    from dsv41_jax.blocks import block_amax, sort_candidate_blocks
     from dsv41_jax.rows import row_block_table, row_lengths
+    from dsv41_jax.topk import select_candidate_blocks
 
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
