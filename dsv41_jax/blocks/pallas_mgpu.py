@@ -16,6 +16,8 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from dsv41_jax import _mgpu
+
 TILE_BLOCKS = 256
 
 
@@ -70,22 +72,17 @@ def _block_amax(scores, lengths, *, cfg: BlockAmaxConfig, pin: bool, interpret: 
         ],
         grid=(rows, nb // cfg.tile_blocks),
         grid_names=("row", "tile"),
-        interpret=plgpu.InterpretGPUParams() if interpret else None,
+        interpret=_mgpu.interpret_params(interpret),
     )
     return kernel(blocks, lengths)
 
 
 def block_amax(scores, lengths, block_size, starts, pin_newest, *, interpret: bool = False):
-    if not interpret and jax.default_backend() != "gpu":
-        raise NotImplementedError("block_amax pallas: needs a GPU (or interpret=True)")
+    _mgpu.require_gpu("block_amax", interpret)
     if starts is not None:
         raise NotImplementedError("block_amax pallas: rows with starts (prefill) not supported")
-    if scores.dtype != jnp.float32:
-        raise NotImplementedError("block_amax pallas: float32 scores only")
-    nb = scores.shape[1] // block_size
-    # Whole tiles only: a partially out-of-bounds TMA tile read wrong data on the H200 (while
-    # interpret mode accepted it), so the tile must divide the row.
-    tile = next((t for t in (256, 128, 64) if nb % t == 0), None)
+    _mgpu.require_float32(scores, "block_amax")
+    tile = _mgpu.whole_tile(scores.shape[1] // block_size)
     if scores.shape[1] % block_size or tile is None:
         raise NotImplementedError(
             f"block_amax pallas: row length must be a multiple of {64 * block_size}"

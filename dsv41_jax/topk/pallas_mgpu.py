@@ -24,6 +24,7 @@ version of those rules miscompiled on the H200 while passing interpret mode).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -31,6 +32,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from dsv41_jax import _mgpu
 
 EXCLUDED = -(2**31)  # key of anything that may not be selected
 LOWEST = EXCLUDED + 1  # candidate blocks scoring NaN / -inf: last, but selectable
@@ -48,9 +51,17 @@ def _ordered_key(v):
     return jnp.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
 
 
-def _tile_blocks(num_groups: int) -> int | None:
-    """The largest tile (in groups) that divides the row: TMA boxes must be whole tiles."""
-    return next((t for t in (256, 128, 64) if num_groups % t == 0), None)
+@dataclasses.dataclass(frozen=True)
+class SelectConfig:
+    """Static shape of one selection kernel: a tile of `tile_blocks` groups of `group` positions
+    per CTA, the key mode (POSITIONS: float scores; KEYS: precomputed int32 keys), whether a
+    block-membership row is loaded, and (emission only) the 128-wide rows of output per tile."""
+
+    tile_blocks: int
+    group: int
+    mode: int
+    has_member: bool
+    cap_rows: int = 0
 
 
 def _keys(v, first_block, tile_blocks, group, length, member, mode):
@@ -93,7 +104,7 @@ def _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member):
 
 
 def _count_kernel(scores, lengths, member, thresholds, counts, tile, mtile, bar, *, cfg):
-    tb, group, mode, has_member = cfg
+    tb, group, mode, has_member = cfg.tile_blocks, cfg.group, cfg.mode, cfg.has_member
     row, t = lax.axis_index("row"), lax.axis_index("tile")
     v, m = _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member)
     key = _keys(v, t * tb, tb, group, lengths[row], m, mode)
@@ -104,7 +115,8 @@ def _count_kernel(scores, lengths, member, thresholds, counts, tile, mtile, bar,
 
 
 def _emit_kernel(scores, lengths, member, params, out, tile, mtile, masks, scal, buf, bar, *, cfg):
-    tb, group, mode, has_member, cap_rows = cfg
+    tb, group, mode, has_member = cfg.tile_blocks, cfg.group, cfg.mode, cfg.has_member
+    cap_rows = cfg.cap_rows
     row, t = lax.axis_index("row"), lax.axis_index("tile")
     v, m = _load_tile(scores, member, row, t, tb, tile, mtile, bar, has_member)
     key = _keys(v, t * tb, tb, group, lengths[row], m, mode)
@@ -160,14 +172,15 @@ def _scratch(tb, group, has_member, dtype):
 def _select(scores, lengths, member, *, k, mode, group, interpret=False):
     rows, n = scores.shape
     nbg = n // group
-    tb = _tile_blocks(nbg)
+    tb = _mgpu.whole_tile(nbg)
     tiles = nbg // tb
     s3 = scores.reshape(rows, nbg, group)
     has_member = member is not None
     member_arg = member if has_member else jnp.zeros((rows, nbg), jnp.int32)
-    ip = plgpu.InterpretGPUParams() if interpret else None
+    ip = _mgpu.interpret_params(interpret)
+    cfg = SelectConfig(tb, group, mode, has_member)
     count = plgpu.kernel(
-        functools.partial(_count_kernel, cfg=(tb, group, mode, has_member)),
+        functools.partial(_count_kernel, cfg=cfg),
         out_type=jax.ShapeDtypeStruct((rows, tiles, NUM_THRESHOLDS), jnp.int32),
         scratch_types=_scratch(tb, group, has_member, scores.dtype),
         grid=(rows, tiles),
@@ -215,7 +228,7 @@ def _select(scores, lengths, member, *, k, mode, group, interpret=False):
     params = jnp.concatenate([threshold[:, None], need_eq[:, None], eq_before], axis=1)
     tile_smem, member_smem, barrier = _scratch(tb, group, has_member, scores.dtype)
     emit = plgpu.kernel(
-        functools.partial(_emit_kernel, cfg=(tb, group, mode, has_member, cap_rows)),
+        functools.partial(_emit_kernel, cfg=dataclasses.replace(cfg, cap_rows=cap_rows)),
         out_type=jax.ShapeDtypeStruct((rows, tiles, cap_rows, 128), jnp.int32),
         scratch_types=[
             tile_smem,
@@ -245,20 +258,14 @@ def _select(scores, lengths, member, *, k, mode, group, interpret=False):
 
 
 def _check(scores, group, what):
-    if scores.dtype != jnp.float32:
-        raise NotImplementedError(f"{what} pallas: float32 scores only")
+    _mgpu.require_float32(scores, what)
     n = scores.shape[1]
-    if n % group or _tile_blocks(n // group) is None:
+    if n % group or _mgpu.whole_tile(n // group) is None:
         raise NotImplementedError(f"{what} pallas: row length must be a multiple of {64 * group}")
 
 
-def _require_gpu(interpret: bool, what: str) -> None:
-    if not interpret and jax.default_backend() != "gpu":
-        raise NotImplementedError(f"{what} pallas: needs a GPU (or interpret=True)")
-
-
 def topk(scores, lengths, k, starts, candidates, block_size, *, interpret: bool = False):
-    _require_gpu(interpret, "topk")
+    _mgpu.require_gpu("topk", interpret)
     if starts is not None:
         raise NotImplementedError("topk pallas: rows with starts (prefill) not supported")
     group = block_size if candidates is not None else 8
@@ -286,7 +293,7 @@ def topk(scores, lengths, k, starts, candidates, block_size, *, interpret: bool 
 def select_candidate_blocks(
     block_scores, lengths, num_candidates, block_size, *, interpret: bool = False
 ):
-    _require_gpu(interpret, "select_candidate_blocks")
+    _mgpu.require_gpu("select_candidate_blocks", interpret)
     _check(block_scores, 8, "select_candidate_blocks")
     nb = block_scores.shape[1]
     lengths = jnp.clip(lengths.astype(jnp.int32), 0, nb * block_size)
