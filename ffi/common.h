@@ -21,6 +21,48 @@ using Result = ffi::ResultBuffer<T>;
 // Every handler only launches on XLA's stream and allocates nothing: CUDA-graph capturable.
 inline constexpr auto kCmdBuffer = {ffi::Traits::kCmdBufferCompatible};
 
+// A per-device value a handler needs (an SM count, "attributes set"), recorded for the current
+// device by the handler's Prepare function: handlers themselves must not query or configure the
+// device, which is illegal while XLA captures the stream into a CUDA graph. 0 = not prepared.
+class PerDevice {
+ public:
+  static constexpr int kMaxDevices = 64;
+  void Record(int value) {
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < kMaxDevices) {
+      values_[device] = value;
+    }
+  }
+  int Current() const {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
+    return values_[device];
+  }
+
+ private:
+  int values_[kMaxDevices] = {};
+};
+
+// The current device's compute capability major, or 0 when it cannot be read.
+inline int CurrentComputeMajor() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 0;
+  }
+  return major;
+}
+
+// The current device's SM count, or 0 when it cannot be read.
+inline int CurrentSMCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  return sms;
+}
+
 inline ffi::Error InvalidArgument(const char* op, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(op) + ": " + what);
 }

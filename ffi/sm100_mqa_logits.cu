@@ -34,15 +34,14 @@ constexpr auto Kernel() {
                                       kMathThreads, cutlass::float_e2m1_t>;
 }
 
-bool g_prepared[64] = {};  // devices with the attribute set (PrepareMqaLogitsSm100)
+PerDevice g_prepared;  // 1 once PrepareMqaLogitsSm100 set the kernel attributes
 
 ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S32> sf_q,
                           Buffer<ffi::BF16> weights, Buffer<ffi::U8> kv, Buffer<ffi::S32> sf_kv,
                           Buffer<ffi::S32> starts, Buffer<ffi::S32> ends,
                           Result<ffi::BF16> logits, Result<ffi::S32> ranges) {
   constexpr const char* kOp = "dsv41_sm100_mqa_logits";
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64 || !g_prepared[device]) {
+  if (!g_prepared.Current()) {
     return InvalidArgument(kOp, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
   }
   const auto qd = q.dimensions(), kd = kv.dimensions(), ld = logits->dimensions();
@@ -101,13 +100,11 @@ ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S3
 }  // namespace
 
 cudaError_t PrepareMqaLogitsSm100() {
-  int device = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess || major != 10 || device >= 64) return err;  // not SM100: nothing to set
+  if (CurrentComputeMajor() != 10) return cudaSuccess;  // not SM100: nothing to set
+  cudaError_t err = cudaSuccess;
   err = cudaFuncSetAttribute(Kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(sizeof(Storage)));
-  g_prepared[device] = err == cudaSuccess;
+  g_prepared.Record(err == cudaSuccess);
   return err;
 }
 

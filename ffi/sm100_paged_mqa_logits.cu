@@ -8,6 +8,8 @@
 #include <deep_gemm/impls/sm100_mqa_logits.cuh>
 #include <deep_gemm/scheduler/sm100_paged_mqa_logits.cuh>
 
+#include <utility>
+
 #include "common.h"
 #include "sm100_paged_sparse_mqa_logits.h"
 #include "tma.h"
@@ -61,7 +63,7 @@ void LaunchMetadata(cudaStream_t stream, int64_t rows, const int32_t* lens, cons
   }
 }
 
-bool g_prepared[64] = {};  // devices with the attributes set (PreparePagedMqaLogitsSm100)
+PerDevice g_prepared;  // 1 once PreparePagedMqaLogitsSm100 set the kernel attributes
 constexpr int64_t kMaxRows = 16384;  // the metadata kernel's shared memory (2 words per row)
 
 ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S32> sf_q,
@@ -70,8 +72,7 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
                                Buffer<ffi::S32> request_ids, Result<ffi::BF16> logits,
                                Result<ffi::S32> schedule) {
   constexpr const char* kOp = "dsv41_sm100_paged_mqa_logits";
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64 || !g_prepared[device]) {
+  if (!g_prepared.Current()) {
     return InvalidArgument(kOp, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
   }
   const auto qd = q.dimensions(), cd = cache.dimensions(), bd = row_block_table.dimensions();
@@ -135,31 +136,25 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
 }  // namespace
 
 cudaError_t PreparePagedMqaLogitsSm100() {
-  int device = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess || major != 10 || device >= 64) return err;  // not SM100: nothing to set
+  if (CurrentComputeMajor() != 10) return cudaSuccess;  // not SM100: nothing to set
+  cudaError_t err = cudaSuccess;
   for (auto kernel : {Kernel<64>(), Kernel<128>()}) {
     if (err == cudaSuccess) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  int(sizeof(Storage)));
     }
   }
-  const int meta_smem[] = {MetadataSmem(512, 256), MetadataSmem(2048, 512),
-                           MetadataSmem(kMaxRows, 1024)};
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(MetadataKernel<256>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               meta_smem[0]);
+  // The metadata kernels' largest shared-memory use: at the most rows each block size serves.
+  const std::pair<decltype(MetadataKernel<256>()), int> metadata[] = {
+      {MetadataKernel<256>(), MetadataSmem(512, 256)},
+      {MetadataKernel<512>(), MetadataSmem(2048, 512)},
+      {MetadataKernel<1024>(), MetadataSmem(kMaxRows, 1024)}};
+  for (const auto& [kernel, smem] : metadata) {
+    if (err == cudaSuccess) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    }
   }
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(MetadataKernel<512>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               meta_smem[1]);
-  }
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(MetadataKernel<1024>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               meta_smem[2]);
-  }
-  g_prepared[device] = err == cudaSuccess;
+  g_prepared.Record(err == cudaSuccess);
   return err;
 }
 

@@ -73,7 +73,7 @@ cudaError_t SetAttributes() {
   return err;
 }
 
-bool g_prepared[64] = {};  // devices with SM100 attributes set (PreparePagedSparseMqaLogitsSm100)
+PerDevice g_prepared;  // 1 once PreparePagedSparseMqaLogitsSm100 set the kernel attributes
 
 ffi::Error PagedSparseMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S32> sf_q,
                                      Buffer<ffi::BF16> weights, Buffer<ffi::U8> cache,
@@ -82,8 +82,7 @@ ffi::Error PagedSparseMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buf
                                      Result<ffi::BF16> logits, Result<ffi::U8> metadata,
                                      Result<ffi::U8> workspace) {
   constexpr const char* kOp = "dsv41_sm100_paged_sparse_mqa_logits";
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= 64 || !g_prepared[device]) {
+  if (!g_prepared.Current()) {
     return InvalidArgument(kOp, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
   }
   const auto qd = q.dimensions(), cd = cache.dimensions(), bd = block_table.dimensions();
@@ -144,13 +143,11 @@ int64_t Sm100SparseWorkspaceBytes(int64_t rows) {
 }
 
 cudaError_t PreparePagedSparseMqaLogitsSm100() {
-  int device = 0, major = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (err != cudaSuccess || major != 10 || device >= 64) return err;  // not SM100: nothing to set
+  if (CurrentComputeMajor() != 10) return cudaSuccess;  // not SM100: nothing to set
+  cudaError_t err = cudaSuccess;
   err = SetAttributes<64>();
   if (err == cudaSuccess) err = SetAttributes<128>();
-  g_prepared[device] = err == cudaSuccess;
+  g_prepared.Record(err == cudaSuccess);
   return err;
 }
 

@@ -76,8 +76,7 @@ cudaError_t SetSmemAttributes() {
   return err;
 }
 
-constexpr int kMaxDevices = 64;
-int g_num_sms[kMaxDevices] = {};  // filled by PrepareMqaLogitsSm90, read by the handler
+PerDevice g_num_sms;  // the SM count, recorded by the Prepare function below
 
 ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                          ffi::AnyBuffer kv, Buffer<ffi::F32> kv_scales, Buffer<ffi::S32> starts,
@@ -107,8 +106,8 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
   if (rows == 0 || tokens == 0) return ffi::Error::Success();
 
   // No set-up calls here: they are illegal while XLA captures the stream into a CUDA graph.
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= kMaxDevices || g_num_sms[device] == 0) {
+  const int num_sms = g_num_sms.Current();
+  if (num_sms == 0) {
     return ffi::Error::Internal(std::string(kOp) + ": device not prepared (dsv41_jax._ext.prepare)");
   }
 
@@ -140,7 +139,7 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
   }
 
   const auto launch = heads == 32 ? LaunchForSMs<32> : LaunchForSMs<64>;
-  const cudaError_t err = launch(g_num_sms[device], stream, uint32_t(rows_padded),
+  const cudaError_t err = launch(num_sms, stream, uint32_t(rows_padded),
                                  uint32_t(tokens), range_data, logits->typed_data(), q_map,
                                  kv_map, sc_map, w_map);
   if (err != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
@@ -150,11 +149,8 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
 }  // namespace
 
 cudaError_t PrepareMqaLogitsSm90() {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess && device < kMaxDevices) {
-    err = cudaDeviceGetAttribute(&g_num_sms[device], cudaDevAttrMultiProcessorCount, device);
-  }
+  g_num_sms.Record(CurrentSMCount());
+  cudaError_t err = g_num_sms.Current() ? cudaSuccess : cudaErrorInvalidDevice;
   if (err == cudaSuccess) err = SetSmemAttributes<32>();
   if (err == cudaSuccess) err = SetSmemAttributes<64>();
   return err;

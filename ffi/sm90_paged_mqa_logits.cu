@@ -59,8 +59,7 @@ cudaError_t SetSmemAttribute() {
                               SmemBytes(kNextN, kNumHeads));
 }
 
-constexpr int kMaxDevices = 64;
-int g_num_sms[kMaxDevices] = {};  // filled by PreparePagedMqaLogitsSm90, read by the handler
+PerDevice g_num_sms;  // the SM count, recorded by the Prepare function below
 
 template <uint32_t kAlignedBatch, uint32_t kNumSMs>
 void LaunchSchedule(cudaStream_t stream, uint32_t batch, uint32_t next_n, const int32_t* lens,
@@ -132,11 +131,10 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
   if (kd[0] == 0 || bd[1] == 0) return InvalidArgument(kOp, "empty cache or page table");
 
   // No set-up calls here: they are illegal while XLA captures the stream into a CUDA graph.
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device >= kMaxDevices || g_num_sms[device] == 0) {
+  const int num_sms = g_num_sms.Current();
+  if (num_sms == 0) {
     return ffi::Error::Internal(std::string(kOp) + ": device not prepared (dsv41_jax._ext.prepare)");
   }
-  const int num_sms = g_num_sms[device];
 
   // TMA maps (DeepGEMM's): q [b·n·h, d] 128B-swizzled; kv values [pages, P, d] inside each
   // page; kv scales [pages, P] right after the page's values; weights [b·n, h].
@@ -187,11 +185,8 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
 }  // namespace
 
 cudaError_t PreparePagedMqaLogitsSm90() {
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess && device < kMaxDevices) {
-    err = cudaDeviceGetAttribute(&g_num_sms[device], cudaDevAttrMultiProcessorCount, device);
-  }
+  g_num_sms.Record(CurrentSMCount());
+  cudaError_t err = g_num_sms.Current() ? cudaSuccess : cudaErrorInvalidDevice;
   for (auto set : {SetSmemAttribute<1, 32>, SetSmemAttribute<1, 64>, SetSmemAttribute<2, 32>,
                    SetSmemAttribute<2, 64>}) {
     if (err == cudaSuccess) err = set();
