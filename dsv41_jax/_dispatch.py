@@ -1,9 +1,11 @@
 """One registry helper for every op's `implementation=` argument.
 
-Each op owns an ordered table {name: function}, fastest first; "reference" is always last and
-always works. `implementation=None` tries them in order: an implementation that cannot handle
-the inputs (no GPU, no extension, unsupported shape) raises NotImplementedError and the next one
-is tried, with one log line per (op, implementation, reason) so a slow path is never silent.
+Each op owns an ordered table {name: function}, fastest first by the latest device numbers
+(stated beside each table); "reference" always works, so an implementation measured slower than
+it is ordered after it and runs only when named. `implementation=None` tries them in order: an
+implementation that cannot handle the inputs (no GPU, no extension, unsupported shape) raises
+NotImplementedError and the next one is tried, with one log line per (op, implementation,
+reason) so a slow path is never silent.
 """
 
 from __future__ import annotations

@@ -10,13 +10,16 @@ from dsv41_jax._dispatch import Implementation, Op
 from dsv41_jax.topk import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
-# Fastest first: the CUDA radix select, then the pure-Pallas kernels (BENCHMARKS.md).
+# Dispatch by measurement (H200, BENCHMARKS.md "Final top-k and sort" and the Pallas rows above
+# it): top-k k=512 over [8, 128K] ffi 25.7 µs, pallas 164, reference 444 -> ffi, pallas,
+# reference. Candidate top-2048 over [8, 16K] ffi 25.9 µs, reference 110, pallas 124: the Pallas
+# kernel is slower than the XLA reference, so it comes after it and runs only when named.
 TOPK = Op("topk", ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
 SELECT_CANDIDATE_BLOCKS = Op(
     "select_candidate_blocks",
     ffi=ffi.select_candidate_blocks,
-    pallas=pallas_mgpu.select_candidate_blocks,
     reference=reference.select_candidate_blocks,
+    pallas=pallas_mgpu.select_candidate_blocks,
 )
 LOGICAL_TO_PHYSICAL = Op(
     "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical
