@@ -17,6 +17,7 @@ from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
+from dsv41_jax.logits.api import check_ragged
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -198,6 +199,29 @@ def select(
         return sparse_columns_to_positions(columns, table, b)
 
 
+def by_row_chunks(fn, row_chunk: int | None, rows: int, *row_args):
+    """`fn(*row_args)` computed over chunks of `row_chunk` query rows, one chunk after another
+    (`lax.map`), so only one chunk's `[row_chunk, T]` logits are alive at a time; the results
+    are concatenated along rows. Every leaf of `row_args` and of the result has the rows first.
+    The last chunk is padded with empty rows (zeros; `starts == ends == 0`), which select
+    nothing. Rows are independent, so the result equals `fn(*row_args)` exactly."""
+    if row_chunk is None or rows <= row_chunk:
+        return fn(*row_args)
+    chunks = -(-rows // row_chunk)
+    pad = chunks * row_chunk - rows
+
+    def split(x):
+        x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
+        return x.reshape(chunks, row_chunk, *x.shape[1:])
+
+    out = jax.lax.map(lambda a: fn(*a), jax.tree.map(split, row_args))
+    return jax.tree.map(lambda x: x.reshape(chunks * row_chunk, *x.shape[2:])[:rows], out)
+
+
+def _row_chunk(row_chunk) -> int | None:
+    return None if row_chunk is None else _checks.positive_int(row_chunk, "row_chunk")
+
+
 def publish_prefill(
     query: QueryBundle,
     keys: KeyBuffer,
@@ -205,21 +229,30 @@ def publish_prefill(
     ends: jax.Array,
     config: IndexerConfig,
     *,
+    row_chunk: int | None = None,
     implementation: Implementation = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` for ragged prefill rows: row `i` sees packed keys `[starts[i], ends[i])`.
 
     Positions and block ids are relative to `starts[i]`. There is no page table: `physical`
     equals `blocks` (with -1 padding), i.e. the identity page mapping of the relative positions.
+    The logits are `[rows, T]` float32 (64 GiB for 128K rows over 128K keys): `row_chunk`
+    scores and selects that many rows at a time instead (same result, one chunk's logits in
+    memory).
     """
     _check_config(config, query, keys.head_dim, keys.format)
+    starts, ends = check_ragged(query, keys, starts, ends)
     implementation = shared(implementation)
-    # Relative layout: row i's position p sits at column p, as the selection contract counts.
-    logits = mqa_logits(query, keys, starts, ends, relative=True, implementation=implementation)
-    lens = prefill_lengths(starts, ends)
-    pages = -(-logits.shape[1] // config.page_size)
-    identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
-    return _publish_from_logits(logits, lens, identity, config, implementation)
+
+    def run(q, s, e):
+        # Relative layout: row i's position p sits at column p, as the selection contract counts.
+        logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
+        pages = -(-logits.shape[1] // config.page_size)
+        identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
+        lens = prefill_lengths(s, e)
+        return _publish_from_logits(logits, lens, identity, config, implementation)
+
+    return by_row_chunks(run, _row_chunk(row_chunk), query.num_rows, query, starts, ends)
 
 
 def select_prefill(
@@ -230,17 +263,27 @@ def select_prefill(
     table: CandidateTable,
     config: IndexerConfig,
     *,
+    row_chunk: int | None = None,
     implementation: Implementation = None,
 ) -> jax.Array:
-    """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`."""
+    """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`.
+    `row_chunk`: as in `publish_prefill`."""
     _check_config(config, query, keys.head_dim, keys.format)
+    starts, ends = check_ragged(query, keys, starts, ends)
+    if not isinstance(table, CandidateTable):
+        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
+    table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
     implementation = shared(implementation)
-    logits = mqa_logits(query, keys, starts, ends, relative=True, implementation=implementation)
-    return topk(
-        logits,
-        prefill_lengths(starts, ends),
-        config.index_topk,
-        candidates=table,
-        block_size=config.candidate_block_size,
-        implementation=implementation,
-    )
+
+    def run(q, s, e, t):
+        logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
+        return topk(
+            logits,
+            prefill_lengths(s, e),
+            config.index_topk,
+            candidates=t,
+            block_size=config.candidate_block_size,
+            implementation=implementation,
+        )
+
+    return by_row_chunks(run, _row_chunk(row_chunk), query.num_rows, query, starts, ends, table)

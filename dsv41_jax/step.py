@@ -18,8 +18,16 @@ import jax
 from dsv41_jax import _checks, _ext
 from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.indexer import Path, publish, publish_prefill, select, select_prefill
+from dsv41_jax.indexer import (
+    Path,
+    by_row_chunks,
+    publish,
+    publish_prefill,
+    select,
+    select_prefill,
+)
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits
+from dsv41_jax.logits.api import check_ragged
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import logical_to_physical, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -140,26 +148,43 @@ class TwoLevelIndexer:
         keys: Mapping[int, KeyBuffer],
         starts: jax.Array,
         ends: jax.Array,
+        *,
+        row_chunk: int | None = None,
     ) -> StepResult:
         """One ragged prefill step: row `i` of every layer sees packed keys `[starts[i],
-        ends[i])`; positions relative to `starts[i]` (the consumers use the mask path)."""
+        ends[i])`; positions relative to `starts[i]` (the consumers use the mask path).
+        `row_chunk`: score and select that many query rows at a time (each layer's `[rows, T]`
+        float32 logits otherwise; 64 GiB at 128K tokens); same result."""
         self._inputs(queries, keys, "keys")
         cfg, impl = self.config, self.implementation
         src = self.source_layer
         top, table = publish_prefill(
-            queries[src], keys[src], starts, ends, cfg, implementation=impl
+            queries[src], keys[src], starts, ends, cfg, row_chunk=row_chunk, implementation=impl
         )
         selections = {src: top}
         for layer in self.consumer_layers:
             selections[layer] = select_prefill(
-                queries[layer], keys[layer], starts, ends, table, cfg, implementation=impl
+                queries[layer],
+                keys[layer],
+                starts,
+                ends,
+                table,
+                cfg,
+                row_chunk=row_chunk,
+                implementation=impl,
             )
         for layer in self.plain_layers:
-            logits = mqa_logits(
-                queries[layer], keys[layer], starts, ends, relative=True, implementation=impl
+            k = keys[layer]
+            starts_l, ends_l = check_ragged(queries[layer], k, starts, ends)
+
+            def plain(q, s, e, k=k):
+                logits = mqa_logits(q, k, s, e, relative=True, implementation=impl)
+                return topk(logits, prefill_lengths(s, e), cfg.index_topk, implementation=impl)
+
+            chunk = None if row_chunk is None else _checks.positive_int(row_chunk, "row_chunk")
+            selections[layer] = by_row_chunks(
+                plain, chunk, queries[layer].num_rows, queries[layer], starts_l, ends_l
             )
-            lens = prefill_lengths(starts, ends)
-            selections[layer] = topk(logits, lens, cfg.index_topk, implementation=impl)
         return StepResult(selections, table, None)
 
 

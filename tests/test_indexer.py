@@ -147,6 +147,40 @@ def test_prefill_publish_and_select(rng, fmt):
     )
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+@pytest.mark.parametrize("row_chunk", [1, 3, 7, 100])
+def test_prefill_in_row_chunks_equals_unchunked(rng, fmt, row_chunk):
+    """`row_chunk` scores a few rows at a time (lax.map; the last chunk padded with empty rows):
+    the same selections and table as all rows at once, also under jit."""
+    cfg = small_config(cache_format=fmt)
+    t = 90
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 64)).astype(np.float32)), fmt)
+    starts = jnp.asarray(np.array([0, 0, 10, 30, 30, 89, 90], np.int32))
+    ends = jnp.asarray(np.array([0, 1, 19, 90, 60, 90, 90], np.int32))
+    q0, q1 = query(rng, 7, 1, 4, 64, fmt), query(rng, 7, 1, 4, 64, fmt)
+    want = dj.publish_prefill(q0, keys, starts, ends, cfg)
+    got = jax.jit(lambda *a: dj.publish_prefill(*a, cfg, row_chunk=row_chunk))(
+        q0, keys, starts, ends
+    )
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, got), want)
+    table = want[1]
+    sel = dj.select_prefill(q1, keys, starts, ends, table, cfg, row_chunk=row_chunk)
+    np.testing.assert_array_equal(
+        np.asarray(sel), np.asarray(dj.select_prefill(q1, keys, starts, ends, table, cfg))
+    )
+
+
+def test_prefill_row_chunk_and_ranges_are_checked(rng):
+    cfg = small_config()
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((20, 64)).astype(np.float32)))
+    q = query(rng, 2, 1, 4, 64)
+    s, e = jnp.array([0, 3]), jnp.array([5, 20])
+    with pytest.raises(ValueError, match="row_chunk"):
+        dj.publish_prefill(q, keys, s, e, cfg, row_chunk=0)
+    with pytest.raises(ValueError, match="ends"):
+        dj.publish_prefill(q, keys, s, jnp.array([5, 21]), cfg, row_chunk=1)
+
+
 def test_decode_step_is_bitwise_repeatable_under_jit(rng):
     cfg = small_config()
     q, cache, ctx, bt = step_inputs(rng, cfg, [150, 3, 100], pages=10)

@@ -106,6 +106,9 @@ def test_prefill_equals_hand_composition(rng):
         )
         queries[layer] = query(rng, 4, 1, CFG.num_heads, CFG.head_dim)
     got = ix.prefill(queries, keys, starts, ends)
+    chunked = jax.jit(lambda *a: ix.prefill(*a, row_chunk=3))(queries, keys, starts, ends)
+    for a, b in zip(jax.tree.leaves(chunked), jax.tree.leaves(got)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     top, table = dj.publish_prefill(queries[20], keys[20], starts, ends, CFG)
     np.testing.assert_array_equal(np.asarray(got.selections[20]), np.asarray(top))
     want = dj.select_prefill(queries[24], keys[24], starts, ends, table, CFG)

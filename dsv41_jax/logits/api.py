@@ -177,10 +177,19 @@ def mqa_logits(
       `[0, T]` or with `starts > ends` raise ValueError; traced ones are clamped to
       `0 <= starts <= ends <= T`.
     """
+    relative = _checks.boolean(relative, "relative")
+    starts, ends = check_ragged(query, keys, starts, ends)
+    return MQA_LOGITS(implementation, query, keys, starts, ends, relative)
+
+
+def check_ragged(query: QueryBundle, keys: KeyBuffer, starts, ends) -> tuple[jax.Array, jax.Array]:
+    """The ragged prefill inputs: one query row per token, `[rows]` integer ranges inside the
+    key buffer (checked when known at trace time). Returns (starts, ends) as arrays."""
+    if not isinstance(keys, KeyBuffer):
+        raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
     check_query(query, keys.head_dim, keys.format, "keys")
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")
-    relative = _checks.boolean(relative, "relative")
     rows = query.num_rows
     starts, ends = _checks.array(starts, "starts"), _checks.array(ends, "ends")
     for name, v in (("starts", starts), ("ends", ends)):
@@ -191,4 +200,4 @@ def mqa_logits(
     if s is not None and e is not None and (s > e).any():
         r = int(np.argmax(s > e))
         raise ValueError(f"starts must be <= ends (row {r}: starts {s[r]} > ends {e[r]})")
-    return MQA_LOGITS(implementation, query, keys, starts, ends, relative)
+    return starts, ends
