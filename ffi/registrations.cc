@@ -9,7 +9,7 @@
 
 #include "sm100_paged_sparse_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
-#include "sm90_radix_topk.cuh"
+#include "smxx_radix_topk.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "smxx_sort_blocks.cuh"
 

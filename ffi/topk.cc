@@ -1,6 +1,6 @@
 // dsv41_radix_topk <-> RadixTopkFFI <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
 #include "common.h"
-#include "sm90_radix_topk.cuh"
+#include "smxx_radix_topk.cuh"
 
 namespace dsv41 {
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "sm90_radix_topk.cu"
+#include "smxx_radix_topk.cu"
 
 using namespace dsv41;
 

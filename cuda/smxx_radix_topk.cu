@@ -9,7 +9,7 @@
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
 
-#include "sm90_radix_topk.cuh"
+#include "smxx_radix_topk.cuh"
 #include "smxx_block_scan.cuh"
 
 namespace cg = cooperative_groups;
