@@ -273,6 +273,11 @@ def select_prefill(
     if not isinstance(table, CandidateTable):
         raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
     table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
+    if table.num_rows != query.num_rows:
+        raise ValueError(
+            f"table has {table.num_rows} rows but the query has {query.num_rows}: publish and "
+            "select the same prefill rows"
+        )
     implementation = shared(implementation)
 
     def run(q, s, e, t):

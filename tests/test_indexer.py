@@ -179,6 +179,10 @@ def test_prefill_row_chunk_and_ranges_are_checked(rng):
         dj.publish_prefill(q, keys, s, e, cfg, row_chunk=0)
     with pytest.raises(ValueError, match="ends"):
         dj.publish_prefill(q, keys, s, jnp.array([5, 21]), cfg, row_chunk=1)
+    _, table = dj.publish_prefill(q, keys, s, e, cfg)
+    q3 = query(rng, 3, 1, 4, 64)
+    with pytest.raises(ValueError, match="table has 2 rows"):
+        dj.select_prefill(q3, keys, jnp.array([0, 0, 0]), jnp.array([1, 2, 3]), table, cfg)
 
 
 def test_decode_step_is_bitwise_repeatable_under_jit(rng):
