@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dsv41_jax import testing
+
 BREAKDOWN: list[str] = []  # filled when --breakdown: the kernels behind each timed row
 
 
@@ -108,10 +110,6 @@ class Row:
         return "| " + " | ".join(cells) + f" | {ratio} |"
 
 
-def _rand(rng, shape):
-    return jnp.asarray(rng.standard_normal(shape).astype(np.float32))
-
-
 def bench_logits(rng, bw, quick: bool) -> list[Row]:
     import dsv41_jax as dj
 
@@ -125,7 +123,7 @@ def bench_logits(rng, bw, quick: bool) -> list[Row]:
                     jnp.asarray(rng.integers(0, 120, (bs * pages, 64, 1, 132), dtype=np.uint8))
                 )
                 bt = jnp.asarray(rng.permutation(bs * pages).astype(np.int32).reshape(bs, pages))
-                q = dj.quantize_queries(_rand(rng, (bs, 1, 32, 128)), _rand(rng, (bs, 1, 32)))
+                q = testing.query(rng, bs, 1, 32, 128)
                 sets.append((q, cache, jnp.full((bs,), ctx, jnp.int32), bt))
             floor = bs * ctx * 132 / (bw * 1e3)
             t = jax_time_us(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"), sets)
@@ -157,7 +155,7 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
     cfg = dj.IndexerConfig()
     rows = []
     for t in PREFILL_TOKENS[:1] if quick else PREFILL_TOKENS:
-        keys = dj.quantize_keys(_rand(rng, (t, 128)))
+        keys = dj.quantize_keys(testing.normal(rng, (t, 128)))
         shape = f"{t // 1024}K tokens, H 32" + (
             f", {PREFILL_CHUNK // 1024}K-row chunks" if t > PREFILL_CHUNK else ""
         )
@@ -165,7 +163,7 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
         f = jax.jit(lambda q, k, s, e: dj.mqa_logits(q, k, s, e, relative=True))
         for r0 in range(0, t, PREFILL_CHUNK):
             n = min(PREFILL_CHUNK, t - r0)
-            q = dj.quantize_queries(_rand(rng, (n, 1, 32, 128)), _rand(rng, (n, 1, 32)))
+            q = testing.query(rng, n, 1, 32, 128)
             starts = jnp.zeros((n,), jnp.int32)
             ends = jnp.arange(r0 + 1, r0 + n + 1, dtype=jnp.int32)
             args = (q, keys, starts, ends)
@@ -235,7 +233,7 @@ def bench_block_amax(rng, bw) -> list[Row]:
 
     rows = []
     for bs, n in ((8, 131072), (64, 131072), (64, 1 << 20)):
-        sets = [(_rand(rng, (bs, n)), jnp.full((bs,), n - 5, jnp.int32)) for _ in range(2)]
+        sets = [(testing.normal(rng, (bs, n)), jnp.full((bs,), n - 5, jnp.int32)) for _ in range(2)]
         floor = bs * n * 4 * (1 + 1 / 8) / (bw * 1e3)
         for impl in ("pallas", "reference"):
             t = jax_time_us(lambda s, l, impl=impl: dj.block_amax(s, l, implementation=impl), sets)
@@ -261,7 +259,9 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     for op, bs, n, k in cases:
         candidate = op.startswith("candidate")
         length = n * 8 - 3 if candidate else n - 3  # candidate rows: lengths in positions
-        sets = [(_rand(rng, (bs, n)), jnp.full((bs,), length, jnp.int32)) for _ in range(3)]
+        sets = [
+            (testing.normal(rng, (bs, n)), jnp.full((bs,), length, jnp.int32)) for _ in range(3)
+        ]
         floor = bs * n * 4 / (bw * 1e3)
         shape = f"[{bs}, {n // 1024}K]"
         for impl in (*impls, "reference"):
@@ -282,32 +282,6 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     return rows
 
 
-def _random_cache(key, rows_tokens: int, sharding=None):
-    """A random fp8 cache of `rows_tokens` tokens (values 0..119: finite e4m3 and scales)."""
-    pages = rows_tokens // 64
-    data = jax.jit(
-        lambda k: jax.random.bits(k, (pages, 64, 1, 132), jnp.uint8) % 120,
-        out_shardings=sharding,
-    )(key)
-    import dsv41_jax as dj
-
-    return dj.PagedIndexCache(data)
-
-
-def _decode_inputs(rng, key, bs, ctx, layers=1, sharding=None):
-    import dsv41_jax as dj
-
-    pages = ctx // 64
-    keys = jax.random.split(key, layers)
-    caches = [_random_cache(k, bs * ctx, sharding) for k in keys]
-    bt = jnp.asarray(rng.permutation(bs * pages).astype(np.int32).reshape(bs, pages))
-    queries = [
-        dj.quantize_queries(_rand(rng, (bs, 1, 32, 128)), _rand(rng, (bs, 1, 32)))
-        for _ in range(layers)
-    ]
-    return caches, queries, jnp.full((bs,), ctx, jnp.int32), bt
-
-
 SELECT_SHAPES = ((8, 131072), (64, 131072), (8, 1 << 20), (64, 1 << 20))
 STEP_SHAPES = tuple((bs, ctx) for bs in (1, 8, 64) for ctx in (16384, 131072, 1 << 20))
 
@@ -323,7 +297,9 @@ def bench_select(rng, bw, quick: bool) -> list[Row]:
     cfg = dj.IndexerConfig()
     rows = []
     for bs, ctx in SELECT_SHAPES[:2] if quick else SELECT_SHAPES:
-        caches, qs, lens, bt = _decode_inputs(rng, jax.random.key(bs + ctx), bs, ctx, layers=2)
+        caches, qs, lens, bt = testing.decode_inputs(
+            rng, jax.random.key(bs + ctx), bs, ctx, layers=2
+        )
         _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(
             qs[0], caches[0], lens, bt
         )
@@ -424,7 +400,9 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
     layers = (20, 24, 28, 32, 36)
     rows = []
     for bs, ctx in ((8, 131072),) if quick else STEP_SHAPES:
-        caches, qs, lens, bt = _decode_inputs(rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5)
+        caches, qs, lens, bt = testing.decode_inputs(
+            rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
+        )
         floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)
         shape = f"bs{bs} x {ctx // 1024}K"
         qd, cd = dict(zip(layers, qs)), dict(zip(layers, caches))
@@ -570,7 +548,7 @@ def bench_sharded(rng, bw) -> list[Row]:
     for bs, ctx in ((64, 131072), (64, 1 << 20)):
         shape = f"bs{bs} x {ctx // 1024}K, {w} GPUs"
         # Row sharding: replicated cache, each GPU scores bs / W requests.
-        caches, qs, lens, bt = _decode_inputs(
+        caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(ctx), bs, ctx, layers=2, sharding=NamedSharding(mesh, P())
         )
 
@@ -596,7 +574,7 @@ def bench_sharded(rng, bw) -> list[Row]:
         # and the consuming layer have their own queries and caches (identical operands would
         # let XLA compute the logits once).
         local_ctx = ctx // w
-        caches, qs, lens_local, bt = _decode_inputs(
+        caches, qs, lens_local, bt = testing.decode_inputs(
             rng, jax.random.key(ctx + 1), bs * w, local_ctx, layers=2
         )
         stacked = [

@@ -1,4 +1,5 @@
-"""Random inputs for the tests: caches on scattered pages, query bundles, adversarial scores."""
+"""Test-only helpers; the random inputs themselves come from `dsv41_jax.testing` (shared with the
+benchmark) and are re-exported here."""
 
 from __future__ import annotations
 
@@ -7,45 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-
-
-def paged_cache(rng, batch, max_pages, page_size, head_dim, fmt="fp8", spare_pages=3):
-    """A cache with every request's pages scattered over a shuffled pool (plus unused pages)."""
-    num_pages = batch * max_pages + spare_pages
-    perm = rng.permutation(num_pages).astype(np.int32)
-    block_table = perm[: batch * max_pages].reshape(batch, max_pages)
-    keys = rng.standard_normal((num_pages * page_size, head_dim)).astype(np.float32)
-    keys *= rng.uniform(0.1, 4.0, (num_pages * page_size, 1)).astype(np.float32)
-    cache = dj.PagedIndexCache.zeros(num_pages, page_size, head_dim, fmt)
-    cache = dj.write_cache(
-        cache, jnp.asarray(keys), jnp.arange(num_pages * page_size, dtype=jnp.int32)
-    )
-    return cache, jnp.asarray(block_table)
-
-
-def query(rng, batch, next_n, heads, head_dim, fmt="fp8"):
-    q = rng.standard_normal((batch, next_n, heads, head_dim)).astype(np.float32)
-    w = rng.standard_normal((batch, next_n, heads)).astype(np.float32)
-    return dj.quantize_queries(jnp.asarray(q), jnp.asarray(w), fmt)
-
-
-def scores(rng, rows, n, kind="random"):
-    """Score rows of a given flavour: random, few distinct values (ties), or with NaN/-inf/±0."""
-    if kind == "random":
-        return rng.standard_normal((rows, n)).astype(np.float32)
-    if kind == "ties":
-        return rng.integers(0, 4, (rows, n)).astype(np.float32)
-    if kind == "equal":
-        return np.full((rows, n), 1.5, np.float32)
-    if kind == "special":
-        s = rng.integers(-3, 3, (rows, n)).astype(np.float32)
-        pick = rng.random((rows, n))
-        s[pick < 0.15] = np.nan
-        s[(pick >= 0.15) & (pick < 0.3)] = -np.inf
-        s[(pick >= 0.3) & (pick < 0.35)] = np.inf
-        s[(pick >= 0.35) & (pick < 0.45)] = -0.0
-        return s
-    raise ValueError(kind)
+from dsv41_jax.testing import packed_keys, paged_cache, query, scores  # noqa: F401
 
 
 def small_config(**kw):

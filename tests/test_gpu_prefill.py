@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import poison_device_memory, query
+from factories import packed_keys, poison_device_memory, query
 
 import dsv41_jax as dj
 
@@ -17,12 +17,6 @@ pytestmark = pytest.mark.gpu
 def calc_diff(x: np.ndarray, y: np.ndarray) -> float:
     x, y = x.astype(np.float64), y.astype(np.float64)
     return float(1 - 2 * (x * y).sum() / max((x * x + y * y).sum(), 1e-30))
-
-
-def packed_keys(rng, t):
-    k = rng.standard_normal((t, 128)).astype(np.float32)
-    k *= rng.uniform(0.1, 4.0, (t, 1)).astype(np.float32)
-    return dj.quantize_keys(jnp.asarray(k))
 
 
 def ragged_ranges(rng, t):

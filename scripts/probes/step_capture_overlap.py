@@ -58,7 +58,7 @@ def child(mode: str) -> None:
     from jax.experimental.compute_on import compute_on
 
     import dsv41_jax as dj
-    from dsv41_jax import bench
+    from dsv41_jax import bench, testing
     from dsv41_jax.blocks import block_amax, sort_candidate_blocks
     from dsv41_jax.rows import row_block_table, row_lengths
     from dsv41_jax.topk import select_candidate_blocks
@@ -66,7 +66,7 @@ def child(mode: str) -> None:
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     rng = np.random.default_rng(0)
-    caches, qs, lens, bt = bench._decode_inputs(rng, jax.random.key(3), 8, 131072, layers=5)
+    caches, qs, lens, bt = testing.decode_inputs(rng, jax.random.key(3), 8, 131072, layers=5)
 
     overlap = mode != "0"
     inline = mode == "4"
