@@ -227,3 +227,52 @@ def test_unavailable_gpu_path_is_extension_unavailable():
         pytest.skip("CPU-only check")
     with pytest.raises(dj.ExtensionUnavailable):
         dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation="ffi")
+
+
+@st.composite
+def prefill_case(draw):
+    """Random packed prefill rows: T keys, rows with any 0 <= start <= end <= T, a row chunk."""
+    t = draw(st.integers(1, 40))
+    rows = draw(st.integers(1, 9))
+    pairs = [sorted(draw(st.tuples(st.integers(0, t), st.integers(0, t)))) for _ in range(rows)]
+    seed = draw(st.integers(0, 2**31))
+    return t, np.array(pairs, np.int32), draw(st.integers(1, 10)), seed
+
+
+@settings(SETTINGS, max_examples=15)  # each example compiles the prefill path a few times
+@given(prefill_case())
+def test_prefill_layouts_and_chunks_agree(case):
+    """The relative layout is the absolute one shifted by `starts`; publish/select in row chunks
+    equal the unchunked calls exactly; every selection stays inside its row's range."""
+    t, ranges, chunk, seed = case
+    rng = np.random.default_rng(seed)
+    cfg = dj.IndexerConfig(
+        num_heads=4,
+        head_dim=64,
+        index_topk=5,
+        candidate_topk_blocks=2,
+        candidate_block_size=4,
+        page_size=8,
+    )
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 64)), jnp.float32))
+    rows = len(ranges)
+    q = dj.quantize_queries(
+        jnp.asarray(rng.standard_normal((rows, 1, 4, 64)), jnp.float32),
+        jnp.asarray(rng.standard_normal((rows, 1, 4)), jnp.float32),
+    )
+    s, e = jnp.asarray(ranges[:, 0]), jnp.asarray(ranges[:, 1])
+    absolute = np.asarray(dj.mqa_logits(q, keys, s, e))
+    relative = np.asarray(dj.mqa_logits(q, keys, s, e, relative=True))
+    for i, (a, b) in enumerate(ranges):
+        np.testing.assert_array_equal(relative[i, : b - a], absolute[i, a:b])
+        assert (relative[i, b - a :] == -np.inf).all()
+    top, table = dj.publish_prefill(q, keys, s, e, cfg)
+    top_c, table_c = dj.publish_prefill(q, keys, s, e, cfg, row_chunk=chunk)
+    np.testing.assert_array_equal(np.asarray(top_c), np.asarray(top))
+    for x, y in zip(table_c.__dict__.values(), table.__dict__.values()):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    sel = np.asarray(dj.select_prefill(q, keys, s, e, table, cfg, row_chunk=chunk))
+    np.testing.assert_array_equal(sel, np.asarray(dj.select_prefill(q, keys, s, e, table, cfg)))
+    lens = ranges[:, 1] - ranges[:, 0]
+    for out in (np.asarray(top), sel):
+        assert ((out == -1) | ((out >= 0) & (out < lens[:, None]))).all()
