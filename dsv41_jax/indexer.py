@@ -56,6 +56,16 @@ def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
         )
 
 
+def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
+    """A consumer's table: a CandidateTable of the query's rows, published with the config's
+    block size."""
+    if not isinstance(table, CandidateTable):
+        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
+    if table.num_rows != query.num_rows:
+        raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
+    table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
+
+
 def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
     b = config.candidate_block_size
     indices = topk(logits, lens, config.index_topk, implementation=implementation)
@@ -144,11 +154,7 @@ def select(
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
-    if not isinstance(table, CandidateTable):
-        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
-    if table.num_rows != query.num_rows:
-        raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
-    table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
+    _check_table(table, query, config)
     k, b = config.index_topk, config.candidate_block_size
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
@@ -158,12 +164,7 @@ def select(
     # (= C·B): the sparse select took 143 us at bs 64 against 75 for the mask path.
     fits = block_table.shape[1] * cache.page_size <= table.num_candidates * b
     if path == "auto" and fits:
-        logits = paged_mqa_logits(
-            query, cache, context_lens, block_table, implementation=implementation
-        )
-        return topk(
-            logits, row_lengths(context_lens, query.next_n), k, implementation=implementation
-        )
+        return _dense_select(query, cache, context_lens, block_table, k, implementation)
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
     if path == "auto":
         ffi_allowed = implementation is None or "ffi" in implementation
@@ -199,12 +200,13 @@ def select(
         return sparse_columns_to_positions(columns, table, b)
 
 
-def by_row_chunks(fn, row_chunk: int | None, rows: int, *row_args):
+def by_row_chunks(fn, row_chunk: int | None, *row_args):
     """`fn(*row_args)` computed over chunks of `row_chunk` query rows, one chunk after another
     (`lax.map`), so only one chunk's `[row_chunk, T]` logits are alive at a time; the results
     are concatenated along rows. Every leaf of `row_args` and of the result has the rows first.
     The last chunk is padded with empty rows (zeros; `starts == ends == 0`), which select
     nothing. Rows are independent, so the result equals `fn(*row_args)` exactly."""
+    rows = jax.tree.leaves(row_args)[0].shape[0]
     if row_chunk is None or rows <= row_chunk:
         return fn(*row_args)
     chunks = -(-rows // row_chunk)
@@ -252,7 +254,7 @@ def publish_prefill(
         lens = prefill_lengths(s, e)
         return _publish_from_logits(logits, lens, identity, config, implementation)
 
-    return by_row_chunks(run, _row_chunk(row_chunk), query.num_rows, query, starts, ends)
+    return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)
 
 
 def select_prefill(
@@ -270,14 +272,7 @@ def select_prefill(
     `row_chunk`: as in `publish_prefill`."""
     _check_config(config, query, keys.head_dim, keys.format)
     starts, ends = check_ragged(query, keys, starts, ends)
-    if not isinstance(table, CandidateTable):
-        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
-    table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
-    if table.num_rows != query.num_rows:
-        raise ValueError(
-            f"table has {table.num_rows} rows but the query has {query.num_rows}: publish and "
-            "select the same prefill rows"
-        )
+    _check_table(table, query, config)
     implementation = shared(implementation)
 
     def run(q, s, e, t):
@@ -291,4 +286,52 @@ def select_prefill(
             implementation=implementation,
         )
 
-    return by_row_chunks(run, _row_chunk(row_chunk), query.num_rows, query, starts, ends, table)
+    return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends, table)
+
+
+def _dense_select(query, cache, context_lens, block_table, k, implementation) -> jax.Array:
+    logits = paged_mqa_logits(
+        query, cache, context_lens, block_table, implementation=implementation
+    )
+    return topk(logits, row_lengths(context_lens, query.next_n), k, implementation=implementation)
+
+
+def select_plain(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    *,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """A plain indexer layer of a decode step (no candidate table): the top-k over its whole
+    context, `[batch·next_n, k]` logical positions, ascending, -1 padded."""
+    _check_paged_config(config, query, cache)
+    return _dense_select(
+        query, cache, context_lens, block_table, config.index_topk, shared(implementation)
+    )
+
+
+def select_plain_prefill(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    config: IndexerConfig,
+    *,
+    row_chunk: int | None = None,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """`select_plain` for ragged prefill rows; positions relative to `starts[i]`. `row_chunk`:
+    as in `publish_prefill`."""
+    _check_config(config, query, keys.head_dim, keys.format)
+    starts, ends = check_ragged(query, keys, starts, ends)
+    implementation = shared(implementation)
+
+    def run(q, s, e):
+        logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
+        lens = prefill_lengths(s, e)
+        return topk(logits, lens, config.index_topk, implementation=implementation)
+
+    return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)

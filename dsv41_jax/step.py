@@ -20,16 +20,15 @@ from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import (
     Path,
-    by_row_chunks,
     publish,
     publish_prefill,
     select,
+    select_plain,
+    select_plain_prefill,
     select_prefill,
 )
-from dsv41_jax.logits import mqa_logits, paged_mqa_logits
-from dsv41_jax.logits.api import check_ragged
-from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
-from dsv41_jax.topk import logical_to_physical, topk
+from dsv41_jax.rows import row_block_table
+from dsv41_jax.topk import logical_to_physical
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 _static = dict(static=True)
@@ -127,12 +126,9 @@ class TwoLevelIndexer:
                 implementation=impl,
             )
         for layer in self.plain_layers:
-            q = queries[layer]
-            logits = paged_mqa_logits(
-                q, caches[layer], context_lens, block_table, implementation=impl
+            selections[layer] = select_plain(
+                queries[layer], caches[layer], context_lens, block_table, cfg, implementation=impl
             )
-            lens = row_lengths(context_lens, q.next_n)
-            selections[layer] = topk(logits, lens, cfg.index_topk, implementation=impl)
         slots = None
         if physical:
             bt = row_block_table(block_table, cfg.next_n)
@@ -174,16 +170,14 @@ class TwoLevelIndexer:
                 implementation=impl,
             )
         for layer in self.plain_layers:
-            k = keys[layer]
-            starts_l, ends_l = check_ragged(queries[layer], k, starts, ends)
-
-            def plain(q, s, e, k=k):
-                logits = mqa_logits(q, k, s, e, relative=True, implementation=impl)
-                return topk(logits, prefill_lengths(s, e), cfg.index_topk, implementation=impl)
-
-            chunk = None if row_chunk is None else _checks.positive_int(row_chunk, "row_chunk")
-            selections[layer] = by_row_chunks(
-                plain, chunk, queries[layer].num_rows, queries[layer], starts_l, ends_l
+            selections[layer] = select_plain_prefill(
+                queries[layer],
+                keys[layer],
+                starts,
+                ends,
+                cfg,
+                row_chunk=row_chunk,
+                implementation=impl,
             )
         return StepResult(selections, table, None)
 

@@ -43,24 +43,15 @@ class PerDevice {
   int values_[kMaxDevices] = {};
 };
 
-// The current device's compute capability major, or 0 when it cannot be read.
-inline int CurrentComputeMajor() {
-  int device = 0, major = 0;
+// An attribute of the current device (compute capability major, SM count, ...), or 0 when it
+// cannot be read.
+inline int CurrentDeviceAttribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
     return 0;
   }
-  return major;
-}
-
-// The current device's SM count, or 0 when it cannot be read.
-inline int CurrentSMCount() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 0;
-  }
-  return sms;
+  return value;
 }
 
 inline ffi::Error InvalidArgument(const char* op, const std::string& what) {

@@ -43,6 +43,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["sm90_schedule_rows"] = dsv41::kSm90ScheduleRows;
   limits["mqa_row_padding"] = dsv41::kMqaRowPadding;
   limits["sm100_num_sms"] = static_cast<int64_t>(dsv41::kSm100SMs);
+  limits["sm100_logits_split"] = static_cast<int64_t>(dsv41::kSm100LogitsSplit);
+  limits["sm100_max_rows"] = dsv41::kSm100MaxRows;
   limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);

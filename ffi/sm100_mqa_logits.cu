@@ -18,7 +18,7 @@ namespace {
 
 constexpr uint32_t kHeads = 32, kHeadDim = 128;
 constexpr uint32_t kBlockQ = 128 / kHeads, kUmmaN = kBlockQ * kHeads;
-constexpr uint32_t kSplitKV = 384;
+constexpr uint32_t kSplitKV = kSm100LogitsSplit;
 constexpr uint32_t kKVTokensPerTMA = kSplitKV % 256 == 0 ? 256 : 128;
 constexpr uint32_t kQStages = 2, kKVStages = 8, kTmemStages = 3;
 constexpr uint32_t kSpecializedThreads = 128, kMathThreads = (kSplitKV / 128) * 128;
@@ -100,7 +100,8 @@ ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S3
 }  // namespace
 
 cudaError_t PrepareMqaLogitsSm100() {
-  if (CurrentComputeMajor() != 10) return cudaSuccess;  // not SM100: nothing to set
+  // Not an SM100 device: nothing to set (the handler refuses there).
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
   cudaError_t err = cudaSuccess;
   err = cudaFuncSetAttribute(Kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
                              int(sizeof(Storage)));

@@ -20,7 +20,7 @@ namespace {
 constexpr uint32_t kHeads = 32, kHeadDim = 128;
 constexpr uint32_t kBlockQ = 128 / kHeads;               // (row, head) pairs per UMMA N of 128
 constexpr uint32_t kUmmaN = kBlockQ * kHeads;
-constexpr uint32_t kSplitKV = 384;                       // positions per split: 3 math warpgroups
+constexpr uint32_t kSplitKV = kSm100LogitsSplit;         // positions per split: 3 math warpgroups
 constexpr uint32_t kQStages = 2, kKVStages = 8, kTmemStages = 3;  // FP4: deeper, half-size stages
 constexpr uint32_t kSplitsPerChunk = 8;
 constexpr uint32_t kSpecializedThreads = 128, kMathThreads = (kSplitKV / 128) * 128;
@@ -64,7 +64,6 @@ void LaunchMetadata(cudaStream_t stream, int64_t rows, const int32_t* lens, cons
 }
 
 PerDevice g_prepared;  // 1 once PreparePagedMqaLogitsSm100 set the kernel attributes
-constexpr int64_t kMaxRows = 16384;  // the metadata kernel's shared memory (2 words per row)
 
 ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S32> sf_q,
                                Buffer<ffi::BF16> weights, Buffer<ffi::U8> cache,
@@ -91,7 +90,9 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
     return InvalidArgument(kOp, "inconsistent shapes (logits columns: a multiple of 384 covering "
                                 "the page table; schedule [149, 2])");
   }
-  if (rows > kMaxRows) return InvalidArgument(kOp, "more than 16384 query rows");
+  if (rows > kSm100MaxRows) {
+    return InvalidArgument(kOp, "more than " + std::to_string(kSm100MaxRows) + " query rows");
+  }
   if (rows == 0) return ffi::Error::Success();
   if (cd[0] == 0 || bd[1] == 0) return InvalidArgument(kOp, "empty cache or page table");
 
@@ -136,7 +137,8 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
 }  // namespace
 
 cudaError_t PreparePagedMqaLogitsSm100() {
-  if (CurrentComputeMajor() != 10) return cudaSuccess;  // not SM100: nothing to set
+  // Not an SM100 device: nothing to set (the handler refuses there).
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
   cudaError_t err = cudaSuccess;
   for (auto kernel : {Kernel<64>(), Kernel<128>()}) {
     if (err == cudaSuccess) {
@@ -148,7 +150,7 @@ cudaError_t PreparePagedMqaLogitsSm100() {
   const std::pair<decltype(MetadataKernel<256>()), int> metadata[] = {
       {MetadataKernel<256>(), MetadataSmem(512, 256)},
       {MetadataKernel<512>(), MetadataSmem(2048, 512)},
-      {MetadataKernel<1024>(), MetadataSmem(kMaxRows, 1024)}};
+      {MetadataKernel<1024>(), MetadataSmem(kSm100MaxRows, 1024)}};
   for (const auto& [kernel, smem] : metadata) {
     if (err == cudaSuccess) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

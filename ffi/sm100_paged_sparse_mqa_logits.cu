@@ -143,7 +143,8 @@ int64_t Sm100SparseWorkspaceBytes(int64_t rows) {
 }
 
 cudaError_t PreparePagedSparseMqaLogitsSm100() {
-  if (CurrentComputeMajor() != 10) return cudaSuccess;  // not SM100: nothing to set
+  // Not an SM100 device: nothing to set (the handler refuses there).
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
   cudaError_t err = cudaSuccess;
   err = SetAttributes<64>();
   if (err == cudaSuccess) err = SetAttributes<128>();

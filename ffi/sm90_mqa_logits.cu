@@ -149,7 +149,7 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
 }  // namespace
 
 cudaError_t PrepareMqaLogitsSm90() {
-  g_num_sms.Record(CurrentSMCount());
+  g_num_sms.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
   cudaError_t err = g_num_sms.Current() ? cudaSuccess : cudaErrorInvalidDevice;
   if (err == cudaSuccess) err = SetSmemAttributes<32>();
   if (err == cudaSuccess) err = SetSmemAttributes<64>();

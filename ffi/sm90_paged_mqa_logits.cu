@@ -185,7 +185,7 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
 }  // namespace
 
 cudaError_t PreparePagedMqaLogitsSm90() {
-  g_num_sms.Record(CurrentSMCount());
+  g_num_sms.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
   cudaError_t err = g_num_sms.Current() ? cudaSuccess : cudaErrorInvalidDevice;
   for (auto set : {SetSmemAttribute<1, 32>, SetSmemAttribute<1, 64>, SetSmemAttribute<2, 32>,
                    SetSmemAttribute<2, 64>}) {

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
+from factories import small_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -246,14 +247,7 @@ def test_prefill_layouts_and_chunks_agree(case):
     equal the unchunked calls exactly; every selection stays inside its row's range."""
     t, ranges, chunk, seed = case
     rng = np.random.default_rng(seed)
-    cfg = dj.IndexerConfig(
-        num_heads=4,
-        head_dim=64,
-        index_topk=5,
-        candidate_topk_blocks=2,
-        candidate_block_size=4,
-        page_size=8,
-    )
+    cfg = small_config(index_topk=5, candidate_topk_blocks=2, page_size=8)
     keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 64)), jnp.float32))
     rows = len(ranges)
     q = dj.quantize_queries(

@@ -268,6 +268,8 @@ def test_limits_come_from_the_extension():
         "sm90_schedule_rows",
         "mqa_row_padding",
         "sm100_num_sms",
+        "sm100_logits_split",
+        "sm100_max_rows",
         "sort_max_blocks",
         "sort_max_candidates",
         "topk_mode_positions",

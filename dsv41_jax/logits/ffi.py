@@ -23,7 +23,25 @@ from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
 SM100_TARGET = "dsv41_sm100_paged_mqa_logits"
-SM100_SPLIT = 384  # positions per split of the SM100 kernel: its logits width is a multiple
+
+
+def _decline(target: str, checks) -> None:
+    """NotImplementedError naming the target and the first unsupported input of `checks`
+    ((bad, why) pairs), so `implementation=None` moves on to the next implementation."""
+    for bad, why in checks:
+        if bad:
+            raise NotImplementedError(f"{target}: {why}")
+
+
+def _sm100_query(query: QueryBundle):
+    """An MXFP4 QueryBundle as DeepGEMM's SM100 kernels take it: packed e2m1 `[rows, 32, 64]`,
+    the 4 ue8m0 exponents of each head as one int32 `[rows, 32]`, bf16 weights `[rows, 32]`."""
+    rows = query.num_rows
+    return (
+        query.values.reshape(rows, 32, 64),
+        jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32),
+        query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+    )
 
 
 def paged_mqa_logits(
@@ -37,21 +55,21 @@ def paged_mqa_logits(
     if _on_sm100():
         return paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     max_pages = block_table.shape[1]
-    unsupported = [
-        (cache.format != "fp8", "needs the fp8 cache"),
-        (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
-        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
-        (query.next_n not in (1, 2), "needs next_n 1 or 2"),
-        (
-            num_columns % 256 or num_columns < max_pages * 64,
-            "needs num_columns a multiple of 256 covering the page table",
-        ),
-        (query.batch > 1024, "needs at most 1024 requests"),
-        (query.batch == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
-    ]
-    for bad, why in unsupported:
-        if bad:
-            raise NotImplementedError(f"{TARGET}: {why}")
+    _decline(
+        TARGET,
+        [
+            (cache.format != "fp8", "needs the fp8 cache"),
+            (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
+            (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+            (query.next_n not in (1, 2), "needs next_n 1 or 2"),
+            (
+                num_columns % 256 or num_columns < max_pages * 64,
+                "needs num_columns a multiple of 256 covering the page table",
+            ),
+            (query.batch > 1024, "needs at most 1024 requests"),
+            (query.batch == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
+        ],
+    )
     # The kernel trusts lengths: clamp them to the page table so nothing is read past it.
     lens = jnp.clip(context_lens.astype(jnp.int32), 0, max_pages * 64)
     out = (
@@ -69,27 +87,31 @@ def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     a page id outside the cache as TMA's zero fill; those visible positions are set to NaN here,
     in the same pass that widens its bf16 logits to float32."""
     max_pages, p = block_table.shape[1], cache.page_size
-    for bad, why in [
-        (cache.format != "mxfp4", "needs the mxfp4 cache (SM100 has no fp8 dense kernel here)"),
-        (cache.head_dim != 128 or p not in (64, 128), "needs head_dim 128 and page 64 or 128"),
-        (query.num_heads != 32, "needs 32 heads"),
-        (query.num_rows > 16384, "needs at most 16384 query rows"),
-        (query.num_rows == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
-    ]:
-        if bad:
-            raise NotImplementedError(f"{SM100_TARGET}: {why}")
+    max_rows = _ext.limit("sm100_max_rows")
+    _decline(
+        SM100_TARGET,
+        [
+            (cache.format != "mxfp4", "needs the mxfp4 cache (SM100 has no fp8 dense kernel here)"),
+            (cache.head_dim != 128 or p not in (64, 128), "needs head_dim 128 and page 64 or 128"),
+            (query.num_heads != 32, "needs 32 heads"),
+            (query.num_rows > max_rows, f"needs at most {max_rows} query rows"),
+            (
+                query.num_rows == 0 or max_pages == 0 or cache.num_pages == 0,
+                "needs non-empty inputs",
+            ),
+        ],
+    )
     rows, n = query.num_rows, query.next_n
     lens = row_lengths(jnp.clip(context_lens.astype(jnp.int32), 0, max_pages * p), n)
     bt = row_block_table(block_table, n)
-    width = -(-max(num_columns, max_pages * p) // SM100_SPLIT) * SM100_SPLIT
+    split = _ext.limit("sm100_logits_split")  # the kernel writes whole splits of positions
+    width = -(-max(num_columns, max_pages * p) // split) * split
     out = (
         jax.ShapeDtypeStruct((rows, width), jnp.bfloat16),
         jax.ShapeDtypeStruct((_ext.limit("sm100_num_sms") + 1, 2), jnp.int32),
     )
     logits, _ = jax.ffi.ffi_call(SM100_TARGET, out, vmap_method="sequential")(
-        query.values.reshape(rows, 32, 64),
-        jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32),
-        query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+        *_sm100_query(query),
         cache.data,
         lens,
         bt,
@@ -172,9 +194,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
     it is bitwise the dense logit. float32 `[rows, C·B]`, columns past `valid_lens`
     unspecified; blocks on pages outside the cache read as NaN."""
     rows, c = table.physical.shape
-    for bad, why in _sm90_sparse_unsupported(query, cache, c, block_size):
-        if bad:
-            raise NotImplementedError(f"{GATHER_TARGET} + {TARGET}: {why}")
+    _decline(f"{GATHER_TARGET} + {TARGET}", _sm90_sparse_unsupported(query, cache, c, block_size))
     pages = c // 8  # 8 blocks of 8 per 64-token page
     compact = jax.ffi.ffi_call(
         GATHER_TARGET,
@@ -195,12 +215,10 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
     """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
     `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
     machine). The caller has checked the device (`_ext.require_gpu(..., SM90 + SM100)`)."""
-    for bad, why in _sm100_sparse_unsupported(query, cache, table.num_candidates, block_size):
-        if bad:
-            raise NotImplementedError(f"{SPARSE_TARGET}: {why}")
+    c = table.num_candidates
+    _decline(SPARSE_TARGET, _sm100_sparse_unsupported(query, cache, c, block_size))
     rows = query.num_rows
     meta_bytes, work_bytes = _ext.extension().sm100_sparse_workspace_bytes(rows)
-    sf_q = jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32)
     # Consecutive rows of one request (speculative rows) share a KV pass in DeepGEMM's schedule.
     request_ids = jnp.arange(rows, dtype=jnp.int32) // query.next_n
     out = (
@@ -209,9 +227,7 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
         jax.ShapeDtypeStruct((work_bytes,), jnp.uint8),
     )
     logits, _, _ = jax.ffi.ffi_call(SPARSE_TARGET, out, vmap_method="sequential")(
-        query.values.reshape(rows, 32, 64),
-        sf_q,
-        query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+        *_sm100_query(query),
         cache.data,
         table.valid_lens.astype(jnp.int32),
         row_block_table.astype(jnp.int32),
@@ -250,9 +266,7 @@ def mqa_logits(
             (keys.format != "fp8", "needs fp8 keys"),
             (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
         ]
-    for bad, why in unsupported:
-        if bad:
-            raise NotImplementedError(f"{target}: {why}")
+    _decline(target, unsupported)
     rows, n = query.num_rows, keys.num_tokens
     if rows == 0 or n == 0:  # never hand XLA a zero-size custom-call operand
         return jnp.full((rows, n), -jnp.inf, jnp.float32)
@@ -264,9 +278,7 @@ def mqa_logits(
     starts, ends = starts.astype(jnp.int32), ends.astype(jnp.int32)
     if sm100:
         operands = (
-            query.values.reshape(rows, 32, 64),
-            jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32),
-            query.weights.reshape(rows, 32).astype(jnp.bfloat16),
+            *_sm100_query(query),
             keys.values,
             jax.lax.bitcast_convert_type(keys.scales, jnp.int32),
         )
