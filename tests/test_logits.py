@@ -140,15 +140,9 @@ def test_prefill_relative_layout_is_the_absolute_shifted(rng, fmt):
     # Traced out-of-range ranges are clamped, in both layouts alike.
     f = jax.jit(lambda s, e: dj.mqa_logits(q, keys, s, e, relative=True))
     bad = np.asarray(f(jnp.asarray(starts - 9), jnp.asarray(ends + 9)))
-    want = np.asarray(
-        dj.mqa_logits(
-            q,
-            keys,
-            jnp.asarray(np.clip(starts - 9, 0, t)),
-            jnp.asarray(np.clip(ends + 9, 0, t)),
-            relative=True,
-        )
-    )
+    # The same compiled function on pre-clamped ranges: XLA may fuse the eager and jitted
+    # dot products differently on another CPU, so only one program is compared bitwise.
+    want = np.asarray(f(jnp.asarray(np.clip(starts - 9, 0, t)), jnp.asarray(np.clip(ends + 9, 0, t))))
     np.testing.assert_array_equal(bad, want)
 
 
