@@ -9,8 +9,9 @@
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
 
-#include "smxx_radix_topk.cuh"
 #include "smxx_block_scan.cuh"
+#include "smxx_radix_topk.cuh"
+#include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -42,13 +43,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kCachedKeys = 16384;        // a chunk up to this size keeps its keys in smem
 constexpr int64_t kCompacted = kCachedKeys / 2;  // (key, position) pairs kept after pass 0
 constexpr int kMaxCluster = 16;
-constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
 constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareRadixTopk (not under capture)
-
-__device__ __forceinline__ uint32_t OrderedKey(float v) {
-  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);  // -0 ties +0
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 struct Shared {
   uint32_t warp_hist[kWarps][kBins];  // per-warp histograms: contention stays inside a warp
@@ -61,50 +56,8 @@ struct Shared {
   int32_t out_base, eq_before, total;  // this CTA's first output slot and tie rank; row total
 };
 
-struct Row {
-  const float* scores;
-  int64_t len;    // positions (or blocks) that may be selected
-  int64_t lo, hi; // this CTA's chunk
-  int64_t newest; // kCandidateBlocks: the pinned block
-  const uint32_t* member_bits;  // this CTA's candidate bitmap (kPositions with members)
-  int64_t member_base;          // first block covered by member_bits
-};
-
-__device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row& r, int64_t p, float v) {
-  if (a.mode == TopkMode::kCandidateBlocks) {
-    if (p == r.newest) return kPinned;
-    const uint32_t key = OrderedKey(v);
-    return (v != v || v == -INFINITY || key < 2) ? kLowest : key;
-  }
-  if (v != v || v == -INFINITY) return kExcluded;
-  if (r.member_bits != nullptr) {
-    const int64_t b = p / a.block_size - r.member_base;
-    if (!((r.member_bits[b >> 5] >> (b & 31)) & 1u)) return kExcluded;
-  }
-  return OrderedKey(v);
-}
-
-// The keys of elements [i0, i0 + kPerThread) of the chunk (kExcluded past its end). Loads are
-// issued together (two 16-byte loads when aligned) so a thread has them all in flight at once.
-__device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row& r, int64_t mine,
-                                         int64_t i0, bool aligned, uint32_t (&out)[kPerThread]) {
-  float v[kPerThread];
-  if (aligned && i0 + kPerThread <= mine) {
-    const float4* src = reinterpret_cast<const float4*>(r.scores + r.lo + i0);
-#pragma unroll
-    for (int j = 0; j < kPerThread / 4; ++j) {
-      const float4 q = src[j];
-      v[4 * j] = q.x, v[4 * j + 1] = q.y, v[4 * j + 2] = q.z, v[4 * j + 3] = q.w;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) v[j] = i0 + j < mine ? r.scores[r.lo + i0 + j] : 0.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    out[j] = i0 + j < mine ? KeyOf(a, r, r.lo + i0 + j, v[j]) : kExcluded;
-  }
-}
+using topk::kExcluded;
+using topk::Row;
 
 __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
   // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
@@ -117,21 +70,11 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   const int64_t row = blockIdx.x / cl;
 
   // ---- the row and this CTA's chunk (lengths clamped: nothing is read past the row)
-  Row r;
-  const int64_t start = a.starts ? min(max(int64_t(a.starts[row]), int64_t(0)), a.n) : 0;
-  r.scores = a.scores + row * a.n + start;
-  const int64_t avail = a.n - start;
-  const int64_t raw_len = min(max(int64_t(a.lens[row]), int64_t(0)),
-                              a.mode == TopkMode::kCandidateBlocks ? avail * a.block_size : avail);
-  r.len = a.mode == TopkMode::kCandidateBlocks ? (raw_len + a.block_size - 1) / a.block_size : raw_len;
-  r.newest = r.len - 1;
-  r.lo = min(int64_t(rank) * chunk, r.len);
-  r.hi = min(r.lo + chunk, r.len);
+  Row r = topk::RowChunk(a, row, chunk, rank);
   const int64_t mine = r.hi - r.lo;
   const bool cached = chunk <= kCachedKeys;
   uint32_t* keys = dyn;  // the chunk's keys (cached), or the kept keys (compacted)
   int32_t* kept_pos = reinterpret_cast<int32_t*>(dyn + kCompacted);  // their positions
-  r.member_bits = nullptr;
   if (a.members != nullptr && a.mode == TopkMode::kPositions) {
     uint32_t* bits = dyn + kCachedKeys;
     r.member_base = r.lo / a.block_size;
@@ -154,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
     for (int64_t base = 0; base < mine; base += kTile) {
       uint32_t kk[kPerThread];
       const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-      LoadKeys(a, r, mine, i0, aligned, kk);
+      topk::LoadKeys<kPerThread>(a, r, mine, i0, aligned, kk);
       if (i0 + kPerThread <= mine) {
         uint4* dst = reinterpret_cast<uint4*>(keys + i0);
         dst[0] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
@@ -179,7 +122,7 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   auto round_keys = [&](int64_t base, uint32_t (&kk)[kPerThread]) {
     const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
     if (!in_smem()) {
-      LoadKeys(a, r, mine, i0, aligned, kk);
+      topk::LoadKeys<kPerThread>(a, r, mine, i0, aligned, kk);
     } else if (i0 + kPerThread <= list_len) {  // 16-byte shared loads: no bank conflicts
       const uint4* src = reinterpret_cast<const uint4*>(keys + i0);
       const uint4 q0 = src[0], q1 = src[1];

@@ -1,0 +1,104 @@
+// What the top-k kernels select by: one row of a TopkArgs call, its order-preserving 32-bit keys
+// (0 = never selected) and the loads that produce them. Shared by the cluster radix select and
+// the filter-first select, so both implement the contract through the same code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "smxx_radix_topk.cuh"
+
+namespace dsv41 {
+namespace topk {
+
+constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
+
+// Larger key = better score; -0 ties +0; NaN / -inf are handled by KeyOf, not here.
+__device__ __forceinline__ uint32_t OrderedKey(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct Row {
+  const float* scores;  // the row's position 0
+  int64_t len;          // positions (or blocks) that may be selected
+  int64_t lo, hi;       // this CTA's chunk
+  int64_t newest;       // kCandidateBlocks: the pinned block
+  const uint32_t* member_bits;  // this CTA's candidate bitmap (kPositions with members)
+  int64_t member_base;          // first block covered by member_bits
+};
+
+// Row `row`, split in chunks of `chunk`; this CTA takes chunk `rank`. Lengths and starts are
+// clamped, so nothing past the row is ever read whatever the caller passed.
+__device__ __forceinline__ Row RowChunk(const TopkArgs& a, int64_t row, int64_t chunk, int rank) {
+  Row r;
+  const int64_t start = a.starts ? min(max(int64_t(a.starts[row]), int64_t(0)), a.n) : 0;
+  r.scores = a.scores + row * a.n + start;
+  const int64_t avail = a.n - start;
+  const bool blocks = a.mode == TopkMode::kCandidateBlocks;
+  const int64_t raw =
+      min(max(int64_t(a.lens[row]), int64_t(0)), blocks ? avail * a.block_size : avail);
+  r.len = blocks ? (raw + a.block_size - 1) / a.block_size : raw;
+  r.newest = r.len - 1;
+  r.lo = min(int64_t(rank) * chunk, r.len);
+  r.hi = min(r.lo + chunk, r.len);
+  r.member_bits = nullptr;
+  r.member_base = 0;
+  return r;
+}
+
+__device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row& r, int64_t p, float v) {
+  if (a.mode == TopkMode::kCandidateBlocks) {
+    if (p == r.newest) return kPinned;
+    const uint32_t key = OrderedKey(v);
+    return (v != v || v == -INFINITY || key < 2) ? kLowest : key;
+  }
+  if (v != v || v == -INFINITY) return kExcluded;
+  if (r.member_bits != nullptr) {
+    const int64_t b = p / a.block_size - r.member_base;
+    if (!((r.member_bits[b >> 5] >> (b & 31)) & 1u)) return kExcluded;
+  }
+  return OrderedKey(v);
+}
+
+// Scores of chunk elements [i0, i0 + kPer) (0 past the chunk's `mine` elements), loads issued
+// together (16-byte loads when aligned) so a thread has them all in flight at once.
+template <int kPer>
+__device__ __forceinline__ void LoadScores(const Row& r, int64_t mine, int64_t i0, bool aligned,
+                                           float (&v)[kPer]) {
+  static_assert(kPer % 4 == 0, "whole float4 loads");
+  if (aligned && i0 + kPer <= mine) {
+    const float4* src = reinterpret_cast<const float4*>(r.scores + r.lo + i0);
+#pragma unroll
+    for (int j = 0; j < kPer / 4; ++j) {
+      const float4 q = src[j];
+      v[4 * j] = q.x, v[4 * j + 1] = q.y, v[4 * j + 2] = q.z, v[4 * j + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = i0 + j < mine ? r.scores[r.lo + i0 + j] : 0.0f;
+  }
+}
+
+// The keys of those scores (kExcluded past the chunk).
+template <int kPer>
+__device__ __forceinline__ void ScoresToKeys(const TopkArgs& a, const Row& r, int64_t mine,
+                                             int64_t i0, const float (&v)[kPer],
+                                             uint32_t (&out)[kPer]) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    out[j] = i0 + j < mine ? KeyOf(a, r, r.lo + i0 + j, v[j]) : kExcluded;
+  }
+}
+
+template <int kPer>
+__device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row& r, int64_t mine, int64_t i0,
+                                         bool aligned, uint32_t (&out)[kPer]) {
+  float v[kPer];
+  LoadScores<kPer>(r, mine, i0, aligned, v);
+  ScoresToKeys<kPer>(a, r, mine, i0, v, out);
+}
+
+}  // namespace topk
+}  // namespace dsv41
