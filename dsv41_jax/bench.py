@@ -248,10 +248,12 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     import torch
 
     import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
 
     rows = []
     cases = [
         ("topk k=512", 8, 131072, 512),
+        ("topk k=2048", 8, 131072, 2048),
         ("topk k=512", 64, 131072, 512),
         ("topk k=512", 8, 1 << 20, 512),
         ("candidate top-2048", 8, 16384, 2048),
@@ -274,6 +276,13 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
                 return dj.topk(s, lens, k, implementation=impl)
 
             rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+        if "ffi" in impls:  # the filter-first CUDA select, timed before any path picks it
+            mode = "candidate_blocks" if candidate else "positions"
+
+            def filtered(s, lens, mode=mode, k=k):
+                return topk_ffi.radix_topk(s, lens, k, None, None, 8, mode, "filter")
+
+            rows.append(Row(op, shape, "ffi filter", jax_time_us(filtered, sets), floor))
         t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
         rows.append(Row(op, shape, "lax.top_k (baseline)", t, floor))
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]

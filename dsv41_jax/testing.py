@@ -76,14 +76,18 @@ def decode_inputs(rng, key, batch, context, layers=1, sharding=None):
 
 
 def scores(rng, rows, n, kind="random") -> np.ndarray:
-    """float32 score rows of a flavour: "random", "ties" (few distinct values), "equal", or
-    "special" (NaN, -inf, +inf and -0.0 mixed in)."""
+    """float32 score rows of a flavour: "random", "ties" (few distinct values), "equal",
+    "special" (NaN, -inf, +inf and -0.0 mixed in), or "ascending" / "descending" (sorted rows:
+    the best keys all at one end, the worst case for an estimate from a prefix)."""
     if kind == "random":
         return rng.standard_normal((rows, n)).astype(np.float32)
     if kind == "ties":
         return rng.integers(0, 4, (rows, n)).astype(np.float32)
     if kind == "equal":
         return np.full((rows, n), 1.5, np.float32)
+    if kind in ("ascending", "descending"):
+        ramp = np.arange(n, dtype=np.float32) if kind == "ascending" else np.arange(n, 0, -1.0)
+        return np.tile(ramp.astype(np.float32), (rows, 1))
     if kind == "special":
         s = rng.integers(-3, 3, (rows, n)).astype(np.float32)
         pick = rng.random((rows, n))

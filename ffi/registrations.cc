@@ -9,6 +9,7 @@
 
 #include "sm100_paged_sparse_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
+#include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "smxx_sort_blocks.cuh"
@@ -22,6 +23,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(FilterTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm100FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm100FFI);
@@ -47,6 +49,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["sm100_max_rows"] = dsv41::kSm100MaxRows;
   limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
+  limits["filter_topk_max_k"] = dsv41::kFilterMaxK;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
   limits["topk_mode_candidate_blocks"] = static_cast<int32_t>(dsv41::TopkMode::kCandidateBlocks);
   m.attr("LIMITS") = limits;
@@ -58,6 +61,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm90_mqa_logits"] = Capsule(dsv41::MqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
+    d["dsv41_filter_topk"] = Capsule(dsv41::FilterTopkFFI);
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
     d["dsv41_sm100_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm100FFI);
     d["dsv41_sm100_mqa_logits"] = Capsule(dsv41::MqaLogitsSm100FFI);
@@ -87,7 +91,10 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
       const bool sm90 = major == 9 && minor == 0, sm100 = major == 10 && minor == 0;
       std::vector<cudaError_t (*)()> prepares;
-      if (sm90 || sm100) prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareSortCandidateBlocks};
+      if (sm90 || sm100) {
+        prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareFilterTopk,
+                    dsv41::PrepareSortCandidateBlocks};
+      }
       if (sm90) {
         prepares.insert(prepares.end(),
                         {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90});

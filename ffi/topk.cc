@@ -1,14 +1,21 @@
-// dsv41_radix_topk <-> RadixTopkFFI <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
+// dsv41_radix_topk  <-> RadixTopkFFI  <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
+// dsv41_filter_topk <-> FilterTopkFFI <-> dsv41_jax.topk.ffi.radix_topk(algorithm="filter")
+// Same operands, attributes and output; the filter-first kernel takes no candidate mask and
+// k <= kFilterMaxK.
 #include "common.h"
+#include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
 
 namespace dsv41 {
 
-static ffi::Error RadixTopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<ffi::S32> lens,
-                                Buffer<ffi::S32> starts, Buffer<ffi::S32> members,
-                                Result<ffi::S32> out, int32_t k, int32_t block_size, int32_t mode,
-                                bool has_starts, bool has_members) {
-  constexpr const char* kOp = "dsv41_radix_topk";
+using TopkLauncher = cudaError_t (*)(const TopkArgs&, cudaStream_t);
+
+template <TopkLauncher kLaunch, bool kFilter>
+static ffi::Error TopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<ffi::S32> lens,
+                           Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
+                           int32_t k, int32_t block_size, int32_t mode, bool has_starts,
+                           bool has_members) {
+  constexpr const char* kOp = kFilter ? "dsv41_filter_topk" : "dsv41_radix_topk";
   const auto sd = scores.dimensions(), md = members.dimensions(), od = out->dimensions();
   if (sd.size() != 2 || md.size() != 2 || od.size() != 2) {
     return InvalidArgument(kOp, "expected scores [rows, n], members [rows, m], out [rows, k]");
@@ -24,6 +31,9 @@ static ffi::Error RadixTopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Bu
   if (has_members && (md[1] < 1 || mode != 0)) {
     return InvalidArgument(kOp, "has_members needs mode 0 and members [rows, m >= 1]");
   }
+  if (kFilter && (has_members || k > kFilterMaxK)) {
+    return InvalidArgument(kOp, "no candidate mask, and k <= " + std::to_string(kFilterMaxK));
+  }
   if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
     return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");
   }
@@ -38,25 +48,31 @@ static ffi::Error RadixTopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Bu
                       k,
                       block_size,
                       static_cast<TopkMode>(mode)};
-  if (cudaError_t err = LaunchRadixTopk(args, stream); err != cudaSuccess) {
+  if (cudaError_t err = kLaunch(args, stream); err != cudaSuccess) {
     return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
   }
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, RadixTopkImpl,
-                              ffi::Ffi::Bind()
-                                  .Ctx<Stream>()
-                                  .Arg<Buffer<ffi::F32>>()  // scores [rows, n]
-                                  .Arg<Buffer<ffi::S32>>()  // lens [rows]
-                                  .Arg<Buffer<ffi::S32>>()  // starts [rows] (read if has_starts)
-                                  .Arg<Buffer<ffi::S32>>()  // members [rows, m] (if has_members)
-                                  .Ret<Buffer<ffi::S32>>()  // out [rows, k]
-                                  .Attr<int32_t>("k")
-                                  .Attr<int32_t>("block_size")
-                                  .Attr<int32_t>("mode")
-                                  .Attr<bool>("has_starts")
-                                  .Attr<bool>("has_members"),
+#define DSV41_TOPK_BINDING                                                                   \
+  ffi::Ffi::Bind()                                                                           \
+      .Ctx<Stream>()                                                                         \
+      .Arg<Buffer<ffi::F32>>() /* scores [rows, n] */                                        \
+      .Arg<Buffer<ffi::S32>>() /* lens [rows] */                                             \
+      .Arg<Buffer<ffi::S32>>() /* starts [rows] (read if has_starts) */                      \
+      .Arg<Buffer<ffi::S32>>() /* members [rows, m] (read if has_members) */                 \
+      .Ret<Buffer<ffi::S32>>() /* out [rows, k] */                                           \
+      .Attr<int32_t>("k")                                                                    \
+      .Attr<int32_t>("block_size")                                                           \
+      .Attr<int32_t>("mode")                                                                 \
+      .Attr<bool>("has_starts")                                                              \
+      .Attr<bool>("has_members")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, (TopkImpl<LaunchRadixTopk, false>), DSV41_TOPK_BINDING,
                               kCmdBuffer);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, (TopkImpl<LaunchFilterTopk, true>),
+                              DSV41_TOPK_BINDING, kCmdBuffer);
+
+#undef DSV41_TOPK_BINDING
 
 }  // namespace dsv41

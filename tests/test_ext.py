@@ -204,6 +204,31 @@ def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
 
 
 @needs_ext
+def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
+    """The filter-first select lowers to its own target with the radix select's operands; a
+    candidate mask or k above the extension's limit is declined at trace time."""
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
+    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
+    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    scores, lens = jnp.zeros((3, 9000), jnp.float32), jnp.array([0, 5, 9000], jnp.int32)
+    starts = jnp.array([0, 1, 0], jnp.int32)
+
+    def lowered(k, starts=None, members=None, mode="positions"):
+        f = jax.jit(lambda s, n: topk_ffi.radix_topk(s, n, k, starts, members, 8, mode, "filter"))
+        return f.trace(scores, lens).lower(lowering_platforms=("cuda",)).as_text()
+
+    assert "custom_call @dsv41_filter_topk" in lowered(512, starts)
+    assert "custom_call @dsv41_filter_topk" in lowered(2048, mode="candidate_blocks")
+    max_k = _ext.limit("filter_topk_max_k")
+    with pytest.raises(NotImplementedError, match=f"k = {max_k + 1} > {max_k}"):
+        lowered(max_k + 1)
+    with pytest.raises(NotImplementedError, match="no candidate mask"):
+        lowered(512, members=jnp.zeros((3, 4), jnp.int32))
+
+
+@needs_ext
 @pytest.mark.parametrize(
     "cc,topk_runs_ffi,logits_decline",
     [
@@ -272,6 +297,7 @@ def test_limits_come_from_the_extension():
         "sm100_max_rows",
         "sort_max_blocks",
         "sort_max_candidates",
+        "filter_topk_max_k",
         "topk_mode_positions",
         "topk_mode_candidate_blocks",
     }

@@ -107,3 +107,65 @@ def test_candidate_blocks_equal_reference(rng, impl, kind, rows, nb, c):
         dj.select_candidate_blocks(*args, num_candidates=c, implementation="reference")
     )
     np.testing.assert_array_equal(got, want)
+
+
+def filter_topk(scores, lens, k, starts=None, mode="positions", block_size=8):
+    """The filter-first CUDA select (not yet behind a public path): called directly."""
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    f = jax.jit(lambda s, n, st: topk_ffi.radix_topk(s, n, k, st, None, block_size, mode, "filter"))
+    return np.asarray(f(scores, lens, starts))
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "equal", "special", "ascending", "descending"])
+@pytest.mark.parametrize(
+    "rows,n,k",
+    [
+        (16, 1000, 64),
+        (8, 131072, 512),
+        (64, 131072, 512),
+        (8, 1 << 20, 512),
+        (3, 1 << 20, 2048),
+        (5, 40000, 4096),
+        (200, 16000, 1500),
+    ],
+)
+def test_filter_topk_equals_reference(rng, kind, rows, n, k):
+    s = jnp.asarray(make_scores(rng, rows, n, kind))
+    lens = jnp.asarray(edge_lengths(rng, rows, n, k))
+    poison_device_memory()
+    got = filter_topk(s, lens, k)
+    assert not (got == POISON).any(), "an output element was never written"
+    want = np.asarray(dj.topk(s, lens, k, implementation="reference"))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_filter_topk_sampled_bar_too_high_and_starts(rng):
+    # Large keys only at the positions each chunk samples: the bar lets fewer than k through and
+    # the chunk is streamed again without one (one CTA per row at 200 rows).
+    rows, n, k = 200, 16000, 1500
+    s = np.full((rows, n), -5.0, np.float32)
+    s[:, (np.arange(1024) * n) // 1024] = 3.0
+    lens = jnp.full((rows,), n, jnp.int32)
+    want = np.asarray(dj.topk(jnp.asarray(s), lens, k, implementation="reference"))
+    np.testing.assert_array_equal(filter_topk(jnp.asarray(s), lens, k), want)
+    s = make_scores(rng, 12, 70144, "special")
+    starts = rng.integers(0, 70144, 12).astype(np.int32)
+    lens = np.array([rng.integers(0, 70144 - st + 1) for st in starts], np.int32)
+    args = (jnp.asarray(s), jnp.asarray(lens), 512)
+    want = np.asarray(dj.topk(*args, starts=jnp.asarray(starts), implementation="reference"))
+    np.testing.assert_array_equal(filter_topk(*args, starts=jnp.asarray(starts)), want)
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
+def test_filter_candidate_blocks_and_repeatability(rng, kind):
+    rows, nb, c = 8, 16384, 2048
+    bs = jnp.asarray(make_scores(rng, rows, nb, kind))
+    lens = jnp.asarray(np.array([0, 1, 8, 9, c * 8 - 1, c * 8, c * 8 + 1, nb * 8], np.int32))
+    got = filter_topk(bs, lens, c, mode="candidate_blocks")
+    want = dj.select_candidate_blocks(bs, lens, num_candidates=c, implementation="reference")
+    np.testing.assert_array_equal(got, np.asarray(want))
+    s = jnp.asarray(make_scores(rng, 8, 131072, kind))
+    first = filter_topk(s, jnp.full((8,), 131000, jnp.int32), 512)
+    for _ in range(10):
+        np.testing.assert_array_equal(filter_topk(s, jnp.full((8,), 131000, jnp.int32), 512), first)

@@ -142,7 +142,9 @@ def test_prefill_relative_layout_is_the_absolute_shifted(rng, fmt):
     bad = np.asarray(f(jnp.asarray(starts - 9), jnp.asarray(ends + 9)))
     # The same compiled function on pre-clamped ranges: XLA may fuse the eager and jitted
     # dot products differently on another CPU, so only one program is compared bitwise.
-    want = np.asarray(f(jnp.asarray(np.clip(starts - 9, 0, t)), jnp.asarray(np.clip(ends + 9, 0, t))))
+    want = np.asarray(
+        f(jnp.asarray(np.clip(starts - 9, 0, t)), jnp.asarray(np.clip(ends + 9, 0, t)))
+    )
     np.testing.assert_array_equal(bad, want)
 
 

@@ -1,5 +1,6 @@
-"""`implementation="ffi"` of the selection ops: the CUDA cluster radix select (topk and
-select_candidate_blocks) and the elementwise page transform (logical_to_physical), in cuda/."""
+"""`implementation="ffi"` of the selection ops: the CUDA exact selects (topk and
+select_candidate_blocks; the cluster radix select, and the filter-first select awaiting its device
+run) and the elementwise page transform (logical_to_physical), in cuda/."""
 
 from __future__ import annotations
 
@@ -23,14 +24,27 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
 
 
 RADIX_TOPK = "dsv41_radix_topk"
+FILTER_TOPK = "dsv41_filter_topk"
+ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK}
 
 
-def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Array:
-    """The CUDA cluster radix select: exact, ascending output, -1 padded. `mode` is "positions"
-    (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest pinned)."""
-    _ext.require_gpu(RADIX_TOPK)
+def radix_topk(
+    scores, lengths, k, starts, members, block_size, mode, algorithm="cluster"
+) -> jax.Array:
+    """The CUDA exact select: ascending output, -1 padded. `mode` is "positions" (the top-k of
+    visible scores) or "candidate_blocks" (the top-C blocks, newest pinned). `algorithm`:
+    "cluster" (the cluster radix select, cuda/smxx_radix_topk.cu) or "filter" (filter first,
+    cuda/smxx_filter_topk.cu: no candidate mask, k up to LIMITS["filter_topk_max_k"]; not yet
+    timed on a device, so no public path picks it)."""
+    target = ALGORITHMS[algorithm]
+    _ext.require_gpu(target)
     if scores.dtype != jnp.float32:
-        raise NotImplementedError(f"{RADIX_TOPK}: float32 scores only (got {scores.dtype})")
+        raise NotImplementedError(f"{target}: float32 scores only (got {scores.dtype})")
+    if algorithm == "filter":
+        if members is not None:
+            raise NotImplementedError(f"{target}: no candidate mask")
+        if k > _ext.limit("filter_topk_max_k"):
+            raise NotImplementedError(f"{target}: k = {k} > {_ext.limit('filter_topk_max_k')}")
     rows = scores.shape[0]
     if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
         return jnp.zeros((0, k), jnp.int32)
@@ -40,7 +54,7 @@ def radix_topk(scores, lengths, k, starts, members, block_size, mode) -> jax.Arr
     if members.shape[1] == 0:  # an empty candidate table: no position qualifies
         return jnp.full((rows, k), -1, jnp.int32)
     out = jax.ShapeDtypeStruct((rows, k), jnp.int32)
-    return jax.ffi.ffi_call(RADIX_TOPK, out, vmap_method="sequential")(
+    return jax.ffi.ffi_call(target, out, vmap_method="sequential")(
         scores,
         lengths.astype(jnp.int32),
         (jnp.zeros((rows,), jnp.int32) if starts is None else starts.astype(jnp.int32)),

@@ -1,0 +1,23 @@
+// Exact top-k, filter first: one streaming pass per row chunk into a bounded shared-memory buffer.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "smxx_radix_topk.cuh"
+
+namespace dsv41 {
+
+// (key, position) pairs one CTA keeps in shared memory (96 KiB).
+inline constexpr int64_t kFilterCapacity = 12288;
+// Largest k: the buffer holds the k kept pairs plus one whole round of 8192 new ones.
+inline constexpr int32_t kFilterMaxK = 4096;
+
+// One-time kernel attributes of the current device; call outside any stream capture.
+cudaError_t PrepareFilterTopk();
+// Same arguments and output as LaunchRadixTopk, without `members` (cudaErrorInvalidValue when
+// members are given or k > kFilterMaxK: the FFI handler rejects both first).
+cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream);
+
+}  // namespace dsv41

@@ -1,0 +1,263 @@
+// A CPU stand-in for the parts of the CUDA runtime the selection kernels use, so their source
+// compiles with g++ and runs on a machine without a GPU (tests/test_cuda_emulated.py).
+//
+// Every CUDA thread is a fiber (ucontext); one OS thread runs one CTA's fibers round-robin, each
+// until it waits at a barrier. Barriers (__syncthreads, the warp exchange inside __shfl_up_sync,
+// cluster.sync) are generation counters, so a fiber resumes only once its whole group arrived.
+// The CTAs of a cluster run on concurrent OS threads; `__shared__` variables are thread_local,
+// so each CTA has its own, and map_shared_rank moves an address between the CTAs' thread-local
+// blocks (same layout in every thread). Atomics are plain operations: a CTA's fibers share one
+// OS thread and never interleave inside an expression.
+//
+// It checks the kernels' logic (indexing, barriers, the cluster protocol) against the reference.
+// It is not the GPU: no memory model, no timing, no out-of-bounds traps beyond what the host
+// allocator catches; a kernel still has to run on the device before it is called done.
+#pragma once
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ thread_local
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3() = default;
+  dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(16) uint4 {
+  uint32_t x, y, z, w;
+};
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline int __popc(uint32_t x) { return __builtin_popcount(x); }
+template <class A, class B>
+inline std::common_type_t<A, B> min(A a, B b) {
+  using T = std::common_type_t<A, B>;
+  return T(a) < T(b) ? T(a) : T(b);
+}
+template <class A, class B>
+inline std::common_type_t<A, B> max(A a, B b) {
+  using T = std::common_type_t<A, B>;
+  return T(a) < T(b) ? T(b) : T(a);
+}
+
+using cudaError_t = int;
+constexpr cudaError_t cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorLaunchFailure = 4;
+inline const char* cudaGetErrorString(cudaError_t e) { return e == 0 ? "success" : "error"; }
+using cudaStream_t = void*;
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaFuncAttributeNonPortableClusterSizeAllowed
+};
+template <class F>
+cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+struct cudaLaunchAttributeValue {
+  struct {
+    unsigned x, y, z;
+  } clusterDim;
+};
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned numAttrs;
+};
+
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace emu {
+
+constexpr size_t kStack = 128 * 1024;  // per fiber, reserved lazily (MAP_NORESERVE)
+
+struct Cluster {
+  int size;
+  std::vector<char*> anchors;  // each CTA's thread-local anchor
+  std::barrier<> os_barrier;
+  explicit Cluster(int n) : size(n), anchors(n), os_barrier(n) {}
+};
+
+struct Cta {
+  int n = 0, cur = 0, live = 0;
+  std::vector<ucontext_t> ctx;
+  char* stacks = nullptr;
+  std::vector<bool> done;
+  ucontext_t sched;
+  long progress = 0;
+  long block_gen = 0;
+  int block_count = 0;
+  std::vector<long> warp_gen;
+  std::vector<int> warp_count;
+  std::vector<int64_t> lanes;  // __shfl_up_sync exchange, one slot per thread
+  std::function<void()> body;
+  Cluster* cluster = nullptr;
+  int rank = 0;
+};
+
+inline thread_local Cta* tl_cta = nullptr;
+inline thread_local char tl_anchor = 0;
+inline std::function<void()> on_cta_start;  // e.g. poison the CTA's shared memory
+
+inline void Yield() {
+  Cta* c = tl_cta;
+  swapcontext(&c->ctx[c->cur], &c->sched);
+}
+
+// Wait until `count` members of a group arrived; `last` runs once, in the last arriver, first.
+inline void Arrive(long& gen, int& count, int size, const std::function<void()>& last = {}) {
+  Cta* c = tl_cta;
+  const long g = gen;
+  ++c->progress;
+  if (++count == size) {
+    if (last) last();
+    count = 0;
+    ++gen;
+    return;
+  }
+  while (gen == g) Yield();
+}
+
+inline void FiberEntry() {
+  Cta* c = tl_cta;
+  c->body();
+  c->done[c->cur] = true;
+  --c->live;
+  ++c->progress;
+}
+
+inline void RunCta(Cta& c) {
+  tl_cta = &c;
+  c.ctx.resize(c.n);
+  const size_t bytes = size_t(c.n) * kStack;
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) std::abort();
+  c.stacks = static_cast<char*>(mem);
+  c.done.assign(c.n, false);
+  c.live = c.n;
+  c.warp_gen.assign((c.n + 31) / 32, 0);
+  c.warp_count.assign((c.n + 31) / 32, 0);
+  c.lanes.assign(c.n, 0);
+  if (on_cta_start) on_cta_start();
+  for (int i = 0; i < c.n; ++i) {
+    getcontext(&c.ctx[i]);
+    c.ctx[i].uc_stack.ss_sp = c.stacks + size_t(i) * kStack;
+    c.ctx[i].uc_stack.ss_size = kStack;
+    c.ctx[i].uc_link = &c.sched;
+    makecontext(&c.ctx[i], FiberEntry, 0);
+  }
+  while (c.live > 0) {
+    const long before = c.progress;
+    for (int i = 0; i < c.n; ++i) {
+      if (c.done[i]) continue;
+      c.cur = i;
+      threadIdx = dim3(unsigned(i));
+      swapcontext(&c.sched, &c.ctx[i]);
+    }
+    if (c.progress == before && c.live > 0) {
+      std::fprintf(stderr, "emu: deadlock in CTA %u (threads wait at different barriers)\n",
+                   blockIdx.x);
+      std::abort();
+    }
+  }
+  munmap(c.stacks, bytes);
+}
+
+}  // namespace emu
+
+inline void __syncthreads() {
+  emu::Cta* c = emu::tl_cta;
+  emu::Arrive(c->block_gen, c->block_count, c->n);
+}
+
+template <class T>
+T __shfl_up_sync(unsigned, T v, int d) {
+  emu::Cta* c = emu::tl_cta;
+  const int t = c->cur, w = t / 32, lane = t % 32;
+  int64_t slot;
+  std::memcpy(&slot, &v, sizeof(T));
+  c->lanes[t] = slot;
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  T out = v;
+  if (lane >= d) std::memcpy(&out, &c->lanes[t - d], sizeof(T));
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  return out;
+}
+
+template <class T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+template <class T>
+T atomicOr(T* p, T v) {
+  const T old = *p;
+  *p = old | v;
+  return old;
+}
+
+template <class... P, class... A>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...),
+                               A&&... args) {
+  int cl = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      cl = int(config->attrs[i].val.clusterDim.x);
+    }
+  }
+  const unsigned grid = config->gridDim.x, block = config->blockDim.x;
+  if (cl < 1 || grid % unsigned(cl) != 0 || block % 32 != 0) return cudaErrorInvalidValue;
+  std::function<void()> body = [&] { kernel(P(args)...); };
+  for (unsigned first = 0; first < grid; first += unsigned(cl)) {
+    emu::Cluster cluster(cl);
+    std::vector<std::thread> ctas;
+    for (int r = 0; r < cl; ++r) {
+      ctas.emplace_back([&, r] {
+        blockIdx = dim3(first + unsigned(r));
+        blockDim = config->blockDim;
+        gridDim = config->gridDim;
+        cluster.anchors[r] = &emu::tl_anchor;
+        emu::Cta cta;
+        cta.n = int(block);
+        cta.body = body;
+        cta.cluster = &cluster;
+        cta.rank = r;
+        cluster.os_barrier.arrive_and_wait();  // every anchor is known
+        emu::RunCta(cta);
+      });
+    }
+    for (auto& t : ctas) t.join();
+  }
+  return cudaSuccess;
+}

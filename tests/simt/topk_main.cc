@@ -1,0 +1,58 @@
+// Runs one top-k launcher on a case file written by tests/test_cuda_emulated.py:
+//   topk_emu filter|radix CASE OUT
+// CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members; float32 scores
+// [rows, n]; int32 lens [rows], starts [rows], members [rows, num_members]. OUT: int32 status,
+// then int32 out [rows, k] (poisoned before the launch, so unwritten elements show).
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "smxx_filter_topk.cuh"
+#include "smxx_radix_topk.cuh"
+
+namespace dsv41 {
+std::pair<void*, std::size_t> FilterTopkSharedMemory();
+std::pair<void*, std::size_t> RadixTopkSharedMemory();
+}  // namespace dsv41
+
+template <class T>
+static bool Read(std::FILE* f, std::vector<T>& v, size_t n) {
+  v.resize(n);
+  return n == 0 || std::fread(v.data(), sizeof(T), n, f) == n;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 4) return 2;
+  const std::string which = argv[1];
+  std::FILE* f = std::fopen(argv[2], "rb");
+  if (!f) return 2;
+  std::vector<int64_t> h;
+  std::vector<float> scores;
+  std::vector<int32_t> lens, starts, members;
+  if (!Read(f, h, 8)) return 2;
+  const int64_t rows = h[0], n = h[1], k = h[2], m = h[7];
+  if (!Read(f, scores, rows * n) || !Read(f, lens, rows) || !Read(f, starts, rows) ||
+      !Read(f, members, rows * m)) {
+    return 2;
+  }
+  std::fclose(f);
+  std::vector<int32_t> out(rows * k, 0x7eadbeef);
+  const dsv41::TopkArgs args{scores.data(), lens.data(), h[5] ? starts.data() : nullptr,
+                             h[6] ? members.data() : nullptr, out.data(), rows, n, h[6] ? m : 0,
+                             int32_t(k), int32_t(h[3]), static_cast<dsv41::TopkMode>(h[4])};
+  const bool filter = which == "filter";
+  emu::on_cta_start = [filter] {  // shared memory starts as garbage, as on the GPU
+    auto [p, bytes] = filter ? dsv41::FilterTopkSharedMemory() : dsv41::RadixTopkSharedMemory();
+    std::memset(p, 0xA5, bytes);
+  };
+  const cudaError_t err = filter ? dsv41::LaunchFilterTopk(args, nullptr)
+                                 : dsv41::LaunchRadixTopk(args, nullptr);
+  std::FILE* o = std::fopen(argv[3], "wb");
+  const int32_t status = err;
+  std::fwrite(&status, 4, 1, o);
+  std::fwrite(out.data(), 4, out.size(), o);
+  std::fclose(o);
+  return 0;
+}
