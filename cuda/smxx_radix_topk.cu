@@ -4,8 +4,8 @@
 // memory. A chunk of up to 16K keys is cached in shared memory. After the first pass, chunks of
 // up to 8K keys (in place) and longer uncached ones (when they fit) are compacted, in position
 // order, to their keys in or above the chosen bucket: later passes, the counts and the emission
-// walk only those. Then every CTA emits, in position order, its keys above T and the first ties at T (ties
-// ranked by position across the cluster), at offsets known from the CTAs before it.
+// walk only those. Then every CTA emits, in position order, its keys above T and the first ties
+// at T (ties ranked by position across the cluster), at offsets known from the CTAs before it.
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
 
@@ -59,186 +59,184 @@ struct Shared {
 using topk::kExcluded;
 using topk::Row;
 
-__global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
-  // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
-  // waiting for a whole free GPC: CTAs then started up to 27 us apart at [8, 128K] on the H200).
-  extern __shared__ uint32_t dyn[];  // [cached keys, or compacted keys | positions | member bitmap]
-  __shared__ Shared sh;
-  cg::cluster_group cluster = cg::this_cluster();
-  DSV41_STAMP(0);
-  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const int64_t row = blockIdx.x / cl;
+// The keys a CTA's passes, counts and emission walk, in position order: its chunk cached in
+// shared memory, the (key, position) pairs kept after the first pass, or the chunk in global
+// memory.
+struct KeyList {
+  Row r;
+  int64_t mine;          // the chunk's elements
+  int64_t len;           // the list's entries
+  bool aligned, cached;  // 16-byte aligned chunk; chunk keys in shared memory
+  bool compacted;        // the list is the kept pairs
+  uint32_t* keys;        // cached or kept keys
+  int32_t* kept_pos;     // kept positions
 
-  // ---- the row and this CTA's chunk (lengths clamped: nothing is read past the row)
-  Row r = topk::RowChunk(a, row, chunk, rank);
-  const int64_t mine = r.hi - r.lo;
-  const bool cached = chunk <= kCachedKeys;
-  uint32_t* keys = dyn;  // the chunk's keys (cached), or the kept keys (compacted)
-  int32_t* kept_pos = reinterpret_cast<int32_t*>(dyn + kCompacted);  // their positions
-  if (a.members != nullptr && a.mode == TopkMode::kPositions) {
-    uint32_t* bits = dyn + kCachedKeys;
-    r.member_base = r.lo / a.block_size;
-    const int64_t words = ((r.hi + a.block_size - 1) / a.block_size - r.member_base + 31) / 32;
-    for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
-    __syncthreads();
-    const int32_t* m = a.members + row * a.num_members;
-    const int64_t b_hi = (r.hi + a.block_size - 1) / a.block_size;
-    for (int64_t i = threadIdx.x; i < a.num_members; i += kThreads) {
-      const int64_t b = m[i];
-      if (b >= r.member_base && b < b_hi) {
-        atomicOr(&bits[(b - r.member_base) >> 5], 1u << ((b - r.member_base) & 31));
-      }
-    }
-    r.member_bits = bits;
-    __syncthreads();
-  }
-  const bool aligned = (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
-  if (cached) {
-    for (int64_t base = 0; base < mine; base += kTile) {
-      uint32_t kk[kPerThread];
-      const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-      topk::LoadKeys<kPerThread>(a, r, mine, i0, aligned, kk);
-      if (i0 + kPerThread <= mine) {
-        uint4* dst = reinterpret_cast<uint4*>(keys + i0);
-        dst[0] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
-        dst[1] = make_uint4(kk[4], kk[5], kk[6], kk[7]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < kPerThread; ++j) {
-          if (i0 + j < mine) keys[i0 + j] = kk[j];
-        }
-      }
-    }
-    __syncthreads();
-  }
-  DSV41_STAMP(1);
-  // The list the passes and the emission walk: the cached chunk, the compacted keys (after pass
-  // 0: chunks of at most kCompacted keys, and longer uncached ones whose kept keys fit), or the
-  // chunk in global memory.
-  bool compacted = false;
-  int64_t list_len = mine;
-  auto in_smem = [&] { return cached || compacted; };
-  // Keys of this thread's kPerThread consecutive list entries in the round starting at `base`.
-  auto round_keys = [&](int64_t base, uint32_t (&kk)[kPerThread]) {
+  // Keys of this thread's kPerThread consecutive entries of the round starting at `base`.
+  __device__ __forceinline__ void Round(const TopkArgs& a, int64_t base,
+                                        uint32_t (&kk)[kPerThread]) const {
     const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-    if (!in_smem()) {
+    if (!cached && !compacted) {
       topk::LoadKeys<kPerThread>(a, r, mine, i0, aligned, kk);
-    } else if (i0 + kPerThread <= list_len) {  // 16-byte shared loads: no bank conflicts
+    } else if (i0 + kPerThread <= len) {  // 16-byte shared loads: no bank conflicts
       const uint4* src = reinterpret_cast<const uint4*>(keys + i0);
       const uint4 q0 = src[0], q1 = src[1];
       kk[0] = q0.x, kk[1] = q0.y, kk[2] = q0.z, kk[3] = q0.w;
       kk[4] = q1.x, kk[5] = q1.y, kk[6] = q1.z, kk[7] = q1.w;
     } else {
 #pragma unroll
-      for (int j = 0; j < kPerThread; ++j) kk[j] = i0 + j < list_len ? keys[i0 + j] : kExcluded;
+      for (int j = 0; j < kPerThread; ++j) kk[j] = i0 + j < len ? keys[i0 + j] : kExcluded;
     }
-  };
-  auto position = [&](int64_t i) { return compacted ? kept_pos[i] : int32_t(r.lo + i); };
-
-  // ---- four radix passes for the k-th largest key
-  if (threadIdx.x == 0) {
-    sh.prefix = 0;
-    sh.mask = 0;
-    sh.k_rem = a.k;
-    sh.need_eq = 0;
   }
+  __device__ __forceinline__ int32_t Position(int64_t i) const {
+    return compacted ? kept_pos[i] : int32_t(r.lo + i);
+  }
+};
+
+// The chunk's candidate bitmap from the row's member block ids (any order, duplicates fine).
+__device__ __forceinline__ void BuildMemberBits(const TopkArgs& a, int64_t row, Row& r,
+                                                uint32_t* bits) {
+  r.member_base = r.lo / a.block_size;
+  const int64_t b_hi = (r.hi + a.block_size - 1) / a.block_size;
+  const int64_t words = (b_hi - r.member_base + 31) / 32;
+  for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
   __syncthreads();
-  for (int pass = 0; pass < 4; ++pass) {
-    const int shift = 24 - 8 * pass;
-    const uint32_t prefix = sh.prefix, mask = sh.mask;
-    const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
-    for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) (&sh.warp_hist[0][0])[b] = 0;
-    __syncthreads();
-    uint32_t* my_hist = sh.warp_hist[threadIdx.x / 32];
-    for (int64_t base = 0; base < list_len; base += kTile) {
-      uint32_t kk[kPerThread];
-      round_keys(base, kk);
+  const int32_t* m = a.members + row * a.num_members;
+  for (int64_t i = threadIdx.x; i < a.num_members; i += kThreads) {
+    const int64_t b = m[i];
+    if (b >= r.member_base && b < b_hi) {
+      atomicOr(&bits[(b - r.member_base) >> 5], 1u << ((b - r.member_base) & 31));
+    }
+  }
+  r.member_bits = bits;
+  __syncthreads();
+}
+
+// The chunk's keys into shared memory (chunks of at most kCachedKeys).
+__device__ __forceinline__ void CacheChunk(const TopkArgs& a, const KeyList& list) {
+  for (int64_t base = 0; base < list.mine; base += kTile) {
+    uint32_t kk[kPerThread];
+    const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+    topk::LoadKeys<kPerThread>(a, list.r, list.mine, i0, list.aligned, kk);
+    if (i0 + kPerThread <= list.mine) {
+      uint4* dst = reinterpret_cast<uint4*>(list.keys + i0);
+      dst[0] = make_uint4(kk[0], kk[1], kk[2], kk[3]);
+      dst[1] = make_uint4(kk[4], kk[5], kk[6], kk[7]);
+    } else {
 #pragma unroll
       for (int j = 0; j < kPerThread; ++j) {
-        if (kk[j] != kExcluded && (kk[j] & mask) == prefix) {
-          atomicAdd(&my_hist[(kk[j] >> shift) & 0xff], 1u);
-        }
+        if (i0 + j < list.mine) list.keys[i0 + j] = kk[j];
       }
-    }
-    __syncthreads();
-    for (int b = threadIdx.x; b < kBins; b += kThreads) {
-      uint32_t sum = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += sh.warp_hist[w][b];
-      sh.hist[pass & 1][b] = sum;
-    }
-    DSV41_STAMP(2 + 2 * pass);
-    cluster.sync();  // every CTA's histogram is complete
-    int32_t count = 0;
-    const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
-    if (threadIdx.x < kBins) {
-      // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
-      for (int c0 = 0; c0 < cl; c0 += 8) {
-        uint32_t part[8];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist[pass & 1], c0 + c)[bin] : 0u;
-        }
-#pragma unroll
-        for (int c = 0; c < 8; ++c) count += int32_t(part[c]);
-      }
-    }
-    const int32_t above = BlockExclusiveScan<kThreads>(count, sh.warp_sums, &sh.scan_total);
-    const int64_t valid = sh.scan_total;  // keys matching the prefix, cluster-wide
-    if (pass == 0 && valid <= k_rem) {
-      if (threadIdx.x == 0) {  // at most k valid keys: all selected (mask 0 makes all "ties")
-        sh.need_eq = valid;
-        sh.k_rem = 0;
-      }
-    } else if (threadIdx.x < kBins && above < k_rem && above + count >= k_rem) {
-      sh.prefix = prefix | (uint32_t(bin) << shift);
-      sh.mask = mask | (0xffu << shift);
-      sh.k_rem = k_rem - above;  // still needed from this bin
-      sh.need_eq = k_rem - above;
-    }
-    // No second cluster barrier: the next pass writes the other histogram buffer, and this one
-    // is rewritten only after the next pass's barrier, which every peer reaches after reading it.
-    __syncthreads();
-    DSV41_STAMP(3 + 2 * pass);
-    if (sh.k_rem == 0) break;  // uniform across the cluster (same totals everywhere)
-    if (pass == 0 && (!cached || mine <= kCompacted)) {
-      // Keep, in position order, this CTA's keys in or above the chosen top-byte bucket: the
-      // only ones later passes, the counts and the emission need. A cached chunk is compacted
-      // in place (slots never pass the entries being read; positions go past its end).
-      const uint32_t first = sh.prefix >> 24;
-      int64_t kept = 0;
-      for (int64_t base = 0; base < mine; base += kTile) {
-        uint32_t kk[kPerThread];
-        const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
-        round_keys(base, kk);
-        int32_t n_keep = 0;
-#pragma unroll
-        for (int j = 0; j < kPerThread; ++j) n_keep += kk[j] != kExcluded && (kk[j] >> 24) >= first;
-        int64_t slot = kept + BlockExclusiveScan<kThreads>(n_keep, sh.warp_sums, &sh.scan_total);
-#pragma unroll
-        for (int j = 0; j < kPerThread; ++j) {
-          if (kk[j] != kExcluded && (kk[j] >> 24) >= first) {
-            if (slot < kCompacted) keys[slot] = kk[j], kept_pos[slot] = int32_t(r.lo + i0 + j);
-            ++slot;
-          }
-        }
-        kept += sh.scan_total;  // uniform
-      }
-      __syncthreads();
-      compacted = kept <= kCompacted;  // else: keep reading the chunk from global memory
-      if (compacted) list_len = kept;
     }
   }
-  const uint32_t prefix = sh.prefix, mask = sh.mask;
-  const int32_t need_eq = int32_t(sh.need_eq);
-  auto is_gt = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) > prefix; };
-  auto is_eq = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) == prefix; };
+  __syncthreads();
+}
 
-  // ---- this CTA's counts, then every CTA's, for the emission offsets
-  int32_t gt = 0, eq = 0;
-  for (int64_t base = 0; base < list_len; base += kTile) {
+// One 8-bit radix pass: the cluster's histogram of the keys under the current prefix, then the
+// bucket holding the k_rem-th largest (sh.prefix / mask / k_rem / need_eq). Returns true once
+// the selection is complete (pass 0 found at most k keys: all taken).
+__device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& cluster, int cl,
+                                          const TopkArgs& a, const KeyList& list, int pass) {
+  const int shift = 24 - 8 * pass;
+  const uint32_t prefix = sh.prefix, mask = sh.mask;
+  const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
+  for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) (&sh.warp_hist[0][0])[b] = 0;
+  __syncthreads();
+  uint32_t* my_hist = sh.warp_hist[threadIdx.x / 32];
+  for (int64_t base = 0; base < list.len; base += kTile) {
     uint32_t kk[kPerThread];
-    round_keys(base, kk);
+    list.Round(a, base, kk);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (kk[j] != kExcluded && (kk[j] & mask) == prefix) {
+        atomicAdd(&my_hist[(kk[j] >> shift) & 0xff], 1u);
+      }
+    }
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < kBins; b += kThreads) {
+    uint32_t sum = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += sh.warp_hist[w][b];
+    sh.hist[pass & 1][b] = sum;
+  }
+  DSV41_STAMP(2 + 2 * pass);
+  cluster.sync();  // every CTA's histogram is complete
+  int32_t count = 0;
+  const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
+  if (threadIdx.x < kBins) {
+    // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
+    for (int c0 = 0; c0 < cl; c0 += 8) {
+      uint32_t part[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist[pass & 1], c0 + c)[bin] : 0u;
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) count += int32_t(part[c]);
+    }
+  }
+  const int32_t above = BlockExclusiveScan<kThreads>(count, sh.warp_sums, &sh.scan_total);
+  const int64_t valid = sh.scan_total;  // keys matching the prefix, cluster-wide
+  if (pass == 0 && valid <= k_rem) {
+    if (threadIdx.x == 0) {  // at most k valid keys: all selected (mask 0 makes all "ties")
+      sh.need_eq = valid;
+      sh.k_rem = 0;
+    }
+  } else if (threadIdx.x < kBins && above < k_rem && above + count >= k_rem) {
+    sh.prefix = prefix | (uint32_t(bin) << shift);
+    sh.mask = mask | (0xffu << shift);
+    sh.k_rem = k_rem - above;  // still needed from this bin
+    sh.need_eq = k_rem - above;
+  }
+  // No second cluster barrier: the next pass writes the other histogram buffer, and this one
+  // is rewritten only after the next pass's barrier, which every peer reaches after reading it.
+  __syncthreads();
+  DSV41_STAMP(3 + 2 * pass);
+  return sh.k_rem == 0;  // uniform across the cluster (same totals everywhere)
+}
+
+// After pass 0: keep, in position order, this CTA's keys in or above the chosen top-byte bucket,
+// the only ones later passes, the counts and the emission need. A cached chunk is compacted in
+// place (slots never pass the entries being read; positions go past its end). The list switches
+// to the kept pairs when they fit (else it keeps reading the chunk from global memory).
+__device__ __forceinline__ void CompactToBucket(Shared& sh, const TopkArgs& a, KeyList& list) {
+  const uint32_t first = sh.prefix >> 24;
+  int64_t kept = 0;
+  for (int64_t base = 0; base < list.mine; base += kTile) {
+    uint32_t kk[kPerThread];
+    const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
+    list.Round(a, base, kk);
+    int32_t n_keep = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) n_keep += kk[j] != kExcluded && (kk[j] >> 24) >= first;
+    int64_t slot = kept + BlockExclusiveScan<kThreads>(n_keep, sh.warp_sums, &sh.scan_total);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (kk[j] != kExcluded && (kk[j] >> 24) >= first) {
+        if (slot < kCompacted) {
+          list.keys[slot] = kk[j], list.kept_pos[slot] = int32_t(list.r.lo + i0 + j);
+        }
+        ++slot;
+      }
+    }
+    kept += sh.scan_total;  // uniform
+  }
+  __syncthreads();
+  list.compacted = kept <= kCompacted;
+  if (list.compacted) list.len = kept;
+}
+
+// This CTA's first output slot and tie rank (sh.out_base, sh.eq_before) and the row's total
+// (sh.total), from every CTA's count of keys above the k-th and of ties at it.
+template <class IsGt, class IsEq>
+__device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_group& cluster,
+                                               int cl, int rank, const TopkArgs& a,
+                                               const KeyList& list, int32_t need_eq, IsGt is_gt,
+                                               IsEq is_eq) {
+  int32_t gt = 0, eq = 0;
+  for (int64_t base = 0; base < list.len; base += kTile) {
+    uint32_t kk[kPerThread];
+    list.Round(a, base, kk);
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) gt += is_gt(kk[j]), eq += is_eq(kk[j]);
   }
@@ -271,17 +269,21 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
     if (c == 31) sh.total = s_incl;
   }
   cluster.sync();  // peers' counts read: they may exit or reuse shared memory
-  DSV41_STAMP(10);
+}
 
-  // ---- emission in list (= position) order, kPerThread consecutive entries per thread. One
-  // scan per tile: the above-T and tie counts packed in 16 bits each (a tile holds 4096 entries).
+// Emission in list (= position) order, kPerThread consecutive entries per thread. One scan per
+// round: the above-T and tie counts packed in 16 bits each (a round holds 4096 entries).
+template <class IsGt, class IsEq>
+__device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row, int cl, int rank,
+                                     const KeyList& list, int32_t need_eq, IsGt is_gt,
+                                     IsEq is_eq) {
   int32_t* out = a.out + row * int64_t(a.k);
   int32_t out_base = sh.out_base, eq_before = sh.eq_before;
   const int32_t total = sh.total;
-  for (int64_t t0 = 0; t0 < list_len; t0 += kTile) {
+  for (int64_t t0 = 0; t0 < list.len; t0 += kTile) {
     const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
     uint32_t kk[kPerThread];
-    round_keys(t0, kk);
+    list.Round(a, t0, kk);
     int32_t my_gt = 0, my_eq = 0;
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) my_gt += is_gt(kk[j]), my_eq += is_eq(kk[j]);
@@ -295,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
     for (int j = 0; j < kPerThread; ++j) {
       const bool take = is_gt(kk[j]) || (is_eq(kk[j]) && eq_rank < need_eq);
       eq_rank += is_eq(kk[j]);
-      if (take && slot < a.k) out[slot] = position(i0 + j);
+      if (take && slot < a.k) out[slot] = list.Position(i0 + j);
       slot += take;
     }
     out_base += (tile & 0xffff) + min(ties_wanted, tile >> 16);
@@ -304,6 +306,54 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   if (rank == cl - 1) {
     for (int64_t s = total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;
   }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
+  // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
+  // waiting for a whole free GPC: CTAs then started up to 27 us apart at [8, 128K] on the H200).
+  extern __shared__ uint32_t dyn[];  // [cached keys, or compacted keys | positions | member bitmap]
+  __shared__ Shared sh;
+  cg::cluster_group cluster = cg::this_cluster();
+  DSV41_STAMP(0);
+  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / cl;
+
+  // ---- the row and this CTA's chunk (lengths clamped: nothing is read past the row)
+  KeyList list;
+  list.r = topk::RowChunk(a, row, chunk, rank);
+  list.mine = list.len = list.r.hi - list.r.lo;
+  list.cached = chunk <= kCachedKeys;
+  list.compacted = false;
+  list.keys = dyn;
+  list.kept_pos = reinterpret_cast<int32_t*>(dyn + kCompacted);
+  if (a.members != nullptr && a.mode == TopkMode::kPositions) {
+    BuildMemberBits(a, row, list.r, dyn + kCachedKeys);
+  }
+  list.aligned = (reinterpret_cast<uintptr_t>(list.r.scores + list.r.lo) & 15) == 0;
+  if (list.cached) CacheChunk(a, list);
+  DSV41_STAMP(1);
+
+  // ---- four radix passes for the k-th largest key
+  if (threadIdx.x == 0) {
+    sh.prefix = 0;
+    sh.mask = 0;
+    sh.k_rem = a.k;
+    sh.need_eq = 0;
+  }
+  __syncthreads();
+  for (int pass = 0; pass < 4; ++pass) {
+    if (RadixPass(sh, cluster, cl, a, list, pass)) break;
+    if (pass == 0 && (!list.cached || list.mine <= kCompacted)) CompactToBucket(sh, a, list);
+  }
+  const uint32_t prefix = sh.prefix, mask = sh.mask;
+  const int32_t need_eq = int32_t(sh.need_eq);
+  auto is_gt = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) > prefix; };
+  auto is_eq = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) == prefix; };
+
+  // ---- every CTA's counts for the emission offsets, then the emission
+  ClusterOffsets(sh, cluster, cl, rank, a, list, need_eq, is_gt, is_eq);
+  DSV41_STAMP(10);
+  Emit(sh, a, row, cl, rank, list, need_eq, is_gt, is_eq);
   DSV41_STAMP(11);
 }
 
@@ -321,7 +371,10 @@ cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   const int64_t len_max = args.n;
   int cl = 1;
   while (cl < kMaxCluster && (len_max + cl - 1) / cl > kCachedKeys) cl *= 2;
-  while (cl > 1 && args.rows * cl < 128 && (len_max + 2 * cl - 1) / (2 * cl) >= 2048 && cl < kMaxCluster) cl *= 2;
+  while (cl > 1 && args.rows * cl < 128 && (len_max + 2 * cl - 1) / (2 * cl) >= 2048 &&
+         cl < kMaxCluster) {
+    cl *= 2;
+  }
   const int64_t chunk = (len_max + cl - 1) / cl;
   const int64_t member_words = args.members ? (chunk / args.block_size + 2 + 31) / 32 + 1 : 0;
   const size_t smem = size_t(kCachedKeys + member_words) * sizeof(uint32_t);
