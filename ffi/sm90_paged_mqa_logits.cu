@@ -6,10 +6,9 @@
 #include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>
 #include <deep_gemm/scheduler/sm90_paged_mqa_logits.cuh>
 
-#include <cmath>
-
 #include "common.h"
 #include "sm90_paged_mqa_logits.h"
+#include "smxx_page_transform.cuh"
 #include "tma.h"
 
 namespace dsv41 {
@@ -81,25 +80,6 @@ bool ScheduleForSMs(cudaStream_t stream, uint32_t batch, uint32_t next_n, const 
   else if (batch <= 1024) LaunchSchedule<1024, kNumSMs>(stream, batch, next_n, lens, schedule);
   else return false;
   return true;
-}
-
-// Positions on a page id outside [0, num_pages) read TMA's zero fill in the kernel: mark them
-// NaN, as the contract says, so nothing can select them. One thread per (row, page): the page-table
-// reads are all in flight at once (a loop per row was latency-bound: ~56 us at 1M positions).
-constexpr int kMarkThreads = 256;
-
-__global__ void __launch_bounds__(kMarkThreads) MarkInvalidPagesKernel(
-    float* logits, int64_t stride, const int32_t* lens, const int32_t* block_table,
-    int64_t max_pages, int64_t num_pages, int32_t next_n) {
-  const int64_t row = blockIdx.y, b = row / next_n, j = row % next_n;
-  const int64_t c = int64_t(blockIdx.x) * kMarkThreads + threadIdx.x;
-  const int64_t visible = int64_t(lens[b]) - next_n + 1 + j;
-  const int64_t len = visible > 0 ? visible : 0;
-  if (c >= max_pages || c * kPageSize >= len) return;
-  const int32_t page = block_table[b * max_pages + c];
-  if (page >= 0 && page < num_pages) return;
-  const int64_t end = (c + 1) * kPageSize < len ? (c + 1) * kPageSize : len;
-  for (int64_t t = c * kPageSize; t < end; ++t) logits[row * stride + t] = NAN;
 }
 
 ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
@@ -175,10 +155,9 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
                                kv_map, sc_map, w_map);
   if (err != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
 
-  const dim3 mark_grid(unsigned((bd[1] + kMarkThreads - 1) / kMarkThreads), unsigned(batch * next_n));
-  MarkInvalidPagesKernel<<<mark_grid, kMarkThreads, 0, stream>>>(
-      logits->typed_data(), cols, lens.typed_data(), block_table.typed_data(), bd[1], kd[0],
-      int32_t(next_n));
+  // Positions on invalid page ids read TMA's zero fill: NaN them (never selected).
+  LaunchMarkInvalidPages(logits->typed_data(), cols, lens.typed_data(), block_table.typed_data(),
+                         batch, bd[1], kd[0], int32_t(next_n), kPageSize, stream);
   return LastCudaError(kOp);
 }
 
