@@ -127,6 +127,7 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   return uint64_t(kth) + 1;
 }
 
+template <class T>  // the score type: float or topk::Bf16
 __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // keys [kCap] | positions [kCap]
   __shared__ Shared sh;
@@ -135,9 +136,9 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
   cg::cluster_group cluster = cg::this_cluster();
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int64_t row = blockIdx.x / cl;
-  const topk::Row r = topk::RowChunk(a, row, chunk, rank);
+  const topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
   const int64_t mine = r.hi - r.lo;
-  const bool aligned = (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
+  const bool aligned = topk::Aligned(r);
   const int32_t k = a.k;
 
   // ---- the entry bar: keys >= bar enter the buffer (kExcluded = 0 never does)
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
     const int64_t rank_wanted = (2 * int64_t(k) * kSample + mine - 1) / mine + 8;
     if (rank_wanted <= kSample / 2) {
       const int64_t p = int64_t(threadIdx.x) * mine / kSample;  // < mine
-      const uint32_t key = topk::KeyOf(a, r, r.lo + p, r.scores[r.lo + p]);
+      const uint32_t key = topk::KeyOf(a, r, r.lo + p, topk::ToFloat(r.scores[r.lo + p]));
       RadixSelect(sh, int32_t(rank_wanted), 2, [&](auto add) { add(key); });
       if (!sh.all) sampled_bar = max(uint64_t(sh.prefix), uint64_t(1));
     }
@@ -223,8 +224,12 @@ constexpr size_t kSmem = size_t(2 * kCap) * sizeof(uint32_t);
 }  // namespace
 
 cudaError_t PrepareFilterTopk() {
-  return cudaFuncSetAttribute(FilterTopkKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(kSmem));
+  for (auto kernel : {FilterTopkKernel<float>, FilterTopkKernel<topk::Bf16>}) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream) {
@@ -250,7 +255,8 @@ cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, FilterTopkKernel, args, chunk);
+  return args.bf16 ? cudaLaunchKernelEx(&config, FilterTopkKernel<topk::Bf16>, args, chunk)
+                   : cudaLaunchKernelEx(&config, FilterTopkKernel<float>, args, chunk);
 }
 
 }  // namespace dsv41

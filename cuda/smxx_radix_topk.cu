@@ -57,13 +57,13 @@ struct Shared {
 };
 
 using topk::kExcluded;
-using topk::Row;
 
 // The keys a CTA's passes, counts and emission walk, in position order: its chunk cached in
 // shared memory, the (key, position) pairs kept after the first pass, or the chunk in global
-// memory.
+// memory. T: the score type (float or topk::Bf16).
+template <class T>
 struct KeyList {
-  Row r;
+  topk::Row<T> r;
   int64_t mine;          // the chunk's elements
   int64_t len;           // the list's entries
   bool aligned, cached;  // 16-byte aligned chunk; chunk keys in shared memory
@@ -93,7 +93,8 @@ struct KeyList {
 };
 
 // The chunk's candidate bitmap from the row's member block ids (any order, duplicates fine).
-__device__ __forceinline__ void BuildMemberBits(const TopkArgs& a, int64_t row, Row& r,
+template <class T>
+__device__ __forceinline__ void BuildMemberBits(const TopkArgs& a, int64_t row, topk::Row<T>& r,
                                                 uint32_t* bits) {
   r.member_base = r.lo / a.block_size;
   const int64_t b_hi = (r.hi + a.block_size - 1) / a.block_size;
@@ -112,7 +113,8 @@ __device__ __forceinline__ void BuildMemberBits(const TopkArgs& a, int64_t row, 
 }
 
 // The chunk's keys into shared memory (chunks of at most kCachedKeys).
-__device__ __forceinline__ void CacheChunk(const TopkArgs& a, const KeyList& list) {
+template <class List>
+__device__ __forceinline__ void CacheChunk(const TopkArgs& a, const List& list) {
   for (int64_t base = 0; base < list.mine; base += kTile) {
     uint32_t kk[kPerThread];
     const int64_t i0 = base + int64_t(threadIdx.x) * kPerThread;
@@ -134,8 +136,9 @@ __device__ __forceinline__ void CacheChunk(const TopkArgs& a, const KeyList& lis
 // One 8-bit radix pass: the cluster's histogram of the keys under the current prefix, then the
 // bucket holding the k_rem-th largest (sh.prefix / mask / k_rem / need_eq). Returns true once
 // the selection is complete (pass 0 found at most k keys: all taken).
+template <class List>
 __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& cluster, int cl,
-                                          const TopkArgs& a, const KeyList& list, int pass) {
+                                          const TopkArgs& a, const List& list, int pass) {
   const int shift = 24 - 8 * pass;
   const uint32_t prefix = sh.prefix, mask = sh.mask;
   const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
@@ -199,7 +202,8 @@ __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& c
 // the only ones later passes, the counts and the emission need. A cached chunk is compacted in
 // place (slots never pass the entries being read; positions go past its end). The list switches
 // to the kept pairs when they fit (else it keeps reading the chunk from global memory).
-__device__ __forceinline__ void CompactToBucket(Shared& sh, const TopkArgs& a, KeyList& list) {
+template <class List>
+__device__ __forceinline__ void CompactToBucket(Shared& sh, const TopkArgs& a, List& list) {
   const uint32_t first = sh.prefix >> 24;
   int64_t kept = 0;
   for (int64_t base = 0; base < list.mine; base += kTile) {
@@ -228,10 +232,10 @@ __device__ __forceinline__ void CompactToBucket(Shared& sh, const TopkArgs& a, K
 
 // This CTA's first output slot and tie rank (sh.out_base, sh.eq_before) and the row's total
 // (sh.total), from every CTA's count of keys above the k-th and of ties at it.
-template <class IsGt, class IsEq>
+template <class List, class IsGt, class IsEq>
 __device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_group& cluster,
                                                int cl, int rank, const TopkArgs& a,
-                                               const KeyList& list, int32_t need_eq, IsGt is_gt,
+                                               const List& list, int32_t need_eq, IsGt is_gt,
                                                IsEq is_eq) {
   int32_t gt = 0, eq = 0;
   for (int64_t base = 0; base < list.len; base += kTile) {
@@ -273,9 +277,9 @@ __device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_gro
 
 // Emission in list (= position) order, kPerThread consecutive entries per thread. One scan per
 // round: the above-T and tie counts packed in 16 bits each (a round holds 4096 entries).
-template <class IsGt, class IsEq>
+template <class List, class IsGt, class IsEq>
 __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row, int cl, int rank,
-                                     const KeyList& list, int32_t need_eq, IsGt is_gt,
+                                     const List& list, int32_t need_eq, IsGt is_gt,
                                      IsEq is_eq) {
   int32_t* out = a.out + row * int64_t(a.k);
   int32_t out_base = sh.out_base, eq_before = sh.eq_before;
@@ -308,6 +312,7 @@ __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row,
   }
 }
 
+template <class T>
 __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
   // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
   // waiting for a whole free GPC: CTAs then started up to 27 us apart at [8, 128K] on the H200).
@@ -319,8 +324,8 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   const int64_t row = blockIdx.x / cl;
 
   // ---- the row and this CTA's chunk (lengths clamped: nothing is read past the row)
-  KeyList list;
-  list.r = topk::RowChunk(a, row, chunk, rank);
+  KeyList<T> list;
+  list.r = topk::RowChunk<T>(a, row, chunk, rank);
   list.mine = list.len = list.r.hi - list.r.lo;
   list.cached = chunk <= kCachedKeys;
   list.compacted = false;
@@ -329,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
   if (a.members != nullptr && a.mode == TopkMode::kPositions) {
     BuildMemberBits(a, row, list.r, dyn + kCachedKeys);
   }
-  list.aligned = (reinterpret_cast<uintptr_t>(list.r.scores + list.r.lo) & 15) == 0;
+  list.aligned = topk::Aligned(list.r);
   if (list.cached) CacheChunk(a, list);
   DSV41_STAMP(1);
 
@@ -360,10 +365,15 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
 }  // namespace
 
 cudaError_t PrepareRadixTopk() {
-  cudaError_t err = cudaFuncSetAttribute(RadixTopkKernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxTopkSmem);
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(RadixTopkKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  for (auto kernel : {RadixTopkKernel<float>, RadixTopkKernel<topk::Bf16>}) {
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxTopkSmem);
+    if (err == cudaSuccess) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    }
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
@@ -391,7 +401,8 @@ cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, RadixTopkKernel, args, chunk);
+  return args.bf16 ? cudaLaunchKernelEx(&config, RadixTopkKernel<topk::Bf16>, args, chunk)
+                   : cudaLaunchKernelEx(&config, RadixTopkKernel<float>, args, chunk);
 }
 
 }  // namespace dsv41

@@ -17,7 +17,7 @@ enum class TopkMode : int32_t {
 };
 
 struct TopkArgs {
-  const float* scores;     // [rows, n]
+  const void* scores;      // [rows, n] float32, or bfloat16 when `bf16`
   const int32_t* lens;     // [rows] visible positions (kPositions) / row lengths (kCandidateBlocks)
   const int32_t* starts;   // [rows] column of position 0, or nullptr
   const int32_t* members;  // [rows, num_members] candidate block ids (any order), or nullptr
@@ -25,6 +25,7 @@ struct TopkArgs {
   int64_t rows, n, num_members;
   int32_t k, block_size;
   TopkMode mode;
+  bool bf16;               // scores are bfloat16 (keys of their exact float32 values)
 };
 
 // One-time kernel attributes of the current device; call outside any stream capture.

@@ -14,14 +14,24 @@ namespace topk {
 
 constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
 
+// A bfloat16 score as its 16 bits (the kernels only widen it: no arithmetic in bf16).
+struct Bf16 {
+  uint16_t bits;
+};
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(Bf16 v) { return __uint_as_float(uint32_t(v.bits) << 16); }
+
 // Larger key = better score; -0 ties +0; NaN / -inf are handled by KeyOf, not here.
 __device__ __forceinline__ uint32_t OrderedKey(float v) {
   const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Score type T: float or Bf16 (the kernels are instantiated for both).
+template <class T>
 struct Row {
-  const float* scores;  // the row's position 0
+  const T* scores;      // the row's position 0
   int64_t len;          // positions (or blocks) that may be selected
   int64_t lo, hi;       // this CTA's chunk
   int64_t newest;       // kCandidateBlocks: the pinned block
@@ -31,10 +41,12 @@ struct Row {
 
 // Row `row`, split in chunks of `chunk`; this CTA takes chunk `rank`. Lengths and starts are
 // clamped, so nothing past the row is ever read whatever the caller passed.
-__device__ __forceinline__ Row RowChunk(const TopkArgs& a, int64_t row, int64_t chunk, int rank) {
-  Row r;
+template <class T>
+__device__ __forceinline__ Row<T> RowChunk(const TopkArgs& a, int64_t row, int64_t chunk,
+                                           int rank) {
+  Row<T> r;
   const int64_t start = a.starts ? min(max(int64_t(a.starts[row]), int64_t(0)), a.n) : 0;
-  r.scores = a.scores + row * a.n + start;
+  r.scores = static_cast<const T*>(a.scores) + row * a.n + start;
   const int64_t avail = a.n - start;
   const bool blocks = a.mode == TopkMode::kCandidateBlocks;
   const int64_t raw =
@@ -48,7 +60,8 @@ __device__ __forceinline__ Row RowChunk(const TopkArgs& a, int64_t row, int64_t 
   return r;
 }
 
-__device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row& r, int64_t p, float v) {
+template <class T>
+__device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row<T>& r, int64_t p, float v) {
   if (a.mode == TopkMode::kCandidateBlocks) {
     if (p == r.newest) return kPinned;
     const uint32_t key = OrderedKey(v);
@@ -62,11 +75,17 @@ __device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row& r, int64
   return OrderedKey(v);
 }
 
-// Scores of chunk elements [i0, i0 + kPer) (0 past the chunk's `mine` elements), loads issued
-// together (16-byte loads when aligned) so a thread has them all in flight at once.
+// Whether the chunk's first score is 16-byte aligned (whole-vector loads).
+template <class T>
+__device__ __forceinline__ bool Aligned(const Row<T>& r) {
+  return (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
+}
+
+// Scores of chunk elements [i0, i0 + kPer) as float (0 past the chunk's `mine` elements), loads
+// issued together (16-byte loads when aligned) so a thread has them all in flight at once.
 template <int kPer>
-__device__ __forceinline__ void LoadScores(const Row& r, int64_t mine, int64_t i0, bool aligned,
-                                           float (&v)[kPer]) {
+__device__ __forceinline__ void LoadScores(const Row<float>& r, int64_t mine, int64_t i0,
+                                           bool aligned, float (&v)[kPer]) {
   static_assert(kPer % 4 == 0, "whole float4 loads");
   if (aligned && i0 + kPer <= mine) {
     const float4* src = reinterpret_cast<const float4*>(r.scores + r.lo + i0);
@@ -81,9 +100,33 @@ __device__ __forceinline__ void LoadScores(const Row& r, int64_t mine, int64_t i
   }
 }
 
-// The keys of those scores (kExcluded past the chunk).
 template <int kPer>
-__device__ __forceinline__ void ScoresToKeys(const TopkArgs& a, const Row& r, int64_t mine,
+__device__ __forceinline__ void LoadScores(const Row<Bf16>& r, int64_t mine, int64_t i0,
+                                           bool aligned, float (&v)[kPer]) {
+  static_assert(kPer % 8 == 0, "whole 16-byte loads of 8 bf16");
+  if (aligned && i0 + kPer <= mine) {
+    const uint4* src = reinterpret_cast<const uint4*>(r.scores + r.lo + i0);
+#pragma unroll
+    for (int j = 0; j < kPer / 8; ++j) {
+      const uint4 q = src[j];
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {  // little endian: the lower half is the earlier element
+        v[8 * j + 2 * h] = __uint_as_float(w[h] << 16);
+        v[8 * j + 2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      v[j] = i0 + j < mine ? ToFloat(r.scores[r.lo + i0 + j]) : 0.0f;
+    }
+  }
+}
+
+// The keys of those scores (kExcluded past the chunk).
+template <int kPer, class T>
+__device__ __forceinline__ void ScoresToKeys(const TopkArgs& a, const Row<T>& r, int64_t mine,
                                              int64_t i0, const float (&v)[kPer],
                                              uint32_t (&out)[kPer]) {
 #pragma unroll
@@ -92,9 +135,9 @@ __device__ __forceinline__ void ScoresToKeys(const TopkArgs& a, const Row& r, in
   }
 }
 
-template <int kPer>
-__device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row& r, int64_t mine, int64_t i0,
-                                         bool aligned, uint32_t (&out)[kPer]) {
+template <int kPer, class T>
+__device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row<T>& r, int64_t mine,
+                                         int64_t i0, bool aligned, uint32_t (&out)[kPer]) {
   float v[kPer];
   LoadScores<kPer>(r, mine, i0, aligned, v);
   ScoresToKeys<kPer>(a, r, mine, i0, v, out);

@@ -11,7 +11,7 @@ namespace dsv41 {
 using TopkLauncher = cudaError_t (*)(const TopkArgs&, cudaStream_t);
 
 template <TopkLauncher kLaunch, bool kFilter>
-static ffi::Error TopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<ffi::S32> lens,
+static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
                            Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
                            int32_t k, int32_t block_size, int32_t mode, bool has_starts,
                            bool has_members) {
@@ -21,6 +21,10 @@ static ffi::Error TopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<
     return InvalidArgument(kOp, "expected scores [rows, n], members [rows, m], out [rows, k]");
   }
   const int64_t rows = sd[0];
+  const bool bf16 = scores.element_type() == ffi::BF16;
+  if (!bf16 && scores.element_type() != ffi::F32) {
+    return InvalidArgument(kOp, "scores must be float32 or bfloat16");
+  }
   if (lens.element_count() != rows || starts.element_count() != rows || md[0] != rows ||
       od[0] != rows || od[1] != k) {
     return InvalidArgument(kOp, "inconsistent shapes");
@@ -37,7 +41,7 @@ static ffi::Error TopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<
   if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
     return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");
   }
-  const TopkArgs args{scores.typed_data(),
+  const TopkArgs args{scores.untyped_data(),
                       lens.typed_data(),
                       has_starts ? starts.typed_data() : nullptr,
                       has_members ? members.typed_data() : nullptr,
@@ -47,7 +51,8 @@ static ffi::Error TopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<
                       has_members ? md[1] : 0,
                       k,
                       block_size,
-                      static_cast<TopkMode>(mode)};
+                      static_cast<TopkMode>(mode),
+                      bf16};
   if (cudaError_t err = kLaunch(args, stream); err != cudaSuccess) {
     return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
   }
@@ -57,7 +62,7 @@ static ffi::Error TopkImpl(cudaStream_t stream, Buffer<ffi::F32> scores, Buffer<
 #define DSV41_TOPK_BINDING                                                                   \
   ffi::Ffi::Bind()                                                                           \
       .Ctx<Stream>()                                                                         \
-      .Arg<Buffer<ffi::F32>>() /* scores [rows, n] */                                        \
+      .Arg<ffi::AnyBuffer>() /* scores [rows, n] float32 or bfloat16 */                     \
       .Arg<Buffer<ffi::S32>>() /* lens [rows] */                                             \
       .Arg<Buffer<ffi::S32>>() /* starts [rows] (read if has_starts) */                      \
       .Arg<Buffer<ffi::S32>>() /* members [rows, m] (read if has_members) */                 \

@@ -41,12 +41,13 @@ def launch(exe, kernel, scores, lens, k, starts=None, members=None, block_size=8
     """Runs LaunchFilterTopk / LaunchRadixTopk on one case; returns (cudaError, out)."""
     rows, n = scores.shape
     m = 0 if members is None else members.shape[1]
+    bf16 = scores.dtype == jnp.bfloat16
     work = pathlib.Path(exe).parent
     case, out = work / f"case_{kernel}", work / f"out_{kernel}"
     with open(case, "wb") as f:
-        header = [rows, n, k, block_size, mode, starts is not None, members is not None, m]
+        header = [rows, n, k, block_size, mode, starts is not None, members is not None, m, bf16]
         np.array(header, np.int64).tofile(f)
-        np.ascontiguousarray(scores, np.float32).tofile(f)
+        np.ascontiguousarray(scores if bf16 else scores.astype(np.float32)).tofile(f)
         np.asarray(lens, np.int32).tofile(f)
         np.asarray(np.zeros(rows) if starts is None else starts, np.int32).tofile(f)
         if members is not None:
@@ -108,6 +109,17 @@ def test_sampled_bar_too_high_streams_again(emulator, kernel):
     s = np.full((1, n), -5.0, np.float32)
     s[0, (np.arange(1024) * n) // 1024] = 3.0
     check(emulator, kernel, s, np.array([n]), k)
+
+
+@pytest.mark.parametrize("kernel", ["filter", "radix"])
+@pytest.mark.parametrize("kind", ["random", "ties", "special"])
+@pytest.mark.parametrize("rows,n,k", [(12, 1001, 64), (2, 100000, 1500)])
+def test_bf16_scores(emulator, rng, kernel, kind, rows, n, k):
+    """bfloat16 rows (16-byte loads of 8 values, scalar loads on odd rows): the keys of their
+    exact float32 values, so bf16 ties stay ties."""
+    s = make_scores(rng, rows, n, kind).astype(jnp.bfloat16)
+    lens = edge_lengths(rng, rows, n, k) if rows > 3 else np.full(rows, n)
+    check(emulator, kernel, s, lens, k)
 
 
 @pytest.mark.parametrize("kernel", ["filter", "radix"])

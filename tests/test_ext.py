@@ -226,6 +226,18 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
         lowered(max_k + 1)
     with pytest.raises(NotImplementedError, match="no candidate mask"):
         lowered(512, members=jnp.zeros((3, 4), jnp.int32))
+    # bfloat16 rows lower to both selects; the public path declines them until a device run.
+    half = scores.astype(jnp.bfloat16)
+    for algorithm in ("cluster", "filter"):
+        f = jax.jit(
+            lambda s, n, a=algorithm: topk_ffi.radix_topk(s, n, 64, None, None, 8, "positions", a)
+        )
+        text = f.trace(half, lens).lower(lowering_platforms=("cuda",)).as_text()
+        assert "xbf16>" in text and "custom_call @dsv41_" in text
+    import dsv41_jax as dj
+
+    with pytest.raises(dj.ExtensionUnavailable, match="await their first device run"):
+        dj.topk(half, lens, 64, implementation="ffi")
 
 
 @needs_ext

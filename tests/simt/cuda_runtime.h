@@ -52,6 +52,11 @@ inline uint32_t __float_as_uint(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 inline int __popc(uint32_t x) { return __builtin_popcount(x); }
 template <class A, class B>
 inline std::common_type_t<A, B> min(A a, B b) {

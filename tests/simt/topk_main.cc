@@ -1,7 +1,8 @@
 // Runs one top-k launcher on a case file written by tests/test_cuda_emulated.py:
 //   topk_emu filter|radix CASE OUT
-// CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members; float32 scores
-// [rows, n]; int32 lens [rows], starts [rows], members [rows, num_members]. OUT: int32 status,
+// CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
+// [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
+// [rows, num_members]. OUT: int32 status,
 // then int32 out [rows, k] (poisoned before the launch, so unwritten elements show).
 #include <cstdio>
 #include <cstring>
@@ -30,18 +31,25 @@ int main(int argc, char** argv) {
   if (!f) return 2;
   std::vector<int64_t> h;
   std::vector<float> scores;
+  std::vector<uint16_t> scores16;
   std::vector<int32_t> lens, starts, members;
-  if (!Read(f, h, 8)) return 2;
+  if (!Read(f, h, 9)) return 2;
   const int64_t rows = h[0], n = h[1], k = h[2], m = h[7];
-  if (!Read(f, scores, rows * n) || !Read(f, lens, rows) || !Read(f, starts, rows) ||
+  const bool bf16 = h[8] != 0;
+  const bool scores_read = bf16 ? Read(f, scores16, rows * n) : Read(f, scores, rows * n);
+  if (!scores_read || !Read(f, lens, rows) || !Read(f, starts, rows) ||
       !Read(f, members, rows * m)) {
     return 2;
   }
   std::fclose(f);
   std::vector<int32_t> out(rows * k, 0x7eadbeef);
-  const dsv41::TopkArgs args{scores.data(), lens.data(), h[5] ? starts.data() : nullptr,
-                             h[6] ? members.data() : nullptr, out.data(), rows, n, h[6] ? m : 0,
-                             int32_t(k), int32_t(h[3]), static_cast<dsv41::TopkMode>(h[4])};
+  const void* data = bf16 ? static_cast<const void*>(scores16.data()) : scores.data();
+  const dsv41::TopkArgs args{data,       lens.data(),   h[5] ? starts.data() : nullptr,
+                             h[6] ? members.data() : nullptr,
+                             out.data(), rows,          n,
+                             h[6] ? m : 0,
+                             int32_t(k), int32_t(h[3]), static_cast<dsv41::TopkMode>(h[4]),
+                             bf16};
   const bool filter = which == "filter";
   emu::on_cta_start = [filter] {  // shared memory starts as garbage, as on the GPU
     auto [p, bytes] = filter ? dsv41::FilterTopkSharedMemory() : dsv41::RadixTopkSharedMemory();
