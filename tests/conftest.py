@@ -44,3 +44,11 @@ def pytest_collection_modifyitems(config, items):
 def rng(request) -> np.random.Generator:
     # Fresh per test (seeded from its name, so a failure reproduces), different across tests.
     return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+
+
+@pytest.fixture(scope="session")
+def simt_topk(tmp_path_factory):
+    """The top-k kernels' CUDA source built for the CPU stand-in (tests/simt/)."""
+    from selection import build_emulator
+
+    return build_emulator(tmp_path_factory.mktemp("simt"))

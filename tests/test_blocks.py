@@ -1,4 +1,5 @@
-"""block_amax, select_candidate_blocks and sort_candidate_blocks against the loop oracle."""
+"""block_amax and sort_candidate_blocks against the loop oracle (select_candidate_blocks:
+test_candidate_blocks.py)."""
 
 from __future__ import annotations
 
@@ -45,33 +46,6 @@ def test_block_amax_with_starts(rng):
     lens = np.array([100, 40, 50, 1, 0], np.int32)
     got = dj.block_amax(jnp.asarray(s), jnp.asarray(lens), starts=jnp.asarray(starts))
     np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, 8, starts=starts))
-
-
-def candidates_expected(bs, lens, c, b):
-    return np.array([oracle.candidate_row(bs[r], int(lens[r]), c, b) for r in range(len(lens))])
-
-
-@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
-@pytest.mark.parametrize("c", [1, 4, 16])
-def test_select_candidate_blocks(rng, kind, c):
-    b = 8
-    # nblocks around C: fewer, exactly C, C + 1, many; and C·B, C·B + 1 positions.
-    lens = np.array([0, 1, 7, 8, 9, c * b - 1, c * b, c * b + 1, 40 * b, 37 * b + 3], np.int32)
-    nb = 40
-    bs = make_scores(rng, len(lens), nb, kind)
-    got = dj.select_candidate_blocks(
-        jnp.asarray(bs), jnp.asarray(lens), num_candidates=c, block_size=b
-    )
-    np.testing.assert_array_equal(np.asarray(got), candidates_expected(bs, lens, c, b))
-
-
-def test_select_candidate_blocks_pins_newest_over_infinite_scores():
-    bs = np.full((1, 6), np.inf, np.float32)
-    bs[0, 5] = -np.inf
-    got = dj.select_candidate_blocks(
-        jnp.asarray(bs), jnp.array([48], jnp.int32), num_candidates=3, block_size=8
-    )
-    np.testing.assert_array_equal(np.asarray(got), [[0, 1, 5]])
 
 
 def table_expected(sel, lens, bt, b, p):

@@ -1,6 +1,8 @@
-"""Pallas Mosaic GPU kernels in interpret mode on the CPU (race detection on): CI's view of the
-kernels. Interpret mode is not proof (it accepts code the GPU lowering rejects): the same kernels
-also lower for CUDA here, and run on the H200 in tests/test_gpu_pallas.py."""
+"""The Pallas block amax in interpret mode on the CPU (race detection on): CI's view of the
+kernel. Interpret mode is not proof (it accepts code the GPU lowering rejects): the same kernel
+also lowers for CUDA here, and runs on the H200 in tests/test_gpu_pallas.py. (The Pallas
+selection kernels are one implementation among the others in test_topk.py and
+test_candidate_blocks.py.)"""
 
 from __future__ import annotations
 
@@ -50,50 +52,3 @@ def test_block_amax_pallas_refuses_what_it_cannot_do():
         pallas_mgpu.block_amax(jnp.zeros((2, 4104)), n, 8, None, True, interpret=True)
     with pytest.raises(NotImplementedError, match="starts"):
         pallas_mgpu.block_amax(jnp.zeros((2, 16)), n, 8, n, True, interpret=True)
-
-
-# ----------------------------------------------------------------------------- selection kernels
-from dsv41_jax.topk import pallas_mgpu as topk_pallas  # noqa: E402
-from dsv41_jax.topk import reference as topk_reference  # noqa: E402
-
-
-@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
-def test_topk_interpret_equals_reference(rng, kind):
-    rows, n, k = 4, 1024, 40
-    s = jnp.asarray(make_scores(rng, rows, n, kind))
-    lens = jnp.array([0, 1, 39, 1024], jnp.int32)
-    got = finished(topk_pallas.topk(s, lens, k, None, None, 8, interpret=True))
-    np.testing.assert_array_equal(
-        np.asarray(got), np.asarray(topk_reference.topk(s, lens, k, None, None, 8))
-    )
-
-
-def test_topk_interpret_candidate_mask(rng):
-    s = jnp.asarray(make_scores(rng, 3, 1024, "ties"))
-    lens = jnp.array([1024, 700, 8], jnp.int32)
-    blocks = jnp.asarray(np.sort(rng.choice(128, (3, 12), replace=False), axis=1).astype(np.int32))
-    got = finished(topk_pallas.topk(s, lens, 30, None, blocks, 8, interpret=True))
-    want = topk_reference.topk(s, lens, 30, None, blocks, 8)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-
-
-@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
-def test_candidate_blocks_interpret_equals_reference(rng, kind):
-    bs = jnp.asarray(make_scores(rng, 6, 512, kind))
-    lens = jnp.array([0, 1, 8, 9, 127, 4096], jnp.int32)
-    got = finished(topk_pallas.select_candidate_blocks(bs, lens, 16, 8, interpret=True))
-    want = topk_reference.select_candidate_blocks(bs, lens, 16, 8)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-
-
-@pytest.mark.parametrize(
-    "mode,dtype,k,shape",
-    [
-        (topk_pallas.POSITIONS, jnp.float32, 512, (8, 131072)),
-        (topk_pallas.KEYS, jnp.int32, 2048, (8, 16384)),
-    ],
-)
-def test_selection_kernels_lower_for_cuda(mode, dtype, k, shape):
-    f = jax.jit(lambda s, n: topk_pallas._select(s, n, None, k=k, mode=mode, group=8))
-    args = (jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct((8,), jnp.int32))
-    assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()

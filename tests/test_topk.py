@@ -1,4 +1,6 @@
-"""topk, logical_to_physical and sparse_columns_to_positions against the loop oracle."""
+"""topk: the reference against the loop oracle, then every implementation (Pallas interpret
+mode, the CUDA source on the CPU stand-in, and on the GPU the FFI kernels and Pallas) against
+the reference, exactly; logical_to_physical and sparse_columns_to_positions."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import numpy as np
 import oracle
 import pytest
 from factories import scores as make_scores
+from selection import Case, case_inputs, impl_params, params, run_topk
 
 import dsv41_jax as dj
+from dsv41_jax.topk import pallas_mgpu as topk_pallas
 
 EDGE_LENGTHS = (0, 1, 7, 8, 9)
 
@@ -121,6 +125,136 @@ def test_topk_bad_inputs_raise(call, match):
     n = jnp.array([32, 10, 0], jnp.int32)
     with pytest.raises(ValueError, match=match):
         call(s, n)
+
+
+# ------------------------------------------------------------ every implementation, exactly
+KINDS = ("random", "ties", "equal", "special", "ascending", "descending")
+SIZES = (
+    (12, 999, 64),  # one CTA a row; unaligned rows (scalar loads); every edge length
+    (4, 1024, 40),  # small enough for Pallas interpret mode
+    (1, 1 << 17, 512),  # one row over a cluster: sampled bars, the gather
+    (2, 100000, 1500),  # chunks whose top-k fill the first CTA's buffer
+    (3, 40000, 4096),  # the largest k the filter kernel takes: cuts while streaming
+    (16, 1000, 64),
+    (5, 300, 2048),  # k above the row
+    (8, 131072, 512),
+    (64, 16384, 512),
+    (64, 131072, 512),
+    (200, 16000, 1500),  # one CTA per row
+    (3, 1 << 20, 512),
+    (8, 1 << 20, 512),
+    (3, 1 << 20, 2048),
+)
+CASES = [Case(r, n, k, kind) for r, n, k in SIZES for kind in KINDS]
+RAGGED = [
+    Case(12, 70144, 512, "special", mask=True),
+    Case(12, 70144, 512, "special", starts=True),
+    Case(9, 30000, 512, "special", starts=True),
+    Case(3, 1024, 30, "ties", mask=True),
+    Case(5, 20000, 512, "special", mask=True),
+    Case(12, 1001, 64, "ties", dtype="bfloat16"),
+    Case(12, 1001, 64, "special", dtype="bfloat16"),
+    Case(2, 100000, 1500, "ties", dtype="bfloat16"),
+    Case(8, 131072, 512, "random", dtype="bfloat16"),
+    Case(8, 1 << 20, 2048, "ties", dtype="bfloat16"),
+]
+
+
+def reference(inputs, k):
+    return np.asarray(
+        dj.topk(
+            jnp.asarray(inputs["scores"]),
+            jnp.asarray(inputs["lens"]),
+            k,
+            starts=None if "starts" not in inputs else jnp.asarray(inputs["starts"]),
+            candidates=None if "candidates" not in inputs else jnp.asarray(inputs["candidates"]),
+            implementation="reference",
+        )
+    )
+
+
+@pytest.mark.parametrize("impl,case", params(CASES + RAGGED))
+def test_topk_equals_reference(request, rng, impl, case):
+    inputs = case_inputs(rng, case, make_scores)
+    got = run_topk(
+        impl,
+        request,
+        inputs["scores"],
+        inputs["lens"],
+        case.k,
+        starts=inputs.get("starts"),
+        candidates=inputs.get("candidates"),
+    )
+    np.testing.assert_array_equal(got, reference(inputs, case.k), err_msg=impl.name)
+
+
+@pytest.mark.parametrize("impl", impl_params(Case(6, 4096, 512)))
+def test_topk_never_reads_past_length(request, rng, impl):
+    s = make_scores(rng, 6, 4096, "random")
+    lens = np.array([0, 1, 100, 513, 4000, 4096], np.int32)
+    poisoned = np.where(np.arange(4096)[None] < lens[:, None], s, np.inf).astype(np.float32)
+    got = run_topk(impl, request, poisoned, lens, 512)
+    np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, 512))
+
+
+@pytest.mark.parametrize("impl", impl_params(Case(8, 131072, 512), ["ffi", "ffi-filter", "pallas"]))
+def test_topk_bitwise_repeatable_on_device(request, rng, impl):
+    s, lens = make_scores(rng, 8, 131072, "ties"), np.full((8,), 131000, np.int32)
+    first = run_topk(impl, request, s, lens, 512)
+    for _ in range(10):
+        np.testing.assert_array_equal(run_topk(impl, request, s, lens, 512), first)
+
+
+@pytest.mark.parametrize(
+    "impl",
+    impl_params(Case(1, 16000, 1500), ["emulated-filter", "ffi-filter"]),
+)
+def test_filter_sampled_bar_too_high_streams_again(request, impl):
+    """The only large keys sit exactly at the positions the filter kernel samples (one CTA per
+    row): its bar lets fewer than k through and the chunk is streamed again without one."""
+    rows = 1 if impl.name.startswith("emulated") else 200
+    n, k = 16000, 1500
+    s = np.full((rows, n), -5.0, np.float32)
+    s[:, (np.arange(1024) * n) // 1024] = 3.0
+    lens = np.full(rows, n, np.int32)
+    got = run_topk(impl, request, s, lens, k)
+    np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
+
+
+@pytest.mark.parametrize("impl", impl_params(Case(2, 100000, 3000)))
+def test_topk_keys_one_ulp_apart(request, rng, impl):
+    """Four adjacent floats, shuffled: after a cut the filter kernel's bar is exactly one key above
+    the k-th, so a later key one ulp higher must still get in and a tie must not."""
+    n, k = 100000, 3000
+    one_up = np.nextafter(np.float32(1.0), np.float32(2.0), dtype=np.float32)
+    values = np.array([1.0, one_up, np.nextafter(one_up, np.float32(2.0)), 0.5], np.float32)
+    s = values[rng.integers(0, 4, (2, n))]
+    lens = np.array([n, n - 1], np.int32)
+    got = run_topk(impl, request, s, lens, k)
+    np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
+
+
+def test_filter_kernel_refuses_a_candidate_mask(simt_topk, rng):
+    from selection import candidate_mask, emulate
+
+    s = make_scores(rng, 5, 20000, "special")
+    lens = np.array([20000, 0, 9, 4000, 19999], np.int32)
+    status, _ = emulate(simt_topk, "filter", s, lens, 512, members=candidate_mask(rng, lens, 64, 8))
+    assert status != 0, "the filter kernel takes no candidate mask: it must refuse one"
+
+
+@pytest.mark.parametrize(
+    "mode,dtype,k,shape",
+    [
+        (topk_pallas.POSITIONS, jnp.float32, 512, (8, 131072)),
+        (topk_pallas.KEYS, jnp.int32, 2048, (8, 16384)),
+    ],
+)
+def test_pallas_selection_kernels_lower_for_cuda(mode, dtype, k, shape):
+    """The GPU lowering (stricter than interpret mode) accepts the kernels at V4.1 shapes."""
+    f = jax.jit(lambda s, n: topk_pallas._select(s, n, None, k=k, mode=mode, group=8))
+    args = (jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct((8,), jnp.int32))
+    assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
 def test_logical_to_physical(rng):

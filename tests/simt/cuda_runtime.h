@@ -1,5 +1,5 @@
 // A CPU stand-in for the parts of the CUDA runtime the selection kernels use, so their source
-// compiles with g++ and runs on a machine without a GPU (tests/test_cuda_emulated.py).
+// compiles with g++ and runs on a machine without a GPU (tests/selection.py: the "emulated-*" implementations).
 //
 // Every CUDA thread is a fiber (ucontext); one OS thread runs one CTA's fibers round-robin, each
 // until it waits at a barrier. Barriers (__syncthreads, the warp exchange inside __shfl_up_sync,

@@ -1,4 +1,4 @@
-// Runs one top-k launcher on a case file written by tests/test_cuda_emulated.py:
+// Runs one top-k launcher on a case file written by tests/selection.py (emulate):
 //   topk_emu filter|radix CASE OUT
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members

@@ -1,0 +1,260 @@
+"""Every implementation of the selection ops (topk, select_candidate_blocks) behind one runner, so
+each op has one test file parametrised over all of them:
+
+- reference: the pure-jnp oracle-checked path (the baseline every other one must equal);
+- interpret: the Pallas Mosaic GPU kernels in interpret mode on the CPU;
+- emulated-cluster / emulated-filter: the CUDA kernels' own source on the CPU (tests/simt/);
+- ffi / ffi-filter / pallas: the kernels on the GPU (device machine; marked `gpu`).
+
+An implementation declares what it takes (size budget, tile multiple, ragged starts, candidate
+mask, dtype), and `params` yields only the (implementation, case) pairs it can run, so nothing
+is collected just to be skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from factories import POISON, poison_device_memory
+
+import dsv41_jax as dj
+from dsv41_jax.topk import ffi as topk_ffi
+from dsv41_jax.topk import pallas_mgpu as topk_pallas
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SIMT = ROOT / "tests" / "simt"
+UNWRITTEN = 0x7EADBEEF  # what tests/simt/topk_main.cc fills the output with before a launch
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One selection input: `rows` rows of `n` scores of a `kind` (dsv41_jax.testing.scores)."""
+
+    rows: int
+    n: int
+    k: int
+    kind: str = "random"
+    starts: bool = False  # ragged prefill rows
+    mask: bool = False  # a candidate-block mask (topk only)
+    dtype: str = "float32"
+
+    @property
+    def id(self) -> str:
+        extra = "".join(f"-{f}" for f in ("starts", "mask") if getattr(self, f))
+        dt = "" if self.dtype == "float32" else f"-{self.dtype}"
+        return f"{self.kind}-{self.rows}x{self.n}-k{self.k}{extra}{dt}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    name: str
+    on_gpu: bool
+    max_elems: int  # rows * n it runs in reasonable time
+    tile: int = 1  # n must be a multiple of it
+    starts: bool = True
+    mask: bool = True
+    dtypes: tuple[str, ...] = ("float32",)
+    max_k: int = 1 << 30
+
+    def takes(self, case: Case) -> bool:
+        return (
+            case.rows * case.n <= self.max_elems
+            and case.n % self.tile == 0
+            and (self.starts or not case.starts)
+            and (self.mask or not case.mask)
+            and case.dtype in self.dtypes
+            and case.k <= self.max_k
+        )
+
+
+BF16 = ("float32", "bfloat16")
+IMPLS = {
+    i.name: i
+    for i in (
+        Impl("interpret", False, 4096, tile=512, starts=False),
+        Impl("emulated-cluster", False, 300_000, dtypes=BF16),
+        Impl("emulated-filter", False, 300_000, mask=False, dtypes=BF16, max_k=4096),
+        Impl("ffi", True, 1 << 23, dtypes=BF16),
+        Impl("ffi-filter", True, 1 << 23, mask=False, dtypes=BF16, max_k=4096),
+        Impl("pallas", True, 1 << 23, tile=512, starts=False),
+    )
+}
+
+
+def params(cases: Iterable[Case], impls: Iterable[str] = IMPLS) -> list:
+    """pytest params of every (implementation, case) pair the implementation takes."""
+    out = []
+    for name in impls:
+        impl = IMPLS[name]
+        marks = (pytest.mark.gpu,) if impl.on_gpu else ()
+        out += [
+            pytest.param(impl, c, id=f"{impl.name}-{c.id}", marks=marks)
+            for c in cases
+            if impl.takes(c)
+        ]
+    return out
+
+
+def impl_params(case: Case, impls: Iterable[str] = IMPLS) -> list:
+    """pytest params of the implementations that take `case` (for tests that build their own
+    inputs of that shape)."""
+    return [
+        pytest.param(p.values[0], id=p.values[0].name, marks=p.marks) for p in params([case], impls)
+    ]
+
+
+def lengths(rng, rows: int, n: int, k: int) -> np.ndarray:
+    """Per-row lengths: the whole row first, then the edges (n - 1, 0, 1, 7, 8, 9, k - 1, k,
+    k + 1), then random."""
+    edges = [x for x in (n, n - 1, 0, 1, 7, 8, 9, k - 1, k, k + 1) if 0 <= x <= n]
+    return np.array(
+        [edges[i] if i < len(edges) else rng.integers(0, n + 1) for i in range(rows)], np.int32
+    )
+
+
+def candidate_mask(rng, lens, c: int, block_size: int) -> np.ndarray:
+    """Each row's candidate table: up to `c` random blocks of the row, ascending, INT32_MAX
+    padded."""
+    blocks = np.full((len(lens), c), dj.INT32_MAX, np.int32)
+    for r, length in enumerate(lens):
+        nb = -(-int(length) // block_size)
+        pick = np.sort(rng.choice(max(nb, 1), size=min(c, nb), replace=False)) if nb else []
+        blocks[r, : len(pick)] = pick
+    return blocks
+
+
+def case_inputs(rng, case: Case, make_scores: Callable) -> dict:
+    """The arrays of a topk case: scores, lengths (per-row starts and mask when asked)."""
+    s = make_scores(rng, case.rows, case.n, case.kind)
+    inputs = {"scores": s.astype(jnp.bfloat16) if case.dtype == "bfloat16" else s}
+    if case.starts:
+        starts = rng.integers(0, case.n, case.rows).astype(np.int32)
+        starts[:2] = [0, case.n - 1][: case.rows]
+        inputs["starts"] = starts
+        inputs["lens"] = np.array([rng.integers(0, case.n - st + 1) for st in starts], np.int32)
+        inputs["lens"][0] = case.n
+    else:
+        inputs["lens"] = lengths(rng, case.rows, case.n, case.k)
+    if case.mask:
+        inputs["candidates"] = candidate_mask(rng, inputs["lens"], 2048, 8)
+    return inputs
+
+
+# ---------------------------------------------------------------------------- the CPU stand-in
+def build_emulator(directory: pathlib.Path) -> pathlib.Path:
+    """Compiles tests/simt/ with the top-k kernels' source; skips without g++."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("needs g++ to build the SIMT stand-in")
+    exe = directory / "topk_emu"
+    sources = [str(SIMT / f) for f in ("topk_main.cc", "filter_topk.cc", "radix_topk.cc")]
+    flags = ["-std=c++20", "-O2", "-fno-extern-tls-init", f"-I{SIMT}", f"-I{ROOT / 'cuda'}"]
+    subprocess.run([cxx, *flags, "-o", str(exe), *sources, "-lpthread"], check=True)
+    return exe
+
+
+def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=8, mode=0):
+    """Runs LaunchFilterTopk ("filter") or LaunchRadixTopk ("cluster") on the CPU stand-in;
+    returns (cudaError, out)."""
+    scores = np.asarray(scores)
+    rows, n = scores.shape
+    m = 0 if members is None else members.shape[1]
+    bf16 = scores.dtype == jnp.bfloat16
+    work = pathlib.Path(exe).parent
+    case, out = work / f"case_{kernel}", work / f"out_{kernel}"
+    with open(case, "wb") as f:
+        header = [rows, n, k, block_size, mode, starts is not None, members is not None, m, bf16]
+        np.array(header, np.int64).tofile(f)
+        np.ascontiguousarray(scores if bf16 else scores.astype(np.float32)).tofile(f)
+        np.asarray(lens, np.int32).tofile(f)
+        np.asarray(np.zeros(rows) if starts is None else starts, np.int32).tofile(f)
+        if members is not None:
+            np.asarray(members, np.int32).tofile(f)
+    name = "filter" if kernel == "filter" else "radix"
+    subprocess.run([str(exe), name, str(case), str(out)], check=True, timeout=600)
+    raw = np.fromfile(out, np.int32)
+    return int(raw[0]), raw[1:].reshape(rows, k)
+
+
+# ---------------------------------------------------------------------------------- the runners
+def _device_run(fn, *args):
+    """A GPU implementation under jit, on poisoned memory; fails if an output was not written."""
+    poison_device_memory()
+    got = np.asarray(jax.jit(fn)(*args))
+    assert not (got == POISON).any(), "an output element was never written"
+    return got
+
+
+def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None, block_size=8):
+    """`dj.topk` semantics through implementation `impl`, as a numpy array."""
+    s, n = jnp.asarray(scores), jnp.asarray(lens, jnp.int32)
+    st = None if starts is None else jnp.asarray(starts, jnp.int32)
+    cand = None if candidates is None else jnp.asarray(candidates, jnp.int32)
+    if impl.name == "interpret":
+        out = topk_pallas.topk(s, n, k, st, cand, block_size, interpret=True)
+        return np.asarray(jax.block_until_ready(out))  # its callbacks must finish first
+    if impl.name.startswith("emulated"):
+        exe = request.getfixturevalue("simt_topk")
+        kernel = impl.name.removeprefix("emulated-")
+        status, got = emulate(exe, kernel, scores, lens, k, starts, candidates, block_size)
+        assert status == 0, f"{impl.name}: launch error {status}"
+        assert not (got == UNWRITTEN).any(), "an output element was never written"
+        return got
+    if impl.name == "ffi-filter" or s.dtype == jnp.bfloat16:  # bf16: not yet public
+        algorithm = "filter" if impl.name == "ffi-filter" else "cluster"
+        return _device_run(
+            lambda s, n, st, c: topk_ffi.radix_topk(
+                s, n, k, st, c, block_size, "positions", algorithm
+            ),
+            s,
+            n,
+            st,
+            cand,
+        )
+    return _device_run(
+        lambda s, n, st, c: dj.topk(
+            s, n, k, starts=st, candidates=c, block_size=block_size, implementation=impl.name
+        ),
+        s,
+        n,
+        st,
+        cand,
+    )
+
+
+def run_candidate_blocks(impl: Impl, request, block_scores, lens, c, block_size=8):
+    """`dj.select_candidate_blocks` semantics through implementation `impl`."""
+    bs, n = jnp.asarray(block_scores), jnp.asarray(lens, jnp.int32)
+    if impl.name == "interpret":
+        out = topk_pallas.select_candidate_blocks(bs, n, c, block_size, interpret=True)
+        return np.asarray(jax.block_until_ready(out))
+    if impl.name.startswith("emulated"):
+        exe = request.getfixturevalue("simt_topk")
+        kernel = impl.name.removeprefix("emulated-")
+        status, got = emulate(exe, kernel, block_scores, lens, c, block_size=block_size, mode=1)
+        assert status == 0, f"{impl.name}: launch error {status}"
+        assert not (got == UNWRITTEN).any(), "an output element was never written"
+        return got
+    if impl.name == "ffi-filter":
+        return _device_run(
+            lambda b, n: topk_ffi.radix_topk(
+                b, n, c, None, None, block_size, "candidate_blocks", "filter"
+            ),
+            bs,
+            n,
+        )
+    return _device_run(
+        lambda b, n: dj.select_candidate_blocks(
+            b, n, num_candidates=c, block_size=block_size, implementation=impl.name
+        ),
+        bs,
+        n,
+    )

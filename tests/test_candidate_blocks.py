@@ -1,0 +1,66 @@
+"""select_candidate_blocks: the reference against the loop oracle, then every implementation
+(Pallas interpret mode, the CUDA source on the CPU stand-in, and on the GPU the FFI kernels and
+Pallas) against the reference, exactly."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import oracle
+import pytest
+from factories import scores as make_scores
+from selection import Case, params, run_candidate_blocks
+
+import dsv41_jax as dj
+
+
+def candidates_expected(bs, lens, c, b):
+    return np.array([oracle.candidate_row(bs[r], int(lens[r]), c, b) for r in range(len(lens))])
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
+@pytest.mark.parametrize("c", [1, 4, 16])
+def test_select_candidate_blocks(rng, kind, c):
+    b = 8
+    # nblocks around C: fewer, exactly C, C + 1, many; and C·B, C·B + 1 positions.
+    lens = np.array([0, 1, 7, 8, 9, c * b - 1, c * b, c * b + 1, 40 * b, 37 * b + 3], np.int32)
+    nb = 40
+    bs = make_scores(rng, len(lens), nb, kind)
+    got = dj.select_candidate_blocks(
+        jnp.asarray(bs), jnp.asarray(lens), num_candidates=c, block_size=b
+    )
+    np.testing.assert_array_equal(np.asarray(got), candidates_expected(bs, lens, c, b))
+
+
+def test_select_candidate_blocks_pins_newest_over_infinite_scores():
+    bs = np.full((1, 6), np.inf, np.float32)
+    bs[0, 5] = -np.inf
+    got = dj.select_candidate_blocks(
+        jnp.asarray(bs), jnp.array([48], jnp.int32), num_candidates=3, block_size=8
+    )
+    np.testing.assert_array_equal(np.asarray(got), [[0, 1, 5]])
+
+
+# ------------------------------------------------------------ every implementation, exactly
+KINDS = ("random", "ties", "special", "equal")
+# (rows, blocks, C): a case's `n` is its block count and `k` its C.
+SIZES = ((7, 300, 16), (3, 512, 16), (9, 16384, 2048), (8, 16384, 2048), (64, 131072, 2048))
+CASES = [Case(r, nb, c, kind) for r, nb, c in SIZES for kind in KINDS]
+
+
+def lengths(rng, rows, nb, c, b=8):
+    """Row lengths in positions: nblocks below, at and above C; the whole row; then random."""
+    edges = [0, 1, 8, 9, c * b - 1, c * b, c * b + 1, nb * b]
+    lens = edges[:rows] + list(rng.integers(0, nb * b + 1, max(rows - len(edges), 0)))
+    return np.minimum(np.array(lens, np.int64), nb * b).astype(np.int32)
+
+
+@pytest.mark.parametrize("impl,case", params(CASES))
+def test_candidate_blocks_equal_reference(request, rng, impl, case):
+    bs = make_scores(rng, case.rows, case.n, case.kind)
+    lens = lengths(rng, case.rows, case.n, case.k)
+    got = run_candidate_blocks(impl, request, bs, lens, case.k)
+    want = dj.select_candidate_blocks(
+        jnp.asarray(bs), jnp.asarray(lens), num_candidates=case.k, implementation="reference"
+    )
+    np.testing.assert_array_equal(got, np.asarray(want), err_msg=impl.name)
