@@ -19,6 +19,7 @@
 
 #include "smxx_block_scan.cuh"
 #include "smxx_filter_topk.cuh"
+#include "smxx_phase_stamps.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
@@ -127,18 +128,19 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   return uint64_t(kth) + 1;
 }
 
-template <class T>  // the score type: float or topk::Bf16
-__global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int64_t chunk) {
-  extern __shared__ uint32_t dyn[];  // keys [kCap] | positions [kCap]
-  __shared__ Shared sh;
-  uint32_t* keys = dyn;
-  int32_t* pos = reinterpret_cast<int32_t*>(dyn + kCap);
-  cg::cluster_group cluster = cg::this_cluster();
-  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const int64_t row = blockIdx.x / cl;
-  const topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
-  const int64_t mine = r.hi - r.lo;
-  const bool aligned = topk::Aligned(r);
+// Shared memory of the masked mode beyond the buffer: the candidate bitmap over the row's
+// blocks, then the ordered candidate block list (at most one entry per member).
+__device__ __host__ __forceinline__ int64_t MaskWords(const TopkArgs& a) {
+  return ((a.n + a.block_size - 1) / a.block_size + 31) / 32;
+}
+
+// Every CTA's part: its source's exact top k into the buffer, then (first CTA) the row's.
+template <class Source>
+__device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, const Source& src,
+                                               uint32_t* keys, int32_t* pos,
+                                               const cg::cluster_group& cluster, int cl, int rank,
+                                               int64_t row) {
+  const int64_t mine = src.mine;
   const int32_t k = a.k;
 
   // ---- the entry bar: keys >= bar enter the buffer (kExcluded = 0 never does)
@@ -146,24 +148,24 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
   if (mine > kCap) {
     const int64_t rank_wanted = (2 * int64_t(k) * kSample + mine - 1) / mine + 8;
     if (rank_wanted <= kSample / 2) {
-      const int64_t p = int64_t(threadIdx.x) * mine / kSample;  // < mine
-      const uint32_t key = topk::KeyOf(a, r, r.lo + p, topk::ToFloat(r.scores[r.lo + p]));
+      const uint32_t key = src.KeyAt(a, int64_t(threadIdx.x) * mine / kSample);  // < mine
       RadixSelect(sh, int32_t(rank_wanted), 2, [&](auto add) { add(key); });
       if (!sh.all) sampled_bar = max(uint64_t(sh.prefix), uint64_t(1));
     }
   }
+  DSV41_STAMP(1);
 
   // ---- stream the chunk once (again without a bar if the sampled one kept fewer than k)
   int32_t count = 0;
   for (uint64_t bar = sampled_bar;; bar = 1) {
     count = 0;
     float v[kPer];
-    topk::LoadScores<kPer>(r, mine, int64_t(threadIdx.x) * kPer, aligned, v);
+    src.Load(int64_t(threadIdx.x) * kPer, v);
     for (int64_t base = 0; base < mine; base += kRound) {
       const int64_t i0 = base + int64_t(threadIdx.x) * kPer;
       uint32_t kk[kPer];
-      topk::ScoresToKeys<kPer>(a, r, mine, i0, v, kk);
-      if (base + kRound < mine) topk::LoadScores<kPer>(r, mine, i0 + kRound, aligned, v);
+      src.Keys(a, i0, v, kk);
+      if (base + kRound < mine) src.Load(i0 + kRound, v);
       int32_t n = 0;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) n += kk[j] >= bar;
@@ -181,19 +183,21 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
       slot += count;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        if (kk[j] >= bar) keys[slot] = kk[j], pos[slot] = int32_t(r.lo + i0 + j), ++slot;
+        if (kk[j] >= bar) keys[slot] = kk[j], pos[slot] = int32_t(src.Position(i0 + j)), ++slot;
       }
       count += round;
     }
     __syncthreads();
     if (count >= k || bar <= 1) break;  // uniform
   }
+  DSV41_STAMP(2);
 
   // ---- this chunk's top k, then the row's: the first CTA gathers the chunks' (chunk order)
   if (count > k) {
     CutToTopK(sh, keys, pos, count, k);
     count = k;
   }
+  DSV41_STAMP(3);
   if (cl > 1) {
     if (threadIdx.x == 0) sh.count = count;
     cluster.sync();  // every chunk's buffer is final
@@ -209,44 +213,175 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
       }
     }
     cluster.sync();  // the peers' buffers are read: they may exit
+    DSV41_STAMP(4);
     if (rank != 0) return;
     if (count > k) {
       CutToTopK(sh, keys, pos, count, k);
       count = k;
     }
   }
+  DSV41_STAMP(5);
   int32_t* out = a.out + row * int64_t(k);
   for (int32_t i = threadIdx.x; i < k; i += kThreads) out[i] = i < count ? pos[i] : -1;
+  DSV41_STAMP(6);
 }
 
-constexpr size_t kSmem = size_t(2 * kCap) * sizeof(uint32_t);
+// The elements a CTA streams: its chunk of the row, element i at position lo + i.
+template <class T>
+struct RowChunkSource {
+  topk::Row<T> r;
+  int64_t mine;
+  bool aligned;
 
-}  // namespace
-
-cudaError_t PrepareFilterTopk() {
-  for (auto kernel : {FilterTopkKernel<float>, FilterTopkKernel<topk::Bf16>}) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
-    if (err != cudaSuccess) return err;
+  __device__ __forceinline__ void Keys(const TopkArgs& a, int64_t i0, const float (&v)[kPer],
+                                       uint32_t (&kk)[kPer]) const {
+    topk::ScoresToKeys<kPer>(a, r, mine, i0, v, kk);
   }
-  return cudaSuccess;
+  __device__ __forceinline__ void Load(int64_t i0, float (&v)[kPer]) const {
+    topk::LoadScores<kPer>(r, mine, i0, aligned, v);
+  }
+  __device__ __forceinline__ int64_t Position(int64_t i) const { return r.lo + i; }
+  __device__ __forceinline__ uint32_t KeyAt(const TopkArgs& a, int64_t i) const {
+    return topk::KeyOf(a, r, r.lo + i, topk::ToFloat(r.scores[r.lo + i]));
+  }
+};
+
+// The elements a CTA streams under a candidate mask: the positions of the row's candidate
+// blocks, ascending (`blocks`, built in shared memory), element e of the CTA's chunk at
+// position blocks[(lo + e) / B] * B + (lo + e) % B. Only these scores are read.
+template <class T>
+struct MaskedSource {
+  const T* scores;  // the row's position 0
+  int64_t len;      // visible positions
+  const int32_t* blocks;
+  int64_t lo, mine;
+  int32_t block_size;
+  bool vector;  // B % 8 == 0, lo % 8 == 0 and 16-byte aligned rows: a thread's 8 elements are
+                // 8 consecutive positions of one block, read as whole vectors
+
+  __device__ __forceinline__ int64_t Position(int64_t i) const {
+    const int64_t e = lo + i;
+    return int64_t(blocks[e / block_size]) * block_size + e % block_size;
+  }
+  __device__ __forceinline__ void Load(int64_t i0, float (&v)[kPer]) const {
+    if (vector && i0 + kPer <= mine) {
+      const int64_t p0 = Position(i0);
+      if (p0 + kPer <= len) {
+        topk::Row<T> at{scores, len, p0, p0 + kPer, 0, nullptr, 0};
+        topk::LoadScores<kPer>(at, kPer, 0, true, v);
+        return;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int64_t p = i0 + j < mine ? Position(i0 + j) : len;
+      v[j] = p < len ? topk::ToFloat(scores[p]) : 0.0f;
+    }
+  }
+  __device__ __forceinline__ void Keys(const TopkArgs&, int64_t i0, const float (&v)[kPer],
+                                       uint32_t (&kk)[kPer]) const {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const bool ok = i0 + j < mine && Position(i0 + j) < len && v[j] == v[j] && v[j] != -INFINITY;
+      kk[j] = ok ? topk::OrderedKey(v[j]) : kExcluded;
+    }
+  }
+  __device__ __forceinline__ uint32_t KeyAt(const TopkArgs&, int64_t i) const {
+    const int64_t p = Position(i);
+    if (p >= len) return kExcluded;
+    const float v = topk::ToFloat(scores[p]);
+    return v == v && v != -INFINITY ? topk::OrderedKey(v) : kExcluded;
+  }
+};
+
+// The row's candidate blocks below ceil(len / B), ascending and once each, from `members` (any
+// order, repeats and out-of-range ids allowed): a bitmap, then an ordered compaction of its set
+// bits. Returns how many.
+__device__ int64_t MaskBlocks(Shared& sh, const TopkArgs& a, int64_t row, int64_t len,
+                              uint32_t* bits, int32_t* blocks) {
+  const int64_t nblocks = (len + a.block_size - 1) / a.block_size;
+  const int64_t words = (nblocks + 31) / 32;
+  for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
+  __syncthreads();
+  const int32_t* m = a.members + row * a.num_members;
+  for (int64_t i = threadIdx.x; i < a.num_members; i += kThreads) {
+    const int64_t b = m[i];
+    if (b >= 0 && b < nblocks) atomicOr(&bits[b >> 5], 1u << (b & 31));
+  }
+  __syncthreads();
+  // Thread t takes words [t * per, (t + 1) * per): its set bits go out in ascending order.
+  const int64_t per = (words + kThreads - 1) / kThreads;
+  const int64_t w0 = min(int64_t(threadIdx.x) * per, words), w1 = min(w0 + per, words);
+  int32_t mine = 0;
+  for (int64_t w = w0; w < w1; ++w) mine += __popc(bits[w]);
+  int64_t slot = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
+  const int64_t total = sh.scan_total;
+  for (int64_t w = w0; w < w1; ++w) {
+    for (uint32_t word = bits[w]; word != 0; word &= word - 1) {
+      blocks[slot++] = int32_t(w * 32 + __ffs(word) - 1);
+    }
+  }
+  __syncthreads();
+  return total;
 }
 
-cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream) {
-  if (args.rows == 0) return cudaSuccess;
-  if (args.members != nullptr || args.k <= 0 || args.k > kFilterMaxK) return cudaErrorInvalidValue;
+// One row chunk's (or, masked, one chunk of the candidate positions') exact select.
+template <class T, bool kMasked>
+__global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int64_t chunk) {
+  // keys [kCap] | positions [kCap] | masked: candidate bitmap | candidate blocks
+  extern __shared__ uint32_t dyn[];
+  __shared__ Shared sh;
+  uint32_t* keys = dyn;
+  int32_t* pos = reinterpret_cast<int32_t*>(dyn + kCap);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / cl;
+  DSV41_STAMP(0);
+  auto body = [&](const auto& src) {
+    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row);
+  };
+  if constexpr (kMasked) {
+    const topk::Row<T> whole = topk::RowChunk<T>(a, row, a.n, 0);
+    uint32_t* bits = dyn + 2 * kCap;
+    int32_t* blocks = reinterpret_cast<int32_t*>(bits + MaskWords(a));
+    const int64_t elems = MaskBlocks(sh, a, row, whole.len, bits, blocks) * a.block_size;
+    MaskedSource<T> src;
+    src.scores = whole.scores;
+    src.len = whole.len;
+    src.blocks = blocks;
+    src.lo = min(int64_t(rank) * chunk, elems);
+    src.mine = min(src.lo + chunk, elems) - src.lo;
+    src.block_size = a.block_size;
+    src.vector = a.block_size % kPer == 0 && src.lo % kPer == 0 &&
+                 (reinterpret_cast<uintptr_t>(whole.scores) & 15) == 0;
+    body(src);
+  } else {
+    RowChunkSource<T> src;
+    src.r = topk::RowChunk<T>(a, row, chunk, rank);
+    src.mine = src.r.hi - src.r.lo;
+    src.aligned = topk::Aligned(src.r);
+    body(src);
+  }
+}
+
+constexpr size_t kBufferSmem = size_t(2 * kCap) * sizeof(uint32_t);
+
+template <class T, bool kMasked>
+cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
   // Split a row while the GPU has idle SMs, each chunk keeps at least one whole round and the
-  // first CTA can hold every chunk's top k.
+  // first CTA can hold every chunk's top k. Masked rows split their candidate positions.
+  const int64_t elems = kMasked ? args.num_members * args.block_size : args.n;
   int cl = 1;
-  while (cl < kMaxCluster && args.rows * cl < 128 && args.n / (2 * cl) >= kRound &&
+  while (cl < kMaxCluster && args.rows * cl < 128 && elems / (2 * cl) >= kRound &&
          2 * cl * int64_t(args.k) <= kCap) {
     cl *= 2;
   }
-  const int64_t chunk = (args.n + cl - 1) / cl;
+  int64_t chunk = (elems + cl - 1) / cl;
+  if (kMasked) chunk = (chunk + kPer - 1) / kPer * kPer;  // whole 8-position vectors
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(unsigned(args.rows * cl));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -255,8 +390,39 @@ cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream) {
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = 1;
-  return args.bf16 ? cudaLaunchKernelEx(&config, FilterTopkKernel<topk::Bf16>, args, chunk)
-                   : cudaLaunchKernelEx(&config, FilterTopkKernel<float>, args, chunk);
+  return cudaLaunchKernelEx(&config, FilterTopkKernel<T, kMasked>, args, chunk);
+}
+
+}  // namespace
+
+cudaError_t PrepareFilterTopk() {
+  for (auto kernel : {FilterTopkKernel<float, false>, FilterTopkKernel<topk::Bf16, false>,
+                      FilterTopkKernel<float, true>, FilterTopkKernel<topk::Bf16, true>}) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBufferSmem + kFilterMaskSmem));
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
+}
+
+int64_t FilterTopkMaskBytes(int64_t n, int32_t block_size, int64_t num_members) {
+  TopkArgs shape{};
+  shape.n = n, shape.block_size = block_size;
+  return (MaskWords(shape) + num_members) * int64_t(sizeof(uint32_t));
+}
+
+cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream) {
+  if (args.rows == 0) return cudaSuccess;
+  if (args.k <= 0 || args.k > kFilterMaxK) return cudaErrorInvalidValue;
+  if (args.members == nullptr) {
+    return args.bf16 ? Launch<topk::Bf16, false>(args, kBufferSmem, stream)
+                     : Launch<float, false>(args, kBufferSmem, stream);
+  }
+  const int64_t mask = FilterTopkMaskBytes(args.n, args.block_size, args.num_members);
+  if (args.mode != TopkMode::kPositions || mask > kFilterMaskSmem) return cudaErrorInvalidValue;
+  const size_t smem = kBufferSmem + size_t(mask);
+  return args.bf16 ? Launch<topk::Bf16, true>(args, smem, stream)
+                   : Launch<float, true>(args, smem, stream);
 }
 
 }  // namespace dsv41

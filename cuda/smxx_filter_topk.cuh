@@ -14,10 +14,17 @@ inline constexpr int64_t kFilterCapacity = 12288;
 // Largest k: the buffer holds the k kept pairs plus one whole round of 8192 new ones.
 inline constexpr int32_t kFilterMaxK = 4096;
 
+// Shared memory a masked call may add to the buffer (candidate bitmap + ordered block list).
+inline constexpr int64_t kFilterMaskSmem = 100 * 1024;
+
+// Bytes of that addition for rows of n positions, blocks of block_size and m members.
+int64_t FilterTopkMaskBytes(int64_t n, int32_t block_size, int64_t num_members);
+
 // One-time kernel attributes of the current device; call outside any stream capture.
 cudaError_t PrepareFilterTopk();
-// Same arguments and output as LaunchRadixTopk, without `members` (cudaErrorInvalidValue when
-// members are given or k > kFilterMaxK: the FFI handler rejects both first).
+// Same arguments and output as LaunchRadixTopk. With `members` (mode kPositions only) it reads
+// only the candidate blocks' scores. cudaErrorInvalidValue when k > kFilterMaxK or the mask
+// needs more than kFilterMaskSmem (the FFI handler rejects both first).
 cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

@@ -10,27 +10,11 @@
 #include <cooperative_groups.h>
 
 #include "smxx_block_scan.cuh"
+#include "smxx_phase_stamps.cuh"
 #include "smxx_radix_topk.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
-
-// Phase timestamps for scripts/probes/topk_phases.cu (compiled in only there).
-#ifdef DSV41_PHASE_STAMPS
-__device__ unsigned long long g_phase_stamps[4096][16];
-#define DSV41_STAMP(i)                                                         \
-  do {                                                                         \
-    if (threadIdx.x == 0) {                                                    \
-      unsigned long long t;                                                    \
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));                    \
-      g_phase_stamps[blockIdx.x][i] = t;                                       \
-    }                                                                          \
-  } while (0)
-#else
-#define DSV41_STAMP(i) \
-  do {                 \
-  } while (0)
-#endif
 
 namespace dsv41 {
 namespace {

@@ -288,6 +288,49 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
         t = kernel_time_us(lambda i: torch.topk(ts[i % 3], k, dim=1).indices)
         rows.append(Row(op, shape, "torch.topk (baseline)", t, floor))
+    rows += bench_masked_topk(rng, bw, impls)
+    return rows
+
+
+def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
+    """The consumer's mask path top-k: k=512 among the positions of 2048 candidate blocks of 8
+    (random, ascending); floor = the candidate positions' scores (C·B·4 bytes per row)."""
+    import torch
+
+    import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    rows, c, b, k = [], 2048, 8, 512
+    for bs, n in ((8, 131072), (64, 131072), (8, 1 << 20)):
+        lens = jnp.full((bs,), n - 3, jnp.int32)
+        blocks = jnp.asarray(
+            np.sort(
+                np.stack([rng.choice(n // b, c, replace=False) for _ in range(bs)]), axis=1
+            ).astype(np.int32)
+        )
+        sets = [(testing.normal(rng, (bs, n)), lens, blocks) for _ in range(3)]
+        floor = bs * c * b * 4 / (bw * 1e3)
+        op, shape = "masked topk k=512", f"[{bs}, {n // 1024}K]"
+        for impl in (*impls, "reference"):
+
+            def fn(s, lens, blocks, impl=impl):
+                return dj.topk(s, lens, k, candidates=blocks, block_size=b, implementation=impl)
+
+            rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+        if "ffi" in impls:  # the filter-first select reads only the candidate blocks' scores
+
+            def filtered(s, lens, blocks):
+                return topk_ffi.radix_topk(s, lens, k, None, blocks, b, "positions", "filter")
+
+            rows.append(Row(op, shape, "ffi filter", jax_time_us(filtered, sets), floor))
+        member = np.zeros((bs, n // b), bool)
+        np.put_along_axis(member, np.asarray(blocks), True, axis=1)
+        mask = torch.from_numpy(np.repeat(member, b, axis=1)).cuda()
+        ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
+        t = kernel_time_us(
+            lambda i: torch.topk(ts[i % 3].masked_fill(~mask, float("-inf")), k, dim=1).indices
+        )
+        rows.append(Row(op, shape, "torch mask + topk (baseline)", t, floor))
     return rows
 
 

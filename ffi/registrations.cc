@@ -50,6 +50,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["sort_max_blocks"] = dsv41::kMaxSortBlocks;
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
   limits["filter_topk_max_k"] = dsv41::kFilterMaxK;
+  limits["filter_topk_mask_smem"] = dsv41::kFilterMaskSmem;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
   limits["topk_mode_candidate_blocks"] = static_cast<int32_t>(dsv41::TopkMode::kCandidateBlocks);
   m.attr("LIMITS") = limits;
@@ -67,6 +68,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm100_mqa_logits"] = Capsule(dsv41::MqaLogitsSm100FFI);
     return d;
   });
+  // Shared memory a masked filter top-k needs beyond its buffer (declined above the limit).
+  m.def("filter_topk_mask_bytes", &dsv41::FilterTopkMaskBytes);
   // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
   m.def("sm100_sparse_workspace_bytes", [](int64_t rows) {
     return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),

@@ -1,7 +1,7 @@
 // dsv41_radix_topk  <-> RadixTopkFFI  <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
 // dsv41_filter_topk <-> FilterTopkFFI <-> dsv41_jax.topk.ffi.radix_topk(algorithm="filter")
-// Same operands, attributes and output; the filter-first kernel takes no candidate mask and
-// k <= kFilterMaxK.
+// Same operands, attributes and output; the filter-first kernel takes k <= kFilterMaxK and a
+// candidate mask whose bitmap and block list fit kFilterMaskSmem.
 #include "common.h"
 #include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
@@ -35,8 +35,11 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
   if (has_members && (md[1] < 1 || mode != 0)) {
     return InvalidArgument(kOp, "has_members needs mode 0 and members [rows, m >= 1]");
   }
-  if (kFilter && (has_members || k > kFilterMaxK)) {
-    return InvalidArgument(kOp, "no candidate mask, and k <= " + std::to_string(kFilterMaxK));
+  if (kFilter && k > kFilterMaxK) {
+    return InvalidArgument(kOp, "k must be <= " + std::to_string(kFilterMaxK));
+  }
+  if (kFilter && has_members && FilterTopkMaskBytes(sd[1], block_size, md[1]) > kFilterMaskSmem) {
+    return InvalidArgument(kOp, "candidate mask too large for shared memory (see LIMITS)");
   }
   if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
     return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU needs in one device call: install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
-# benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file> (default:
-# build test bench); BENCH_ARGS adds benchmark options (e.g. "--only sort,topk --breakdown").
+# benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file>
+# cuprobe:<file.cu>[:<MACRO>] (default: build test bench); BENCH_ARGS adds benchmark options
+# (e.g. "--only sort,topk --breakdown").
 # The build goes to build/device (ignored by git), so a later call on the same warm machine
 # reuses it.
 # Full logs go to $OUT; a short summary is printed last.
@@ -51,7 +52,7 @@ for step in $STEPS; do
       compute-sanitizer --tool memcheck --error-exitcode 3 $PY scripts/sanitize_run.py \
         >"$OUT/sanitize_memcheck.log" 2>&1
       note "compute-sanitizer memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1)"
-      for section in ${SANITIZE_SECTIONS:-logits sort physical topk topc sparse prefill amax}; do
+      for section in ${SANITIZE_SECTIONS:-logits sort physical topk filter topc sparse prefill amax}; do
         compute-sanitizer --tool racecheck --error-exitcode 3 $PY scripts/sanitize_run.py $section \
           >"$OUT/sanitize_racecheck_$section.log" 2>&1
         note "compute-sanitizer racecheck $section: rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitize_racecheck_$section.log" | tail -1)"
@@ -63,6 +64,12 @@ for step in $STEPS; do
       quick=--quick; [ "${BENCH_QUICK:-1}" = 0 ] && quick=
       $PY -m dsv41_jax.bench $quick ${BENCH_ARGS:-} --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
       note "bench rc=$?"; cat "$OUT/bench.md" 2>/dev/null || tail -30 "$OUT/bench.log" ;;
+    cuprobe:*)  # cuprobe:<file.cu>[:<MACRO>]: a CUDA probe built with nvcc for sm_90a, then run
+      spec=${step#cuprobe:}; f=${spec%%:*}; def=; [ "$spec" != "$f" ] && def=${spec#*:}
+      log="$OUT/cuprobe_$(basename "$f" .cu)${def:+_$def}.log"
+      nvcc -O3 -std=c++20 -arch=sm_90a -Icuda ${def:+-D$def} "$f" -o /tmp/cuprobe >"$log" 2>&1 &&
+        /tmp/cuprobe >>"$log" 2>&1
+      note "cuprobe $spec rc=$?"; grep -E "^(OK|FAIL|BAD|TIME)" "$log" | head -40 ;;
     probe:*)
       f=${step#probe:}
       $PY "$f" >"$OUT/probe_$(basename "$f").log" 2>&1

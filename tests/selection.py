@@ -43,12 +43,16 @@ class Case:
     k: int
     kind: str = "random"
     starts: bool = False  # ragged prefill rows
-    mask: bool = False  # a candidate-block mask (topk only)
+    mask: int = 0  # candidate blocks per row of a candidate-block mask (topk only)
+    messy: bool = False  # the mask's ids shuffled, repeated and partly out of range
+    block_size: int = 8
     dtype: str = "float32"
 
     @property
     def id(self) -> str:
-        extra = "".join(f"-{f}" for f in ("starts", "mask") if getattr(self, f))
+        extra = "-starts" if self.starts else ""
+        if self.mask:
+            extra += f"-mask{self.mask}b{self.block_size}" + ("messy" if self.messy else "")
         dt = "" if self.dtype == "float32" else f"-{self.dtype}"
         return f"{self.kind}-{self.rows}x{self.n}-k{self.k}{extra}{dt}"
 
@@ -81,9 +85,9 @@ IMPLS = {
     for i in (
         Impl("interpret", False, 4096, tile=512, starts=False),
         Impl("emulated-cluster", False, 300_000, dtypes=BF16),
-        Impl("emulated-filter", False, 300_000, mask=False, dtypes=BF16, max_k=4096),
+        Impl("emulated-filter", False, 300_000, dtypes=BF16, max_k=4096),
         Impl("ffi", True, 1 << 23, dtypes=BF16),
-        Impl("ffi-filter", True, 1 << 23, mask=False, dtypes=BF16, max_k=4096),
+        Impl("ffi-filter", True, 1 << 23, dtypes=BF16, max_k=4096),
         Impl("pallas", True, 1 << 23, tile=512, starts=False),
     )
 }
@@ -120,14 +124,18 @@ def lengths(rng, rows: int, n: int, k: int) -> np.ndarray:
     )
 
 
-def candidate_mask(rng, lens, c: int, block_size: int) -> np.ndarray:
+def candidate_mask(rng, lens, c: int, block_size: int, messy: bool = False) -> np.ndarray:
     """Each row's candidate table: up to `c` random blocks of the row, ascending, INT32_MAX
-    padded."""
+    padded; `messy`: shuffled, with repeats, -1 and ids past the row (membership is what
+    counts)."""
     blocks = np.full((len(lens), c), dj.INT32_MAX, np.int32)
     for r, length in enumerate(lens):
         nb = -(-int(length) // block_size)
         pick = np.sort(rng.choice(max(nb, 1), size=min(c, nb), replace=False)) if nb else []
         blocks[r, : len(pick)] = pick
+        if messy and c >= 4:
+            blocks[r, -3:] = [-1, nb + 5, blocks[r, 0]]
+            rng.shuffle(blocks[r])
     return blocks
 
 
@@ -144,7 +152,9 @@ def case_inputs(rng, case: Case, make_scores: Callable) -> dict:
     else:
         inputs["lens"] = lengths(rng, case.rows, case.n, case.k)
     if case.mask:
-        inputs["candidates"] = candidate_mask(rng, inputs["lens"], 2048, 8)
+        inputs["candidates"] = candidate_mask(
+            rng, inputs["lens"], case.mask, case.block_size, case.messy
+        )
     return inputs
 
 
@@ -208,7 +218,7 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
         assert status == 0, f"{impl.name}: launch error {status}"
         assert not (got == UNWRITTEN).any(), "an output element was never written"
         return got
-    if impl.name == "ffi-filter" or s.dtype == jnp.bfloat16:  # bf16: not yet public
+    if impl.name == "ffi-filter" or s.dtype == jnp.bfloat16:  # not yet public
         algorithm = "filter" if impl.name == "ffi-filter" else "cluster"
         return _device_run(
             lambda s, n, st, c: topk_ffi.radix_topk(

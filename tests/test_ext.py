@@ -205,8 +205,9 @@ def test_sm90_sparse_call_lowers_to_gather_then_dense_kernel(monkeypatch):
 
 @needs_ext
 def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
-    """The filter-first select lowers to its own target with the radix select's operands; a
-    candidate mask or k above the extension's limit is declined at trace time."""
+    """The filter-first select lowers to its own target with the radix select's operands; k above
+    the extension's limit, or a candidate mask too large for its shared memory, is declined at
+    trace time."""
     from dsv41_jax.topk import ffi as topk_ffi
 
     monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
@@ -224,8 +225,13 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     max_k = _ext.limit("filter_topk_max_k")
     with pytest.raises(NotImplementedError, match=f"k = {max_k + 1} > {max_k}"):
         lowered(max_k + 1)
-    with pytest.raises(NotImplementedError, match="no candidate mask"):
-        lowered(512, members=jnp.zeros((3, 4), jnp.int32))
+    # A candidate mask: lowered when its bitmap and block list fit the kernel's shared memory.
+    assert "custom_call @dsv41_filter_topk" in lowered(512, members=jnp.zeros((3, 4), jnp.int32))
+    need = _ext.extension().filter_topk_mask_bytes(9000, 8, 4)
+    assert need == 4 * ((-(-9000 // 8) + 31) // 32 + 4)  # bitmap words + one word per member
+    huge = jnp.zeros((3, 30000), jnp.int32)  # more block ids than the shared memory can list
+    with pytest.raises(NotImplementedError, match="shared memory"):
+        lowered(512, members=huge)
     # bfloat16 rows lower to both selects; the public path declines them until a device run.
     half = scores.astype(jnp.bfloat16)
     for algorithm in ("cluster", "filter"):
@@ -310,6 +316,7 @@ def test_limits_come_from_the_extension():
         "sort_max_blocks",
         "sort_max_candidates",
         "filter_topk_max_k",
+        "filter_topk_mask_smem",
         "topk_mode_positions",
         "topk_mode_candidate_blocks",
     }

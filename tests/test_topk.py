@@ -147,11 +147,17 @@ SIZES = (
 )
 CASES = [Case(r, n, k, kind) for r, n, k in SIZES for kind in KINDS]
 RAGGED = [
-    Case(12, 70144, 512, "special", mask=True),
+    Case(12, 70144, 512, "special", mask=2048),
     Case(12, 70144, 512, "special", starts=True),
     Case(9, 30000, 512, "special", starts=True),
-    Case(3, 1024, 30, "ties", mask=True),
-    Case(5, 20000, 512, "special", mask=True),
+    Case(3, 1024, 30, "ties", mask=12),
+    Case(5, 20000, 512, "special", mask=2048),  # masked: one round per chunk of 8192
+    Case(9, 20000, 64, "ties", mask=300, messy=True, block_size=4),  # scalar gathers
+    Case(2, 100000, 2048, "random", mask=8192),  # masked chunks above the buffer: sampled bars
+    Case(2, 100000, 2048, "ascending", mask=8192, messy=True),
+    Case(8, 131072, 512, "random", mask=2048),  # the consumer's mask path at V4.1 sizes
+    Case(64, 131072, 512, "ties", mask=2048, messy=True),
+    Case(8, 1 << 20, 512, "special", mask=2048),
     Case(12, 1001, 64, "ties", dtype="bfloat16"),
     Case(12, 1001, 64, "special", dtype="bfloat16"),
     Case(2, 100000, 1500, "ties", dtype="bfloat16"),
@@ -160,7 +166,7 @@ RAGGED = [
 ]
 
 
-def reference(inputs, k):
+def reference(inputs, k, block_size=8):
     return np.asarray(
         dj.topk(
             jnp.asarray(inputs["scores"]),
@@ -168,6 +174,7 @@ def reference(inputs, k):
             k,
             starts=None if "starts" not in inputs else jnp.asarray(inputs["starts"]),
             candidates=None if "candidates" not in inputs else jnp.asarray(inputs["candidates"]),
+            block_size=block_size,
             implementation="reference",
         )
     )
@@ -184,8 +191,11 @@ def test_topk_equals_reference(request, rng, impl, case):
         case.k,
         starts=inputs.get("starts"),
         candidates=inputs.get("candidates"),
+        block_size=case.block_size,
     )
-    np.testing.assert_array_equal(got, reference(inputs, case.k), err_msg=impl.name)
+    np.testing.assert_array_equal(
+        got, reference(inputs, case.k, case.block_size), err_msg=impl.name
+    )
 
 
 @pytest.mark.parametrize("impl", impl_params(Case(6, 4096, 512)))
@@ -234,13 +244,19 @@ def test_topk_keys_one_ulp_apart(request, rng, impl):
     np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
 
 
-def test_filter_kernel_refuses_a_candidate_mask(simt_topk, rng):
-    from selection import candidate_mask, emulate
+def test_filter_kernel_refuses_a_mask_too_large_for_shared_memory(simt_topk, rng):
+    """A masked row's bitmap (one bit per block) and block list live in shared memory: rows of
+    4M one-position blocks would need 512 KiB, and the launcher must refuse, not overrun."""
+    from selection import emulate
 
-    s = make_scores(rng, 5, 20000, "special")
-    lens = np.array([20000, 0, 9, 4000, 19999], np.int32)
-    status, _ = emulate(simt_topk, "filter", s, lens, 512, members=candidate_mask(rng, lens, 64, 8))
-    assert status != 0, "the filter kernel takes no candidate mask: it must refuse one"
+    s = np.zeros((1, 1 << 22), np.float32)
+    members = np.array([[1, 64]], np.int32)
+    status, _ = emulate(simt_topk, "filter", s, [1 << 22], 8, members=members, block_size=1)
+    assert status != 0
+    status, got = emulate(
+        simt_topk, "filter", s[:, :4096], [4096], 8, members=members, block_size=1
+    )
+    assert status == 0 and got.tolist() == [[1, 64, -1, -1, -1, -1, -1, -1]]
 
 
 @pytest.mark.parametrize(

@@ -35,17 +35,25 @@ def radix_topk(
     is "positions" (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest
     pinned). `algorithm`:
     "cluster" (the cluster radix select, cuda/smxx_radix_topk.cu) or "filter" (filter first,
-    cuda/smxx_filter_topk.cu: no candidate mask, k up to LIMITS["filter_topk_max_k"]; not yet
-    timed on a device, so no public path picks it)."""
+    cuda/smxx_filter_topk.cu: k up to LIMITS["filter_topk_max_k"]; with a candidate mask it
+    reads only the candidate blocks' scores; not yet run on a device, so no public path picks
+    it)."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
         raise NotImplementedError(f"{target}: float32 or bfloat16 scores (got {scores.dtype})")
     if algorithm == "filter":
-        if members is not None:
-            raise NotImplementedError(f"{target}: no candidate mask")
         if k > _ext.limit("filter_topk_max_k"):
             raise NotImplementedError(f"{target}: k = {k} > {_ext.limit('filter_topk_max_k')}")
+        if members is not None and members.shape[1] > 0:
+            need = _ext.extension().filter_topk_mask_bytes(
+                scores.shape[1], block_size, members.shape[1]
+            )
+            if need > _ext.limit("filter_topk_mask_smem"):
+                raise NotImplementedError(
+                    f"{target}: the candidate mask needs {need} bytes of shared memory "
+                    f"(> {_ext.limit('filter_topk_mask_smem')})"
+                )
     rows = scores.shape[0]
     if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
         return jnp.zeros((0, k), jnp.int32)

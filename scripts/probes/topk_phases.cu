@@ -1,40 +1,53 @@
-// Where does the radix top-k's time go? The production kernel compiled with its phase stamps
+// Where does a top-k kernel's time go? The production kernel compiled with its phase stamps
 // (DSV41_PHASE_STAMPS: thread 0 of each CTA records %globaltimer at the phase ends), on the
 // benchmark's shapes with standard-normal scores. Prints, per shape, the event-timed duration
 // of 20 back-to-back launches and the phase ends in us since the first CTA started (max over
-// CTAs): 1 = keys cached, 2/3 + 2p = pass p counted / merged, 10 = offsets known, 11 = emitted.
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -Icuda scripts/probes/topk_phases.cu
+// CTAs). Cluster radix select: 1 = keys cached, 2/3 + 2p = pass p counted / merged, 10 =
+// offsets known, 11 = emitted. Filter select (-DPROBE_FILTER): 1 = bar sampled, 2 = chunk
+// streamed, 3 = chunk cut to k, 4 = chunks gathered, 5 = row cut to k, 6 = emitted.
+// Build: nvcc -O3 -std=c++20 -arch=sm_90a -Icuda [-DPROBE_FILTER] scripts/probes/topk_phases.cu
 #define DSV41_PHASE_STAMPS
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#ifdef PROBE_FILTER
+#include "smxx_filter_topk.cu"
+#define PREPARE PrepareFilterTopk
+#define LAUNCH LaunchFilterTopk
+#else
 #include "smxx_radix_topk.cu"
+#define PREPARE PrepareRadixTopk
+#define LAUNCH LaunchRadixTopk
+#endif
 
 using namespace dsv41;
 
 int main() {
-  if (PrepareRadixTopk() != cudaSuccess) return 1;
-  const int64_t shapes[][2] = {{8, 131072}, {64, 131072}, {8, 1 << 20}};
+  if (PREPARE() != cudaSuccess) return 1;
+  const int64_t shapes[][3] = {{8, 131072, 512},  {64, 131072, 512},   {8, 1 << 20, 512},
+                               {64, 1 << 20, 512}, {8, 131072, 2048}, {8, 16384, 2048}};
   std::mt19937 gen(0);
   std::normal_distribution<float> normal;
   for (const auto& sh : shapes) {
-    const int64_t rows = sh[0], n = sh[1];
+    const int64_t rows = sh[0], n = sh[1], k = sh[2];
     std::vector<float> h(rows * n);
     for (float& v : h) v = normal(gen);
     std::vector<int32_t> lens(rows, int32_t(n));
     float* scores;
     int32_t *d_lens, *out;
-    cudaMalloc(&scores, h.size() * 4), cudaMalloc(&d_lens, rows * 4), cudaMalloc(&out, rows * 512 * 4);
+    cudaMalloc(&scores, h.size() * 4), cudaMalloc(&d_lens, rows * 4);
+    cudaMalloc(&out, rows * k * 4);
     cudaMemcpy(scores, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(d_lens, lens.data(), rows * 4, cudaMemcpyHostToDevice);
-    TopkArgs a{scores, d_lens, nullptr, nullptr, out, rows, n, 0, 512, 8, TopkMode::kPositions};
-    for (int i = 0; i < 3; ++i) LaunchRadixTopk(a, 0);
+    TopkArgs a{scores, d_lens, nullptr, nullptr, out, rows, n, 0, int32_t(k), 8,
+               TopkMode::kPositions, false};
+    for (int i = 0; i < 3; ++i) LAUNCH(a, 0);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0), cudaEventCreate(&e1);
     cudaEventRecord(e0);
-    for (int i = 0; i < 20; ++i) LaunchRadixTopk(a, 0);
+    for (int i = 0; i < 20; ++i) LAUNCH(a, 0);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms;
@@ -42,15 +55,15 @@ int main() {
     static unsigned long long st[4096][16];
     memset(st, 0, sizeof(st));
     cudaMemcpyToSymbol(g_phase_stamps, st, sizeof(st));  // one more launch, stamps from zero
-    LaunchRadixTopk(a, 0);
+    LAUNCH(a, 0);
     cudaDeviceSynchronize();
     cudaMemcpyFromSymbol(st, g_phase_stamps, sizeof(st));
     int grid = 0;
     while (grid < 4096 && st[grid][0] != 0) ++grid;
     unsigned long long t0 = ~0ull;
     for (int b = 0; b < grid; ++b) t0 = std::min(t0, st[b][0]);
-    printf("TIME [%ld, %ld]: %.1f us per launch (events, 20 launches), %d CTAs; phase ends (us):",
-           long(rows), long(n), ms * 1000 / 20, grid);
+    printf("TIME k=%ld [%ld, %ld]: %.1f us per launch (events, 20 launches), %d CTAs; phase ends (us):",
+           long(k), long(rows), long(n), ms * 1000 / 20, grid);
     for (int p = 0; p < 12; ++p) {
       unsigned long long m = 0;
       bool any = false;

@@ -58,6 +58,7 @@ inline float __uint_as_float(uint32_t u) {
   return f;
 }
 inline int __popc(uint32_t x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 template <class A, class B>
 inline std::common_type_t<A, B> min(A a, B b) {
   using T = std::common_type_t<A, B>;
