@@ -378,19 +378,8 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
   }
   int64_t chunk = (elems + cl - 1) / cl;
   if (kMasked) chunk = (chunk + kPer - 1) / kPer * kPer;  // whole 8-position vectors
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(args.rows * cl));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cl);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, FilterTopkKernel<T, kMasked>, args, chunk);
+  return topk::LaunchRowClusters(FilterTopkKernel<T, kMasked>, args, chunk, cl, kThreads, smem,
+                                 stream);
 }
 
 }  // namespace

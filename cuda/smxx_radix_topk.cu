@@ -373,20 +373,11 @@ cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   const int64_t member_words = args.members ? (chunk / args.block_size + 2 + 31) / 32 + 1 : 0;
   const size_t smem = size_t(kCachedKeys + member_words) * sizeof(uint32_t);
   if (smem > kMaxTopkSmem) return cudaErrorInvalidValue;  // rows beyond ~50M positions
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(args.rows * cl));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cl);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return args.bf16 ? cudaLaunchKernelEx(&config, RadixTopkKernel<topk::Bf16>, args, chunk)
-                   : cudaLaunchKernelEx(&config, RadixTopkKernel<float>, args, chunk);
+  return args.bf16
+             ? topk::LaunchRowClusters(RadixTopkKernel<topk::Bf16>, args, chunk, cl, kThreads, smem,
+                                       stream)
+             : topk::LaunchRowClusters(RadixTopkKernel<float>, args, chunk, cl, kThreads, smem,
+                                       stream);
 }
 
 }  // namespace dsv41
