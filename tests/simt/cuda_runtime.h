@@ -1,8 +1,8 @@
 // A CPU stand-in for the parts of the CUDA runtime the selection kernels use, so their source
 // compiles with g++ and runs on a machine without a GPU (tests/selection.py: the "emulated-*" implementations).
 //
-// Every CUDA thread is a fiber (ucontext); one OS thread runs one CTA's fibers round-robin, each
-// until it waits at a barrier. Barriers (__syncthreads, the warp exchange inside __shfl_up_sync,
+// Every CUDA thread is a fiber (ucontext); one OS thread runs one CTA's fibers, each until it
+// waits at a barrier, in a pseudo-random order that changes every pass. Barriers (__syncthreads, the warp exchange inside __shfl_up_sync,
 // cluster.sync) are generation counters, so a fiber resumes only once its whole group arrived.
 // The CTAs of a cluster run on concurrent OS threads; `__shared__` variables are thread_local,
 // so each CTA has its own, and map_shared_rank moves an address between the CTAs' thread-local
@@ -26,6 +26,7 @@
 #include <functional>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -182,9 +183,20 @@ inline void RunCta(Cta& c) {
     c.ctx[i].uc_link = &c.sched;
     makecontext(&c.ctx[i], FiberEntry, 0);
   }
+  // Threads run in a fresh pseudo-random order on every pass (SIMT_ORDER=forward: in index
+  // order), so a read that only works when its writer happened to run first shows up.
+  std::vector<int> order(c.n);
+  for (int i = 0; i < c.n; ++i) order[i] = i;
+  const char* mode = std::getenv("SIMT_ORDER");
+  const bool shuffle = mode == nullptr || std::strcmp(mode, "forward") != 0;
+  uint64_t state = 0x9E3779B97F4A7C15ull ^ blockIdx.x;
   while (c.live > 0) {
     const long before = c.progress;
-    for (int i = 0; i < c.n; ++i) {
+    for (int i = c.n - 1; shuffle && i > 0; --i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      std::swap(order[i], order[(state >> 33) % uint64_t(i + 1)]);
+    }
+    for (int i : order) {
       if (c.done[i]) continue;
       c.cur = i;
       threadIdx = dim3(unsigned(i));
