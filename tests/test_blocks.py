@@ -1,5 +1,5 @@
-"""block_amax and sort_candidate_blocks against the loop oracle (select_candidate_blocks:
-test_candidate_blocks.py)."""
+"""sort_candidate_blocks and the publish pipeline against the loop oracle (block_amax:
+test_block_amax.py; select_candidate_blocks: test_candidate_blocks.py)."""
 
 from __future__ import annotations
 
@@ -11,41 +11,6 @@ import pytest
 from factories import scores as make_scores
 
 import dsv41_jax as dj
-
-
-def amax_expected(s, lens, b, pin=True, starts=None):
-    nb = -(-s.shape[1] // b)
-    rows = []
-    for r in range(s.shape[0]):
-        st = 0 if starts is None else int(starts[r])
-        rows.append(oracle.block_amax_row(s[r, st:], int(lens[r]), b, nb, pin))
-    return np.array(rows, np.float32)
-
-
-@pytest.mark.parametrize("kind", ["random", "ties", "special"])
-@pytest.mark.parametrize("pin", [True, False])
-def test_block_amax(rng, kind, pin):
-    b, n = 8, 203
-    lens = np.array([0, 1, 7, 8, 9, 16, 17, 200, 203, 64], np.int32)
-    s = make_scores(rng, len(lens), n, kind)
-    got = dj.block_amax(jnp.asarray(s), jnp.asarray(lens), block_size=b, pin_newest=pin)
-    np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, b, pin))
-
-
-def test_block_amax_all_nan_block_scores_minus_inf():
-    s = np.full((1, 24), np.nan, np.float32)
-    s[0, 3] = -np.inf
-    s[0, 9] = 2.0
-    got = dj.block_amax(jnp.asarray(s), jnp.array([24], jnp.int32), pin_newest=False)
-    np.testing.assert_array_equal(np.asarray(got), [[-np.inf, 2.0, -np.inf]])
-
-
-def test_block_amax_with_starts(rng):
-    s = make_scores(rng, 5, 100, "random")
-    starts = np.array([0, 3, 50, 99, 100], np.int32)
-    lens = np.array([100, 40, 50, 1, 0], np.int32)
-    got = dj.block_amax(jnp.asarray(s), jnp.asarray(lens), starts=jnp.asarray(starts))
-    np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, 8, starts=starts))
 
 
 def table_expected(sel, lens, bt, b, p):
