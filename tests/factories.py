@@ -68,3 +68,14 @@ def assert_dcp_equal(got, want_idx, want_table, want_sel):
     np.testing.assert_array_equal(count, np.asarray(want_table.count))
     np.testing.assert_array_equal(valid, np.asarray(want_table.valid_lens))
     np.testing.assert_array_equal(sel, np.asarray(want_sel))
+
+
+def calc_diff(x, y) -> float:
+    """DeepGEMM's similarity measure of two logit arrays: 1 - 2·Σxy / Σ(x² + y²)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    return float(1 - 2 * (x * y).sum() / max((x * x + y * y).sum(), 1e-30))
+
+
+def visible_mask(lens_rows, cols: int) -> np.ndarray:
+    """bool [rows, cols]: the columns below each row's length."""
+    return np.arange(cols)[None] < np.asarray(lens_rows)[:, None]

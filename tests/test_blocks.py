@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
+from factories import POISON, poison_device_memory
 from factories import scores as make_scores
 
 import dsv41_jax as dj
@@ -104,3 +105,43 @@ def test_pipeline_valid_lens_matches_contract_formula(rng):
 def test_block_ops_bad_inputs_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ------------------------------------------------ the FFI kernels on the GPU (device machine)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "c,pages,p",
+    [(16, 4, 64), (2048, 2048, 64), (2048, 16384, 64), (3000, 20000, 64), (256, 300, 48)],
+)
+def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages, p):
+    rows, b = 8, 8
+    cap = pages * p
+    lens = rng.integers(0, cap + 1, rows).astype(np.int32)
+    lens[:4] = [0, 1, min(c * b, cap), cap]
+    nb = -(-lens // b)
+    sel = np.full((rows, c), -1, np.int32)
+    for r in range(rows):
+        pick = rng.choice(max(int(nb[r]), 1), size=min(c, int(nb[r])), replace=False)
+        sel[r, : len(pick)] = pick
+    sel[5, : c // 2] = sel[5, c // 2 : 2 * (c // 2)]  # repeats
+    sel[6, :3] = [-5, cap, 2**30]  # out of range
+    bt = rng.integers(-1, 10_000, (rows, pages)).astype(np.int32)
+    args = (jnp.asarray(sel), jnp.asarray(lens), jnp.asarray(bt))
+    poison_device_memory()
+    got = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="ffi")
+    assert not any((np.asarray(x) == POISON).any() for x in jax.tree.leaves(got))
+    want = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="reference")
+    jax.tree.map(
+        lambda g, w: np.testing.assert_array_equal(np.asarray(g), np.asarray(w)), got, want
+    )
+
+
+@pytest.mark.gpu
+def test_ffi_sort_refuses_tables_it_cannot_stage():
+    sel = jnp.zeros((2, 5000), jnp.int32)
+    with pytest.raises(NotImplementedError, match="4096"):
+        dj.sort_candidate_blocks(
+            sel, jnp.ones((2,), jnp.int32), jnp.zeros((2, 4), jnp.int32), implementation="ffi"
+        )

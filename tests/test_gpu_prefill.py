@@ -7,16 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import packed_keys, poison_device_memory, query
+from factories import calc_diff, packed_keys, poison_device_memory, query
 
 import dsv41_jax as dj
 
 pytestmark = pytest.mark.gpu
-
-
-def calc_diff(x: np.ndarray, y: np.ndarray) -> float:
-    x, y = x.astype(np.float64), y.astype(np.float64)
-    return float(1 - 2 * (x * y).sum() / max((x * x + y * y).sum(), 1e-30))
 
 
 def ragged_ranges(rng, t):

@@ -11,16 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import paged_cache, query
+from factories import calc_diff, paged_cache, query
 
 import dsv41_jax as dj
 
 pytestmark = pytest.mark.sm100
-
-
-def calc_diff(x, y) -> float:
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    return float(1 - 2 * (x * y).sum() / max((x * x + y * y).sum(), 1e-30))
 
 
 @pytest.mark.parametrize("next_n,page", [(1, 64), (2, 64), (1, 128)])

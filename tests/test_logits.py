@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
-from factories import paged_cache, query
+from factories import calc_diff, paged_cache, query, visible_mask
 
 import dsv41_jax as dj
 
@@ -193,3 +193,64 @@ def test_logits_bad_inputs_raise(case):
     call, match = _bad_cases()[case]
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ------------------------------------------------ the FFI kernels on the GPU (device machine)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads,next_n", [(32, 1), (64, 1), (32, 2), (64, 2)])
+def test_ffi_paged_logits_match_reference(rng, heads, next_n):
+    batch, pages, p, d = 6, 24, 64, 128
+    cache, bt = paged_cache(rng, batch, pages, p, d)
+    q = query(rng, batch, next_n, heads, d)
+    lens = jnp.asarray(np.array([0, 1, 63, 64, 65, pages * p], np.int32))
+    got = np.asarray(dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi"))
+    want = np.asarray(dj.paged_mqa_logits(q, cache, lens, bt, implementation="reference"))
+    vis = visible_mask(np.asarray(dj.row_lengths(lens, next_n)), got.shape[1])
+    assert np.isfinite(got[vis]).all()
+    # DeepGEMM's own criterion against dequantized inputs. Hopper's FP8 tensor cores accumulate
+    # with reduced precision, so single logits may differ by ~1e-3 of the row's scale.
+    assert calc_diff(got[vis], want[vis]) < 5e-6
+    scale = np.abs(want[vis]).max()
+    np.testing.assert_allclose(got[vis], want[vis], rtol=0, atol=2e-3 * scale)
+
+
+@pytest.mark.gpu
+def test_ffi_paged_logits_invalid_pages_are_nan(rng):
+    cache, bt = paged_cache(rng, 2, 8, 64, 128)
+    bt = np.asarray(bt).copy()
+    bt[0, 2], bt[1, 0] = -1, cache.num_pages + 7
+    q = query(rng, 2, 1, 32, 128)
+    lens = jnp.array([512, 300], jnp.int32)
+    got = np.asarray(dj.paged_mqa_logits(q, cache, lens, jnp.asarray(bt), implementation="ffi"))
+    assert np.isnan(got[0, 128:192]).all() and np.isnan(got[1, :64]).all()
+    assert np.isfinite(got[0, :128]).all() and np.isfinite(got[1, 64:300]).all()
+
+
+@pytest.mark.gpu
+def test_ffi_logits_feed_selection_exactly(rng):
+    """Columns past a row's length are unspecified from the kernel: selection never reads them,
+    so selecting on the FFI logits equals selecting on the same logits cleaned to -inf."""
+    cache, bt = paged_cache(rng, 4, 16, 64, 128)
+    q = query(rng, 4, 2, 32, 128)
+    lens = jnp.array([5, 600, 1000, 1024], jnp.int32)
+    logits = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi")
+    rows = dj.row_lengths(lens, 2)
+    clean = jnp.where(jnp.arange(logits.shape[1])[None] < rows[:, None], logits, -jnp.inf)
+    for fn in (lambda s: dj.topk(s, rows, 64), lambda s: dj.block_amax(s, rows)):
+        np.testing.assert_array_equal(np.asarray(fn(logits)), np.asarray(fn(clean)))
+
+
+@pytest.mark.gpu
+def test_ffi_logits_bitwise_repeatable_and_jit(rng):
+    cache, bt = paged_cache(rng, 8, 32, 64, 128)
+    q = query(rng, 8, 1, 64, 128)
+    lens = jnp.asarray(rng.integers(0, 32 * 64, 8).astype(np.int32))
+    f = jax.jit(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"))
+    rows = np.asarray(lens)
+    first = np.asarray(f(q, cache, lens, bt))
+    vis = visible_mask(rows, first.shape[1])
+    for _ in range(20):
+        again = np.asarray(f(q, cache, lens, bt))
+        np.testing.assert_array_equal(again[vis], first[vis])

@@ -300,3 +300,18 @@ def test_sparse_columns_to_positions():
     cols = jnp.array([[0, 7, 8, 18, -1]], jnp.int32)
     got = dj.sparse_columns_to_positions(cols, table, 8)
     np.testing.assert_array_equal(np.asarray(got), [[16, 23, 40, 74, -1]])
+
+
+# ------------------------------------------------ the FFI kernels on the GPU (device machine)
+
+
+@pytest.mark.gpu
+def test_ffi_logical_to_physical_matches_reference(rng):
+    rows, k, pages, p = 64, 512, 2048, 64
+    idx = rng.integers(-1, pages * p + 100, (rows, k)).astype(np.int32)
+    bt = rng.integers(-1, 100_000, (rows, pages)).astype(np.int32)
+    args = (jnp.asarray(idx), jnp.asarray(bt), p)
+    np.testing.assert_array_equal(
+        np.asarray(dj.logical_to_physical(*args, implementation="ffi")),
+        np.asarray(dj.logical_to_physical(*args, implementation="reference")),
+    )
