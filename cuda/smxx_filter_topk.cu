@@ -12,9 +12,10 @@
 // order, so still in position order), cuts to the top k and writes the positions, ascending.
 // Every cut is a 4-pass radix select over shared memory with ties taken in buffer (= position)
 // order, so the result is the contract's (score desc, position asc) set, deterministic.
-// The global scores are read once (twice in the sample-fallback case), with the next round's loads
-// in flight while a round is appended: the few dependent phases of the cluster radix select
-// (four cluster-wide histogram passes) become block-local ones over a few thousand keys.
+// The global scores are read once (twice in the sample-fallback case), with the next round's
+// loads in flight while a round is appended: the dependent phases of the cluster radix select
+// (four cluster-wide histogram passes) become block-local ones over a few thousand keys. With a
+// candidate mask, the streamed elements are the member blocks' positions only (MaskedSource).
 #include <cooperative_groups.h>
 
 #include "smxx_block_scan.cuh"
