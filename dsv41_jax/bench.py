@@ -151,6 +151,7 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
     logits (floor: the causal FLOPs at the FP8 peak), the top-k over them (floor: the visible
     logits read once) and the whole publish_prefill. The reference logits only at 4K."""
     import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
 
     cfg = dj.IndexerConfig()
     rows = []
@@ -159,7 +160,7 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
         shape = f"{t // 1024}K tokens, H 32" + (
             f", {PREFILL_CHUNK // 1024}K-row chunks" if t > PREFILL_CHUNK else ""
         )
-        total = {"logits": 0.0, "topk": 0.0, "publish": 0.0, "reference": 0.0}
+        total = {"logits": 0.0, "topk": 0.0, "filter": 0.0, "publish": 0.0, "reference": 0.0}
         f = jax.jit(lambda q, k, s, e: dj.mqa_logits(q, k, s, e, relative=True))
         for r0 in range(0, t, PREFILL_CHUNK):
             n = min(PREFILL_CHUNK, t - r0)
@@ -178,6 +179,15 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
             total["topk"] += jax_time_us(
                 lambda x, m: dj.topk(x, m, cfg.index_topk), [(logits, ends)], calls=1
             )
+            # The filter-first select (one CTA per row at these row counts), before any path
+            # picks it.
+            total["filter"] += jax_time_us(
+                lambda x, m: topk_ffi.radix_topk(
+                    x, m, cfg.index_topk, None, None, 8, "positions", "filter"
+                ),
+                [(logits, ends)],
+                calls=1,
+            )
             del logits
             total["publish"] += jax_time_us(lambda *a: dj.publish_prefill(*a, cfg), [args], calls=1)
         floor = 2.0 * 32 * 128 * t * (t + 1) / 2 / (FP8_DENSE_TFLOPS * 1e6)
@@ -190,6 +200,9 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
                 Row("mqa_logits (prefill)", shape, "reference (XLA)", total["reference"], floor)
             )
         rows.append(Row("topk k=512 (prefill rows)", shape, "default", total["topk"], top_floor))
+        rows.append(
+            Row("topk k=512 (prefill rows)", shape, "ffi filter", total["filter"], top_floor)
+        )
         rows.append(Row("publish_prefill", shape, "default", total["publish"], floor + top_floor))
     return rows
 
