@@ -18,6 +18,7 @@
 // candidate mask, the streamed elements are the member blocks' positions only (MaskedSource).
 #include <cooperative_groups.h>
 
+#include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
 #include "smxx_filter_topk.cuh"
 #include "smxx_phase_stamps.cuh"
@@ -310,18 +311,9 @@ __device__ int64_t MaskBlocks(Shared& sh, const TopkArgs& a, int64_t row, int64_
     if (b >= 0 && b < nblocks) atomicOr(&bits[b >> 5], 1u << (b & 31));
   }
   __syncthreads();
-  // Thread t takes words [t * per, (t + 1) * per): its set bits go out in ascending order.
-  const int64_t per = (words + kThreads - 1) / kThreads;
-  const int64_t w0 = min(int64_t(threadIdx.x) * per, words), w1 = min(w0 + per, words);
-  int32_t mine = 0;
-  for (int64_t w = w0; w < w1; ++w) mine += __popc(bits[w]);
-  int64_t slot = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
-  const int64_t total = sh.scan_total;
-  for (int64_t w = w0; w < w1; ++w) {
-    for (uint32_t word = bits[w]; word != 0; word &= word - 1) {
-      blocks[slot++] = int32_t(w * 32 + __ffs(word) - 1);
-    }
-  }
+  const int32_t total = ForEachSetBitInOrder<kThreads>(
+      bits, words, sh.warp_sums, &sh.scan_total,
+      [&](int32_t b, int32_t i, int32_t) { blocks[i] = b; });
   __syncthreads();
   return total;
 }

@@ -1,7 +1,7 @@
 // Counting sort over a per-row bitmap: one CTA per row sets a bit per selected block, scans
 // the words' popcounts, and emits the set bits in order. O(nblocks / 32 + c) per row, no
 // comparisons, and duplicates vanish for free.
-#include "smxx_block_scan.cuh"
+#include "smxx_bitmap.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -89,35 +89,24 @@ __global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocks
   ForEachBatched(sel, kFirst, a.c, [&](int64_t, int32_t b) { mark(b); });
   __syncthreads();
 
-  // Each thread owns a contiguous run of words, so emitting in thread order is ascending.
-  const int64_t per = (words + kThreads - 1) / kThreads;
-  const int64_t w0 = min(int64_t(threadIdx.x) * per, words), w1 = min(w0 + per, words);
-  int32_t mine = 0;
-  for (int64_t w = w0; w < w1; ++w) mine += __popc(bitmap[w]);
-  int32_t out = BlockExclusiveScan<kThreads>(mine, warp_sums, &total);
-  const int32_t n = total;
-
   // Emit into shared memory, then copy out coalesced (straight to global memory each warp's
   // stores would scatter over ~16 sectors; measured no faster either way on the H200).
   // Block b lives in page b / spp at slot b % spp: a shift and a mask for V4.1's 64 / 8 (the
   // three divisions per block this replaced were most of the emission's time).
   const int32_t* pages = stage ? staged : row_pages;
   const int32_t spp = a.page_size / a.block_size;
-  for (int64_t w = w0; w < w1; ++w) {
-    for (uint32_t bits = bitmap[w]; bits != 0; bits &= bits - 1) {
-      const int32_t b = int32_t(w * 32 + __ffs(bits) - 1);
-      const int32_t page_of_b = spp_shift >= 0 ? b >> spp_shift : b / spp;
-      const int32_t page = pages[page_of_b];
-      out_blocks[out] = b;
-      out_physical[out] = page < 0 ? -1 : page * spp + (b - page_of_b * spp);
-      if (out == n - 1) {  // the table's last block: partial only if it is the newest block
-        const int32_t tail =
-            b == nblocks - 1 ? int32_t((len - 1) % uint32_t(a.block_size)) + 1 : a.block_size;
-        a.valid_lens[row] = a.block_size * (n - 1) + tail;
-      }
-      ++out;
+  auto emit = [&](int32_t b, int32_t out, int32_t n) {
+    const int32_t page_of_b = spp_shift >= 0 ? b >> spp_shift : b / spp;
+    const int32_t page = pages[page_of_b];
+    out_blocks[out] = b;
+    out_physical[out] = page < 0 ? -1 : page * spp + (b - page_of_b * spp);
+    if (out == n - 1) {  // the table's last block: partial only if it is the newest block
+      const int32_t tail =
+          b == nblocks - 1 ? int32_t((len - 1) % uint32_t(a.block_size)) + 1 : a.block_size;
+      a.valid_lens[row] = a.block_size * (n - 1) + tail;
     }
-  }
+  };
+  const int32_t n = ForEachSetBitInOrder<kThreads>(bitmap, words, warp_sums, &total, emit);
   __syncthreads();
   int32_t* blocks = a.blocks + row * a.c;
   int32_t* physical = a.physical + row * a.c;
@@ -145,7 +134,8 @@ cudaError_t PrepareSortCandidateBlocks() {
 
 cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
-  const int64_t max_blocks = (args.max_pages * args.page_size + args.block_size - 1) / args.block_size;
+  const int64_t max_blocks =
+      (args.max_pages * args.page_size + args.block_size - 1) / args.block_size;
   const int64_t words = (max_blocks + 31) / 32;
   const int64_t staged = args.max_pages <= kMaxStagedPages ? args.max_pages : 0;
   if (args.c > kMaxSortCandidates) return cudaErrorInvalidValue;
@@ -153,9 +143,12 @@ cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t s
   if (smem > kMaxSortSmem) return cudaErrorInvalidValue;
   const int32_t spp = args.page_size / args.block_size;
   const int32_t spp_shift = (spp & (spp - 1)) == 0 ? __builtin_ctz(uint32_t(spp)) : -1;
-  SortCandidateBlocksKernel<<<unsigned(args.rows), kThreads, smem, stream>>>(args, words,
-                                                                             spp_shift);
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(args.rows));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  return cudaLaunchKernelEx(&config, SortCandidateBlocksKernel, args, words, spp_shift);
 }
 
 }  // namespace dsv41

@@ -31,7 +31,7 @@ from dsv41_jax.topk import pallas_mgpu as topk_pallas
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SIMT = ROOT / "tests" / "simt"
-UNWRITTEN = 0x7EADBEEF  # what tests/simt/topk_main.cc fills the output with before a launch
+UNWRITTEN = 0x7EADBEEF  # what tests/simt/main.cc fills the outputs with before a launch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,12 +160,14 @@ def case_inputs(rng, case: Case, make_scores: Callable) -> dict:
 
 # ---------------------------------------------------------------------------- the CPU stand-in
 def build_emulator(directory: pathlib.Path) -> pathlib.Path:
-    """Compiles tests/simt/ with the top-k kernels' source; skips without g++."""
+    """Compiles tests/simt/ with the kernels' source (the top-k selects and the candidate-table
+    sort); skips without g++."""
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("needs g++ to build the SIMT stand-in")
-    exe = directory / "topk_emu"
-    sources = [str(SIMT / f) for f in ("topk_main.cc", "filter_topk.cc", "radix_topk.cc")]
+    exe = directory / "kernels_emu"
+    names = ("main.cc", "filter_topk.cc", "radix_topk.cc", "sort_blocks.cc")
+    sources = [str(SIMT / f) for f in names]
     flags = ["-std=c++20", "-O2", "-fno-extern-tls-init", f"-I{SIMT}", f"-I{ROOT / 'cuda'}"]
     subprocess.run([cxx, *flags, "-o", str(exe), *sources, "-lpthread"], check=True)
     return exe
@@ -192,6 +194,30 @@ def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=
     subprocess.run([str(exe), name, str(case), str(out)], check=True, timeout=600)
     raw = np.fromfile(out, np.int32)
     return int(raw[0]), raw[1:].reshape(rows, k)
+
+
+def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
+    """Runs LaunchSortCandidateBlocks on the CPU stand-in; returns (cudaError, CandidateTable
+    fields as numpy arrays: blocks, count, valid_lens, physical)."""
+    selected, table = np.asarray(selected, np.int32), np.asarray(block_table, np.int32)
+    rows, c = selected.shape
+    work = pathlib.Path(exe).parent
+    case, out = work / "case_sort", work / "out_sort"
+    with open(case, "wb") as f:
+        np.array([rows, c, table.shape[1], block_size, page_size], np.int64).tofile(f)
+        selected.tofile(f)
+        np.asarray(lens, np.int32).tofile(f)
+        table.tofile(f)
+    subprocess.run([str(exe), "sort", str(case), str(out)], check=True, timeout=600)
+    raw = np.fromfile(out, np.int32)
+    sizes = np.cumsum([1, rows * c, rows, rows])
+    parts = np.split(raw, sizes)
+    return int(parts[0][0]), (
+        parts[1].reshape(rows, c),
+        parts[2],
+        parts[3],
+        parts[4].reshape(rows, c),
+    )
 
 
 # ---------------------------------------------------------------------------------- the runners

@@ -107,15 +107,21 @@ def test_block_ops_bad_inputs_raise(call, match):
         call()
 
 
-# ------------------------------------------------ the FFI kernels on the GPU (device machine)
-
-
-@pytest.mark.gpu
+# ------------------------------------ the CUDA kernel: on the CPU stand-in, and on the GPU
+@pytest.mark.parametrize(
+    "impl",
+    [
+        "emulated",
+        pytest.param("ffi", marks=pytest.mark.gpu),
+    ],
+)
 @pytest.mark.parametrize(
     "c,pages,p",
     [(16, 4, 64), (2048, 2048, 64), (2048, 16384, 64), (3000, 20000, 64), (256, 300, 48)],
 )
-def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages, p):
+def test_sort_kernel_matches_reference(request, rng, impl, c, pages, p):
+    """Any order, repeats, -1 and ids past the row; page tables with holes; 48-position pages
+    (6 blocks a page: no shift); tables staged in shared memory or read from global memory."""
     rows, b = 8, 8
     cap = pages * p
     lens = rng.integers(0, cap + 1, rows).astype(np.int32)
@@ -129,10 +135,19 @@ def test_ffi_sort_candidate_blocks_matches_reference(rng, c, pages, p):
     sel[6, :3] = [-5, cap, 2**30]  # out of range
     bt = rng.integers(-1, 10_000, (rows, pages)).astype(np.int32)
     args = (jnp.asarray(sel), jnp.asarray(lens), jnp.asarray(bt))
-    poison_device_memory()
-    got = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="ffi")
-    assert not any((np.asarray(x) == POISON).any() for x in jax.tree.leaves(got))
     want = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="reference")
+    if impl == "emulated":
+        from selection import emulate_sort
+
+        status, got = emulate_sort(request.getfixturevalue("simt_topk"), sel, lens, bt, b, p)
+        assert status == 0
+        got = dict(zip(("blocks", "count", "valid_lens", "physical"), got))
+        got = dj.CandidateTable(**got, block_size=b)
+    else:
+        poison_device_memory()
+        got = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="ffi")
+    assert not any((np.asarray(x) == POISON).any() for x in jax.tree.leaves(got))
+    assert not any((np.asarray(x) == 0x7EADBEEF).any() for x in jax.tree.leaves(got))
     jax.tree.map(
         lambda g, w: np.testing.assert_array_equal(np.asarray(g), np.asarray(w)), got, want
     )

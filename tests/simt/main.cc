@@ -1,5 +1,6 @@
-// Runs one top-k launcher on a case file written by tests/selection.py (emulate):
-//   topk_emu filter|radix CASE OUT
+// Runs one launcher of the project's kernels on a case file written by tests/selection.py:
+//   kernels_emu filter|radix CASE OUT      (the top-k selects; format below)
+//   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
 // [rows, num_members]. OUT: int32 status,
@@ -12,10 +13,12 @@
 
 #include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
+#include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
 std::pair<void*, std::size_t> FilterTopkSharedMemory();
 std::pair<void*, std::size_t> RadixTopkSharedMemory();
+std::pair<void*, std::size_t> SortBlocksSharedMemory();
 }  // namespace dsv41
 
 template <class T>
@@ -24,9 +27,41 @@ static bool Read(std::FILE* f, std::vector<T>& v, size_t n) {
   return n == 0 || std::fread(v.data(), sizeof(T), n, f) == n;
 }
 
+// CASE: int64 rows, c, max_pages, block_size, page_size; int32 selected [rows, c], lens [rows],
+// block_table [rows, max_pages]. OUT: int32 status, blocks [rows, c], count [rows], valid_lens
+// [rows], physical [rows, c] (all poisoned before the launch).
+static int RunSort(const char* case_path, const char* out_path) {
+  std::FILE* f = std::fopen(case_path, "rb");
+  if (!f) return 2;
+  std::vector<int64_t> h;
+  std::vector<int32_t> selected, lens, table;
+  if (!Read(f, h, 5)) return 2;
+  const int64_t rows = h[0], c = h[1], pages = h[2];
+  if (!Read(f, selected, rows * c) || !Read(f, lens, rows) || !Read(f, table, rows * pages)) {
+    return 2;
+  }
+  std::fclose(f);
+  std::vector<int32_t> blocks(rows * c, 0x7eadbeef), count(rows, 0x7eadbeef),
+      valid(rows, 0x7eadbeef), physical(rows * c, 0x7eadbeef);
+  const dsv41::SortBlocksArgs args{selected.data(), lens.data(), table.data(), blocks.data(),
+                                   count.data(),    valid.data(), physical.data(), rows,
+                                   c,               pages,        int32_t(h[3]),  int32_t(h[4])};
+  emu::on_cta_start = [] {
+    auto [p, bytes] = dsv41::SortBlocksSharedMemory();
+    std::memset(p, 0xA5, bytes);
+  };
+  const int32_t status = dsv41::LaunchSortCandidateBlocks(args, nullptr);
+  std::FILE* o = std::fopen(out_path, "wb");
+  std::fwrite(&status, 4, 1, o);
+  for (const auto* v : {&blocks, &count, &valid, &physical}) std::fwrite(v->data(), 4, v->size(), o);
+  std::fclose(o);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
+  if (which == "sort") return RunSort(argv[2], argv[3]);
   std::FILE* f = std::fopen(argv[2], "rb");
   if (!f) return 2;
   std::vector<int64_t> h;
