@@ -1,14 +1,6 @@
 // The cluster radix top-k kernel, compiled for the CPU stand-in (cuda_runtime.h).
-#include <cstddef>
-#include <cstdint>
-#include <utility>
+#include "shared_buffer.h"
 
-namespace dsv41 {
-namespace {
-// The kernel's `extern __shared__` buffer: one per CTA (OS thread), aligned as on the GPU.
-alignas(128) thread_local uint32_t dyn[65536];
-}  // namespace
-std::pair<void*, std::size_t> RadixTopkSharedMemory() { return {dyn, sizeof(dyn)}; }
-}  // namespace dsv41
+SIMT_SHARED_BUFFER(dyn, RadixTopkSharedMemory)
 
 #include "smxx_radix_topk.cu"
