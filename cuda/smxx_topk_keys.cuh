@@ -81,41 +81,32 @@ __device__ __forceinline__ bool Aligned(const Row<T>& r) {
   return (reinterpret_cast<uintptr_t>(r.scores + r.lo) & 15) == 0;
 }
 
-// Scores of chunk elements [i0, i0 + kPer) as float (0 past the chunk's `mine` elements), loads
-// issued together (16-byte loads when aligned) so a thread has them all in flight at once.
-template <int kPer>
-__device__ __forceinline__ void LoadScores(const Row<float>& r, int64_t mine, int64_t i0,
-                                           bool aligned, float (&v)[kPer]) {
-  static_assert(kPer % 4 == 0, "whole float4 loads");
-  if (aligned && i0 + kPer <= mine) {
-    const float4* src = reinterpret_cast<const float4*>(r.scores + r.lo + i0);
-#pragma unroll
-    for (int j = 0; j < kPer / 4; ++j) {
-      const float4 q = src[j];
-      v[4 * j] = q.x, v[4 * j + 1] = q.y, v[4 * j + 2] = q.z, v[4 * j + 3] = q.w;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) v[j] = i0 + j < mine ? r.scores[r.lo + i0 + j] : 0.0f;
-  }
+// Element j of scores packed in 32-bit words: a float word, or one half of a word of two bf16
+// (little endian: the lower half is the earlier element).
+__device__ __forceinline__ float Unpack(const uint32_t* w, int j, float) {
+  return __uint_as_float(w[j]);
+}
+__device__ __forceinline__ float Unpack(const uint32_t* w, int j, Bf16) {
+  return __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
 }
 
-template <int kPer>
-__device__ __forceinline__ void LoadScores(const Row<Bf16>& r, int64_t mine, int64_t i0,
+// Scores of chunk elements [i0, i0 + kPer) as float (0 past the chunk's `mine` elements), loads
+// issued together (16-byte loads when aligned) so a thread has them all in flight at once.
+template <int kPer, class T>
+__device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_t i0,
                                            bool aligned, float (&v)[kPer]) {
-  static_assert(kPer % 8 == 0, "whole 16-byte loads of 8 bf16");
+  constexpr int kWords = kPer * int(sizeof(T)) / 4;
+  static_assert(kWords % 4 == 0, "whole 16-byte loads");
   if (aligned && i0 + kPer <= mine) {
     const uint4* src = reinterpret_cast<const uint4*>(r.scores + r.lo + i0);
+    uint32_t w[kWords];
 #pragma unroll
-    for (int j = 0; j < kPer / 8; ++j) {
-      const uint4 q = src[j];
-      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {  // little endian: the lower half is the earlier element
-        v[8 * j + 2 * h] = __uint_as_float(w[h] << 16);
-        v[8 * j + 2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
-      }
+    for (int q = 0; q < kWords / 4; ++q) {
+      const uint4 x = src[q];
+      w[4 * q] = x.x, w[4 * q + 1] = x.y, w[4 * q + 2] = x.z, w[4 * q + 3] = x.w;
     }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = Unpack(w, j, T{});
   } else {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
