@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -454,12 +455,24 @@ def _torch_step_selection(tls, lens_t, cfg):
     return [top, blocks, *[x.values for x in sels]]
 
 
+# The step's implementation column: the path, and which CUDA select the public top-k used
+# (the cluster radix select is today's default; "filter" forces the filter-first select).
+STEP_IMPL = {
+    ("sparse", "cluster"): "sparse path",
+    ("mask", "cluster"): "mask path",
+    ("sparse", "filter"): "sparse path, filter top-k",
+    ("mask", "filter"): "mask path, filter top-k",
+}
+
+
 def bench_step(rng, bw, quick: bool) -> list[Row]:
     """The whole V4.1 decode indexer step in one jit (`make_two_level_indexer`: publish at layer
     20 + 4 consumers, each layer with its own cache), sparse and mask paths, beside an XLA
     composition with lax.top_k; plus the publish and one select alone (the per-layer split).
-    Floor = the source layer's whole cache + 4 consumers' candidate blocks."""
+    Floor = the source layer's whole cache + 4 consumers' candidate blocks. Each path is timed
+    with both CUDA selects (the filter-first one forced, before any path picks it)."""
     import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
 
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
@@ -473,12 +486,17 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
         qd, cd = dict(zip(layers, qs)), dict(zip(layers, caches))
         qr = dict(zip(layers, qs[::-1]))
         sets = [(qd, cd, lens, bt), (qr, cd, lens, bt)]
-        for path in ("sparse", "mask"):
+        for path, algorithm in itertools.product(("sparse", "mask"), ("cluster", "filter")):
             ix = dj.make_two_level_indexer(
                 cfg, source_layer=20, consumer_layers=layers[1:], path=path
             )
-            t = jax_time_us(lambda *a, ix=ix: ix.decode(*a), sets, calls=10)
-            rows.append(Row("decode step (publish + 4 selects)", shape, f"{path} path", t, floor))
+            with topk_ffi.forced_algorithm(algorithm):  # traced inside: the jit below is new
+                t = jax_time_us(lambda *a, ix=ix: ix.decode(*a), sets, calls=10)
+            rows.append(
+                Row(
+                    "decode step (publish + 4 selects)", shape, STEP_IMPL[path, algorithm], t, floor
+                )
+            )
         t = jax_time_us(
             lambda *a: _lax_step(cfg, *a),
             [(qs, caches, lens, bt), (qs[::-1], caches, lens, bt)],
@@ -507,20 +525,31 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
                 floor,
             )
         )
-        t = jax_time_us(
-            lambda q, c, n, b: dj.publish(q, c, n, b, cfg), [(qs[0], caches[0], lens, bt)]
-        )
-        rows.append(Row("publish (layer 20)", shape, "default", t, bs * ctx * 132 / (bw * 1e3)))
         _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(
             qs[0], caches[0], lens, bt
         )
-        for path in ("sparse", "mask"):
-            t = jax_time_us(
-                lambda *a, p=path: dj.select(*a, cfg, path=p),
-                [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
-            )
-            sel_floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
-            rows.append(Row("select (consumer layer)", shape, f"{path} path", t, sel_floor))
+        for algorithm in ("cluster", "filter"):
+            label = "default" if algorithm == "cluster" else "filter top-k"
+            with topk_ffi.forced_algorithm(algorithm):
+                t = jax_time_us(
+                    lambda q, c, n, b: dj.publish(q, c, n, b, cfg), [(qs[0], caches[0], lens, bt)]
+                )
+                rows.append(Row("publish (layer 20)", shape, label, t, bs * ctx * 132 / (bw * 1e3)))
+                for path in ("sparse", "mask"):
+                    t = jax_time_us(
+                        lambda *a, p=path: dj.select(*a, cfg, path=p),
+                        [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
+                    )
+                    sel_floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
+                    rows.append(
+                        Row(
+                            "select (consumer layer)",
+                            shape,
+                            STEP_IMPL[path, algorithm],
+                            t,
+                            sel_floor,
+                        )
+                    )
         del caches, cd, qd
     return rows
 

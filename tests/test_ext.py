@@ -247,6 +247,35 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
 
 
 @needs_ext
+def test_public_topk_uses_the_cluster_select_unless_the_filter_is_forced(monkeypatch):
+    """The dispatch policy lives in one function: the cluster radix select until the filter
+    select has device numbers; `forced_algorithm("filter")` (the bench's switch) reroutes every
+    call the filter select takes, and only those."""
+    import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
+    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
+    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    s, n = jnp.zeros((4, 9000), jnp.float32), jnp.full((4,), 9000, jnp.int32)
+
+    def target(k, **kw):
+        f = jax.jit(lambda s, n: dj.topk(s, n, k, implementation="ffi", **kw))
+        text = f.trace(s, n).lower(lowering_platforms=("cuda",)).as_text()
+        return "filter" if "@dsv41_filter_topk" in text else "cluster"
+
+    assert target(512) == "cluster"
+    with topk_ffi.forced_algorithm("filter"):
+        assert target(512) == "filter"
+        assert target(512, candidates=jnp.zeros((4, 64), jnp.int32)) == "filter"
+        assert target(5000) == "cluster"  # above the filter select's k
+    assert target(512) == "cluster"
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        with topk_ffi.forced_algorithm("fast"):
+            pass
+
+
+@needs_ext
 @pytest.mark.parametrize(
     "cc,topk_runs_ffi,logits_decline",
     [

@@ -4,6 +4,9 @@ run) and the elementwise page transform (logical_to_physical), in cuda/."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,6 +79,40 @@ def radix_topk(
     )
 
 
+_forced: str | None = None
+
+
+@contextlib.contextmanager
+def forced_algorithm(algorithm: str) -> Iterator[None]:
+    """Within the block, calls traced through the public ops use `algorithm` ("cluster" or
+    "filter") wherever it takes the call: the benchmark times whole paths (publish, select, the
+    step) with either select. It acts at trace time, so jit functions traced inside the block;
+    not for serving code."""
+    global _forced
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    previous, _forced = _forced, algorithm
+    try:
+        yield
+    finally:
+        _forced = previous
+
+
+def algorithm_for(scores, k: int, members, block_size: int) -> str:
+    """The CUDA select the public ops use for a call: the cluster radix select, the one measured
+    on the H200, until the filter-first select has run there (docs/topk.md); then by the bench's
+    figures. `forced_algorithm` overrides it where the filter select takes the call."""
+    takes_filter = scores.dtype == jnp.float32 and k <= _ext.limit("filter_topk_max_k")
+    if members is not None and members.shape[1] > 0:
+        need = _ext.extension().filter_topk_mask_bytes(
+            scores.shape[1], block_size, members.shape[1]
+        )
+        takes_filter &= need <= _ext.limit("filter_topk_mask_smem")
+    if _forced == "filter" and takes_filter:
+        return "filter"
+    return "cluster"
+
+
 def _verified_dtype(scores) -> None:
     # The bfloat16 instantiations equal the reference in the CPU-emulated tests but have not run
     # on a GPU yet: until they have, public calls keep bf16 on the next implementation.
@@ -85,11 +122,22 @@ def _verified_dtype(scores) -> None:
 
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
     _verified_dtype(scores)
-    return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions")
+    _ext.require_gpu(RADIX_TOPK)
+    algorithm = algorithm_for(scores, k, candidates, block_size)
+    return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
     _verified_dtype(block_scores)
+    _ext.require_gpu(RADIX_TOPK)
+    algorithm = algorithm_for(block_scores, num_candidates, None, block_size)
     return radix_topk(
-        block_scores, lengths, num_candidates, None, None, block_size, "candidate_blocks"
+        block_scores,
+        lengths,
+        num_candidates,
+        None,
+        None,
+        block_size,
+        "candidate_blocks",
+        algorithm,
     )
