@@ -137,6 +137,7 @@ SIZES = (
     ((1, 1 << 17, 512), KINDS),  # one row over a cluster: sampled bars, the gather
     ((2, 100000, 1500), KINDS),  # chunks whose top-k fill the first CTA's buffer
     ((3, 40000, 4096), KINDS),  # the largest k the filter kernel takes: cuts while streaming
+    ((2, 12288, 4096), ("random", "ascending")),  # filter: the buffer filled to its last pair
     ((5, 300, 2048), ("random", "special")),  # k above the row
     ((8, 131072, 512), KINDS),
     ((64, 16384, 512), ("random", "ties", "special")),
@@ -206,6 +207,25 @@ def test_topk_never_reads_past_length(request, rng, impl):
     poisoned = np.where(np.arange(4096)[None] < lens[:, None], s, np.inf).astype(np.float32)
     got = run_topk(impl, request, poisoned, lens, 512)
     np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, 512))
+
+
+@pytest.mark.parametrize("impl", impl_params(Case(3, 40001, 512)))
+def test_topk_full_unaligned_rows_read_nothing_past_the_buffer(request, rng, impl):
+    """Every row whole and of odd length (no row 16-byte aligned after the first; the last one
+    ends the buffer) with ragged starts reaching its end: the stand-in runs under
+    AddressSanitizer against exact-size buffers, so a load one past the end aborts."""
+    for n, k in ((40001, 512), (999, 64)):
+        s = make_scores(rng, 3, n, "random")
+        full = np.full(3, n, np.int32)
+        got = run_topk(impl, request, s, full, k)
+        np.testing.assert_array_equal(got, reference({"scores": s, "lens": full}, k))
+        if not impl.starts:
+            continue
+        starts = np.array([0, 1, n - 5], np.int32)
+        lens = n - starts
+        got = run_topk(impl, request, s, lens, k, starts=starts)
+        want = reference({"scores": s, "lens": lens, "starts": starts}, k)
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("impl", impl_params(Case(8, 131072, 512), ["ffi", "ffi-filter", "pallas"]))

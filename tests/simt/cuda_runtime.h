@@ -133,7 +133,10 @@ struct Cta {
 
 inline thread_local Cta* tl_cta = nullptr;
 inline thread_local char tl_anchor = 0;
-inline std::function<void()> on_cta_start;  // e.g. poison the CTA's shared memory
+// Called on each CTA's OS thread before its first thread runs and after its last one ends,
+// with the launch's dynamic shared memory size: the harness poisons the CTA's shared memory,
+// and puts a canary past the requested size that must survive the CTA.
+inline std::function<void(size_t)> on_cta_start, on_cta_end;
 
 inline void Yield() {
   Cta* c = tl_cta;
@@ -162,7 +165,7 @@ inline void FiberEntry() {
   ++c->progress;
 }
 
-inline void RunCta(Cta& c) {
+inline void RunCta(Cta& c, size_t dynamic_smem) {
   tl_cta = &c;
   c.ctx.resize(c.n);
   const size_t bytes = size_t(c.n) * kStack;
@@ -175,7 +178,7 @@ inline void RunCta(Cta& c) {
   c.warp_gen.assign((c.n + 31) / 32, 0);
   c.warp_count.assign((c.n + 31) / 32, 0);
   c.lanes.assign(c.n, 0);
-  if (on_cta_start) on_cta_start();
+  if (on_cta_start) on_cta_start(dynamic_smem);
   for (int i = 0; i < c.n; ++i) {
     getcontext(&c.ctx[i]);
     c.ctx[i].uc_stack.ss_sp = c.stacks + size_t(i) * kStack;
@@ -209,6 +212,7 @@ inline void RunCta(Cta& c) {
     }
   }
   munmap(c.stacks, bytes);
+  if (on_cta_end) on_cta_end(dynamic_smem);
 }
 
 }  // namespace emu
@@ -272,7 +276,7 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
         cta.cluster = &cluster;
         cta.rank = r;
         cluster.os_barrier.arrive_and_wait();  // every anchor is known
-        emu::RunCta(cta);
+        emu::RunCta(cta, config->dynamicSmemBytes);
       });
     }
     for (auto& t : ctas) t.join();

@@ -21,6 +21,33 @@ std::pair<void*, std::size_t> RadixTopkSharedMemory();
 std::pair<void*, std::size_t> SortBlocksSharedMemory();
 }  // namespace dsv41
 
+// Each CTA's dynamic shared memory starts as garbage (as on the GPU); the bytes past what the
+// launch asked for hold a canary, and a kernel that wrote there fails the run.
+static void GuardSharedMemory(std::pair<void*, std::size_t> (*buffer)()) {
+  constexpr unsigned char kGarbage = 0xA5, kCanary = 0xCD;
+  emu::on_cta_start = [buffer](size_t asked) {
+    auto [p, bytes] = buffer();
+    if (asked > bytes) {
+      std::fprintf(stderr, "emu: %zu bytes of dynamic shared memory asked, %zu here\n", asked,
+                   bytes);
+      std::abort();
+    }
+    std::memset(p, kGarbage, asked);
+    std::memset(static_cast<char*>(p) + asked, kCanary, bytes - asked);
+  };
+  emu::on_cta_end = [buffer](size_t asked) {
+    auto [p, bytes] = buffer();
+    const unsigned char* c = static_cast<const unsigned char*>(p);
+    for (size_t i = asked; i < bytes; ++i) {
+      if (c[i] != kCanary) {
+        std::fprintf(stderr, "emu: shared memory written at byte %zu, past the %zu asked\n", i,
+                     asked);
+        std::abort();
+      }
+    }
+  };
+}
+
 template <class T>
 static bool Read(std::FILE* f, std::vector<T>& v, size_t n) {
   v.resize(n);
@@ -46,10 +73,7 @@ static int RunSort(const char* case_path, const char* out_path) {
   const dsv41::SortBlocksArgs args{selected.data(), lens.data(), table.data(), blocks.data(),
                                    count.data(),    valid.data(), physical.data(), rows,
                                    c,               pages,        int32_t(h[3]),  int32_t(h[4])};
-  emu::on_cta_start = [] {
-    auto [p, bytes] = dsv41::SortBlocksSharedMemory();
-    std::memset(p, 0xA5, bytes);
-  };
+  GuardSharedMemory(dsv41::SortBlocksSharedMemory);
   const int32_t status = dsv41::LaunchSortCandidateBlocks(args, nullptr);
   std::FILE* o = std::fopen(out_path, "wb");
   std::fwrite(&status, 4, 1, o);
@@ -86,10 +110,7 @@ int main(int argc, char** argv) {
                              int32_t(k), int32_t(h[3]), static_cast<dsv41::TopkMode>(h[4]),
                              bf16};
   const bool filter = which == "filter";
-  emu::on_cta_start = [filter] {  // shared memory starts as garbage, as on the GPU
-    auto [p, bytes] = filter ? dsv41::FilterTopkSharedMemory() : dsv41::RadixTopkSharedMemory();
-    std::memset(p, 0xA5, bytes);
-  };
+  GuardSharedMemory(filter ? dsv41::FilterTopkSharedMemory : dsv41::RadixTopkSharedMemory);
   const cudaError_t err = filter ? dsv41::LaunchFilterTopk(args, nullptr)
                                  : dsv41::LaunchRadixTopk(args, nullptr);
   std::FILE* o = std::fopen(argv[3], "wb");
