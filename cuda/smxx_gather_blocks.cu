@@ -1,4 +1,5 @@
 #include "smxx_gather_blocks.cuh"
+#include "smxx_launch.cuh"
 
 namespace dsv41 {
 namespace {
@@ -64,8 +65,8 @@ void LaunchGatherCandidateBlocks(const uint8_t* cache, int64_t num_pages, const 
                                  cudaStream_t stream) {
   const int64_t pages = rows * (candidates / kBlocksPerCta);
   if (pages == 0) return;
-  GatherCandidateBlocksKernel<<<static_cast<unsigned>(pages), kThreads, 0, stream>>>(
-      cache, num_pages, physical, candidates, out);
+  LaunchKernel(GatherCandidateBlocksKernel, dim3(unsigned(pages)), dim3(kThreads), 0, stream, 0,
+               cache, num_pages, physical, candidates, out);
 }
 
 }  // namespace dsv41

@@ -1,4 +1,5 @@
 #include "smxx_page_transform.cuh"
+#include "smxx_launch.cuh"
 
 #include <cmath>
 
@@ -48,8 +49,9 @@ void LaunchLogicalToPhysical(const int32_t* indices, const int32_t* block_table,
   if (n == 0) return;
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
-  LogicalToPhysicalKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), threads, 0,
-                            stream>>>(indices, block_table, out, n, k, max_pages, page_size);
+  LaunchKernel(LogicalToPhysicalKernel, dim3(unsigned(blocks < 65535 ? blocks : 65535)),
+               dim3(threads), 0, stream, 0, indices, block_table, out, n, k, max_pages,
+               page_size);
 }
 
 void LaunchMarkInvalidPages(float* logits, int64_t stride, const int32_t* lens,
@@ -59,9 +61,8 @@ void LaunchMarkInvalidPages(float* logits, int64_t stride, const int32_t* lens,
   if (batch == 0 || max_pages == 0) return;
   const dim3 grid(unsigned((max_pages + kMarkThreads - 1) / kMarkThreads),
                   unsigned(batch * next_n));
-  MarkInvalidPagesKernel<<<grid, kMarkThreads, 0, stream>>>(logits, stride, lens, block_table,
-                                                            max_pages, num_pages, next_n,
-                                                            page_size);
+  LaunchKernel(MarkInvalidPagesKernel, grid, dim3(kMarkThreads), 0, stream, 0, logits, stride,
+               lens, block_table, max_pages, num_pages, next_n, page_size);
 }
 
 }  // namespace dsv41

@@ -2,6 +2,7 @@
 // the words' popcounts, and emits the set bits in order. O(nblocks / 32 + c) per row, no
 // comparisons, and duplicates vanish for free.
 #include "smxx_bitmap.cuh"
+#include "smxx_launch.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -143,12 +144,8 @@ cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t s
   if (smem > kMaxSortSmem) return cudaErrorInvalidValue;
   const int32_t spp = args.page_size / args.block_size;
   const int32_t spp_shift = (spp & (spp - 1)) == 0 ? __builtin_ctz(uint32_t(spp)) : -1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(args.rows));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  return cudaLaunchKernelEx(&config, SortCandidateBlocksKernel, args, words, spp_shift);
+  return LaunchKernel(SortCandidateBlocksKernel, dim3(unsigned(args.rows)), dim3(kThreads), smem,
+                      stream, 0, args, words, spp_shift);
 }
 
 }  // namespace dsv41

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "smxx_launch.cuh"
 #include "smxx_radix_topk.cuh"
 
 namespace dsv41 {
@@ -139,19 +140,8 @@ __device__ __forceinline__ void LoadKeys(const TopkArgs& a, const Row<T>& r, int
 template <class Kernel>
 cudaError_t LaunchRowClusters(Kernel kernel, const TopkArgs& args, int64_t chunk, int cluster,
                               int threads, size_t smem, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(args.rows * cluster));
-  config.blockDim = dim3(unsigned(threads));
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, args, chunk);
+  return LaunchKernel(kernel, dim3(unsigned(args.rows * cluster)), dim3(unsigned(threads)), smem,
+                      stream, unsigned(cluster), args, chunk);
 }
 
 }  // namespace topk

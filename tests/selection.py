@@ -167,7 +167,7 @@ def build_emulator(directory: pathlib.Path) -> pathlib.Path:
     if cxx is None:
         pytest.skip("needs g++ to build the SIMT stand-in")
     exe = directory / "kernels_emu"
-    names = ("main.cc", "filter_topk.cc", "radix_topk.cc", "sort_blocks.cc")
+    names = ("main.cc", "filter_topk.cc", "radix_topk.cc", "sort_blocks.cc", "page_kernels.cc")
     sources = [str(SIMT / f) for f in names]
     flags = ["-std=c++20", "-O2", "-fno-extern-tls-init", f"-I{SIMT}", f"-I{ROOT / 'cuda'}"]
     # AddressSanitizer: the kernels' global loads and stores hit exact-size host buffers, so a
@@ -235,6 +235,21 @@ def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
         parts[3],
         parts[4].reshape(rows, c),
     )
+
+
+def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
+    """Runs one page kernel (tests/simt/main.cc: "gather", "l2p" or "mark") on the CPU
+    stand-in: `header` up to 8 ints, then `arrays` in order; returns the output array."""
+    work = pathlib.Path(exe).parent
+    case, out = work / f"case_{kernel}", work / f"out_{kernel}"
+    with open(case, "wb") as f:
+        np.array(list(header) + [0] * (8 - len(header)), np.int64).tofile(f)
+        for a in arrays:
+            np.ascontiguousarray(a).tofile(f)
+    _run(exe, kernel, str(case), str(out))
+    raw = np.fromfile(out, np.uint8)
+    assert raw[:4].view(np.int32)[0] == 0
+    return raw[4:].view(out_dtype).reshape(out_shape)
 
 
 # ---------------------------------------------------------------------------------- the runners

@@ -303,6 +303,22 @@ def test_logical_to_physical(rng):
     np.testing.assert_array_equal(got, want)
 
 
+def test_logical_to_physical_kernel_on_the_stand_in(simt_topk, rng):
+    """The CUDA kernel on the CPU stand-in (under AddressSanitizer): positions past the page
+    table, negative pages and -1 never index outside the table."""
+    from selection import emulate_page_kernel
+
+    rows, k, pages, page_size = 7, 300, 9, 64
+    idx = rng.integers(-3, pages * page_size + 200, (rows, k)).astype(np.int32)
+    idx[0, :3] = [-1, 2**31 - 1, pages * page_size]
+    bt = rng.integers(-1, 1000, (rows, pages)).astype(np.int32)
+    got = emulate_page_kernel(
+        simt_topk, "l2p", (rows, k, pages, page_size), (idx, bt), np.int32, (rows, k)
+    )
+    want = dj.logical_to_physical(jnp.asarray(idx), jnp.asarray(bt), page_size)
+    np.testing.assert_array_equal(got, np.asarray(want))
+
+
 def test_logical_to_physical_bad_inputs():
     with pytest.raises(ValueError, match="block_table must have shape"):
         dj.logical_to_physical(jnp.zeros((2, 4), jnp.int32), jnp.zeros((3, 4), jnp.int32), 64)

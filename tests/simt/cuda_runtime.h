@@ -1,9 +1,10 @@
-// A CPU stand-in for the parts of the CUDA runtime the selection kernels use, so their source
-// compiles with g++ and runs on a machine without a GPU (tests/selection.py: the "emulated-*" implementations).
+// A CPU stand-in for the parts of the CUDA runtime the project's own kernels use, so their
+// source compiles with g++ and runs on a machine without a GPU (tests/selection.py).
 //
 // Every CUDA thread is a fiber (ucontext); one OS thread runs one CTA's fibers, each until it
-// waits at a barrier, in a pseudo-random order that changes every pass. Barriers (__syncthreads, the warp exchange inside __shfl_up_sync,
-// cluster.sync) are generation counters, so a fiber resumes only once its whole group arrived.
+// waits at a barrier, in a pseudo-random order that changes every pass. Barriers
+// (__syncthreads, the warp exchange inside __shfl_up_sync, cluster.sync) are generation
+// counters, so a fiber resumes only once its whole group arrived.
 // The CTAs of a cluster run on concurrent OS threads; `__shared__` variables are thread_local,
 // so each CTA has its own, and map_shared_rank moves an address between the CTAs' thread-local
 // blocks (same layout in every thread). Atomics are plain operations: a CTA's fibers share one
@@ -258,28 +259,36 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
       cl = int(config->attrs[i].val.clusterDim.x);
     }
   }
-  const unsigned grid = config->gridDim.x, block = config->blockDim.x;
-  if (cl < 1 || grid % unsigned(cl) != 0 || block % 32 != 0) return cudaErrorInvalidValue;
+  const dim3 grid = config->gridDim;
+  const unsigned block = config->blockDim.x;
+  if (cl < 1 || grid.x % unsigned(cl) != 0 || block % 32 != 0 || config->blockDim.y != 1 ||
+      config->blockDim.z != 1) {
+    return cudaErrorInvalidValue;
+  }
   std::function<void()> body = [&] { kernel(P(args)...); };
-  for (unsigned first = 0; first < grid; first += unsigned(cl)) {
-    emu::Cluster cluster(cl);
-    std::vector<std::thread> ctas;
-    for (int r = 0; r < cl; ++r) {
-      ctas.emplace_back([&, r] {
-        blockIdx = dim3(first + unsigned(r));
-        blockDim = config->blockDim;
-        gridDim = config->gridDim;
-        cluster.anchors[r] = &emu::tl_anchor;
-        emu::Cta cta;
-        cta.n = int(block);
-        cta.body = body;
-        cta.cluster = &cluster;
-        cta.rank = r;
-        cluster.os_barrier.arrive_and_wait();  // every anchor is known
-        emu::RunCta(cta, config->dynamicSmemBytes);
-      });
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned first = 0; first < grid.x; first += unsigned(cl)) {
+        emu::Cluster cluster(cl);
+        std::vector<std::thread> ctas;
+        for (int r = 0; r < cl; ++r) {
+          ctas.emplace_back([&, r] {
+            blockIdx = dim3(first + unsigned(r), y, z);
+            blockDim = config->blockDim;
+            gridDim = grid;
+            cluster.anchors[r] = &emu::tl_anchor;
+            emu::Cta cta;
+            cta.n = int(block);
+            cta.body = body;
+            cta.cluster = &cluster;
+            cta.rank = r;
+            cluster.os_barrier.arrive_and_wait();  // every anchor is known
+            emu::RunCta(cta, config->dynamicSmemBytes);
+          });
+        }
+        for (auto& t : ctas) t.join();
+      }
     }
-    for (auto& t : ctas) t.join();
   }
   return cudaSuccess;
 }

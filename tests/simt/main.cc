@@ -1,6 +1,7 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
 //   kernels_emu filter|radix CASE OUT      (the top-k selects; format below)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
+//   kernels_emu gather|l2p|mark CASE OUT   (page kernels; formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
 // [rows, num_members]. OUT: int32 status,
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "smxx_filter_topk.cuh"
+#include "smxx_gather_blocks.cuh"
+#include "smxx_page_transform.cuh"
 #include "smxx_radix_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
@@ -77,7 +80,62 @@ static int RunSort(const char* case_path, const char* out_path) {
   const int32_t status = dsv41::LaunchSortCandidateBlocks(args, nullptr);
   std::FILE* o = std::fopen(out_path, "wb");
   std::fwrite(&status, 4, 1, o);
-  for (const auto* v : {&blocks, &count, &valid, &physical}) std::fwrite(v->data(), 4, v->size(), o);
+  for (const auto* v : {&blocks, &count, &valid, &physical}) {
+    std::fwrite(v->data(), 4, v->size(), o);
+  }
+  std::fclose(o);
+  return 0;
+}
+
+// CASE: int64 header h[8]; then the kernel's arrays. OUT: int32 status, then the output array
+// (poisoned with 0x7e bytes before the launch, so unwritten elements show).
+//   gather: h = {num_pages, rows, candidates}; uint8 cache [num_pages * 8448]; int32 physical
+//           [rows, candidates] -> uint8 out [rows * candidates / 8 * 8448]
+//   l2p:    h = {rows, k, max_pages, page_size}; int32 indices [rows, k], block_table
+//           [rows, max_pages] -> int32 out [rows, k]
+//   mark:   h = {batch, next_n, max_pages, num_pages, stride, page_size}; float logits
+//           [batch * next_n, stride] (in/out); int32 lens [batch], block_table [batch, max_pages]
+static int RunPageKernel(const std::string& which, const char* case_path, const char* out_path) {
+  std::FILE* f = std::fopen(case_path, "rb");
+  if (!f) return 2;
+  std::vector<int64_t> h;
+  if (!Read(f, h, 8)) return 2;
+  emu::on_cta_start = nullptr, emu::on_cta_end = nullptr;  // no dynamic shared memory
+  std::vector<uint8_t> out;
+  if (which == "gather") {
+    std::vector<uint8_t> cache;
+    std::vector<int32_t> physical;
+    const int64_t page_bytes = dsv41::kGatherPageSize * (dsv41::kGatherHeadDim + 4);
+    if (!Read(f, cache, h[0] * page_bytes) || !Read(f, physical, h[1] * h[2])) return 2;
+    out.assign(h[1] * h[2] / 8 * page_bytes, 0x7e);
+    dsv41::LaunchGatherCandidateBlocks(cache.data(), h[0], physical.data(), h[1], h[2],
+                                       out.data(), nullptr);
+  } else if (which == "l2p") {
+    std::vector<int32_t> indices, table, result(h[0] * h[1], 0x7e7e7e7e);
+    if (!Read(f, indices, h[0] * h[1]) || !Read(f, table, h[0] * h[2])) return 2;
+    dsv41::LaunchLogicalToPhysical(indices.data(), table.data(), result.data(), h[0], h[1], h[2],
+                                   int32_t(h[3]), nullptr);
+    out.assign(reinterpret_cast<uint8_t*>(result.data()),
+               reinterpret_cast<uint8_t*>(result.data() + result.size()));
+  } else if (which == "mark") {
+    std::vector<float> logits;
+    std::vector<int32_t> lens, table;
+    if (!Read(f, logits, h[0] * h[1] * h[4]) || !Read(f, lens, h[0]) ||
+        !Read(f, table, h[0] * h[2])) {
+      return 2;
+    }
+    dsv41::LaunchMarkInvalidPages(logits.data(), h[4], lens.data(), table.data(), h[0], h[2],
+                                  h[3], int32_t(h[1]), int32_t(h[5]), nullptr);
+    out.assign(reinterpret_cast<uint8_t*>(logits.data()),
+               reinterpret_cast<uint8_t*>(logits.data() + logits.size()));
+  } else {
+    return 2;
+  }
+  std::fclose(f);
+  std::FILE* o = std::fopen(out_path, "wb");
+  const int32_t status = 0;
+  std::fwrite(&status, 4, 1, o);
+  std::fwrite(out.data(), 1, out.size(), o);
   std::fclose(o);
   return 0;
 }
@@ -86,6 +144,9 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
+  if (which == "gather" || which == "l2p" || which == "mark") {
+    return RunPageKernel(which, argv[2], argv[3]);
+  }
   std::FILE* f = std::fopen(argv[2], "rb");
   if (!f) return 2;
   std::vector<int64_t> h;
