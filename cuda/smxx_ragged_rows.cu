@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "smxx_launch.cuh"
+
 namespace dsv41 {
 namespace {
 
@@ -41,9 +43,8 @@ template <typename T>
 cudaError_t LaunchPrepareRaggedRows(cudaStream_t stream, T* logits, int64_t cols,
                                     const int32_t* starts, const int32_t* ends, int64_t rows,
                                     int64_t rows_padded, uint32_t* ranges) {
-  PrepareRaggedRowsKernel<T><<<unsigned(rows_padded), kThreads, 0, stream>>>(
-      logits, cols, starts, ends, rows, rows_padded, ranges);
-  return cudaGetLastError();
+  return LaunchKernel(PrepareRaggedRowsKernel<T>, dim3(unsigned(rows_padded)), dim3(kThreads), 0,
+                      stream, 0, logits, cols, starts, ends, rows, rows_padded, ranges);
 }
 
 template cudaError_t LaunchPrepareRaggedRows<float>(cudaStream_t, float*, int64_t, const int32_t*,

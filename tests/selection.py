@@ -167,7 +167,14 @@ def build_emulator(directory: pathlib.Path) -> pathlib.Path:
     if cxx is None:
         pytest.skip("needs g++ to build the SIMT stand-in")
     exe = directory / "kernels_emu"
-    names = ("main.cc", "filter_topk.cc", "radix_topk.cc", "sort_blocks.cc", "page_kernels.cc")
+    names = (
+        "main.cc",
+        "filter_topk.cc",
+        "radix_topk.cc",
+        "sort_blocks.cc",
+        "page_kernels.cc",
+        "ragged_rows.cc",
+    )
     sources = [str(SIMT / f) for f in names]
     flags = ["-std=c++20", "-O2", "-fno-extern-tls-init", f"-I{SIMT}", f"-I{ROOT / 'cuda'}"]
     # AddressSanitizer: the kernels' global loads and stores hit exact-size host buffers, so a
@@ -238,8 +245,9 @@ def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
 
 
 def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
-    """Runs one page kernel (tests/simt/main.cc: "gather", "l2p" or "mark") on the CPU
-    stand-in: `header` up to 8 ints, then `arrays` in order; returns the output array."""
+    """Runs one of the small kernels (tests/simt/main.cc: "gather", "l2p", "mark", "ragged")
+    on the CPU stand-in: `header` up to 8 ints, then `arrays` in order; returns the output
+    bytes viewed as `out_dtype` in `out_shape`."""
     work = pathlib.Path(exe).parent
     case, out = work / f"case_{kernel}", work / f"out_{kernel}"
     with open(case, "wb") as f:

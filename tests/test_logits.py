@@ -315,3 +315,27 @@ def test_mark_invalid_pages_kernel_on_the_stand_in(simt_topk, rng):
                 if not 0 <= bt[b, c] < num_pages:
                     want[b * next_n + j, c * p : min((c + 1) * p, visible)] = np.nan
     np.testing.assert_array_equal(got, want)
+
+
+def test_ragged_rows_kernel_on_the_stand_in(simt_topk):
+    """The prefill rows' preparation (cuda/smxx_ragged_rows): ranges clamped to
+    0 <= ks <= ke <= cols, -inf past each row's keys and nothing else written, padding rows
+    given an empty range at the last row's start."""
+    from selection import emulate_page_kernel
+
+    rows, padded, cols = 7, 8, 30
+    starts = np.array([0, 5, -3, 29, 40, 10, 12], np.int32)
+    ends = np.array([30, 4, 7, 31, 50, 10, 20], np.int32)
+    raw = emulate_page_kernel(
+        simt_topk, "ragged", (rows, padded, cols), (starts, ends), np.uint32, (-1,)
+    )
+    logits, ranges = raw[: rows * cols].view(np.float32).reshape(rows, cols), raw[rows * cols :]
+    ks = np.clip(starts, 0, cols)
+    ke = np.maximum(np.clip(ends, 0, cols), ks)
+    np.testing.assert_array_equal(ranges[:rows], ks)
+    np.testing.assert_array_equal(ranges[padded : padded + rows], ke)
+    assert ranges[rows] == ranges[padded + rows] == ks[-1]  # the padding row: empty
+    untouched = np.frombuffer(b"\x7e" * 4, np.float32)[0]
+    for r in range(rows):
+        np.testing.assert_array_equal(logits[r, : ke[r] - ks[r]], untouched)
+        assert (logits[r, ke[r] - ks[r] :] == -np.inf).all()

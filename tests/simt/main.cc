@@ -1,7 +1,7 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
 //   kernels_emu filter|radix CASE OUT      (the top-k selects; format below)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
-//   kernels_emu gather|l2p|mark CASE OUT   (page kernels; formats at RunPageKernel)
+//   kernels_emu gather|l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
 // [rows, num_members]. OUT: int32 status,
@@ -16,6 +16,7 @@
 #include "smxx_gather_blocks.cuh"
 #include "smxx_page_transform.cuh"
 #include "smxx_radix_topk.cuh"
+#include "smxx_ragged_rows.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -95,6 +96,8 @@ static int RunSort(const char* case_path, const char* out_path) {
 //           [rows, max_pages] -> int32 out [rows, k]
 //   mark:   h = {batch, next_n, max_pages, num_pages, stride, page_size}; float logits
 //           [batch * next_n, stride] (in/out); int32 lens [batch], block_table [batch, max_pages]
+//   ragged: h = {rows, rows_padded, cols}; int32 starts [rows], ends [rows] -> float logits
+//           [rows, cols] (poisoned), then uint32 ranges [2 * rows_padded]
 static int RunPageKernel(const std::string& which, const char* case_path, const char* out_path) {
   std::FILE* f = std::fopen(case_path, "rb");
   if (!f) return 2;
@@ -128,6 +131,18 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
                                   h[3], int32_t(h[1]), int32_t(h[5]), nullptr);
     out.assign(reinterpret_cast<uint8_t*>(logits.data()),
                reinterpret_cast<uint8_t*>(logits.data() + logits.size()));
+  } else if (which == "ragged") {
+    std::vector<int32_t> starts, ends;
+    if (!Read(f, starts, h[0]) || !Read(f, ends, h[0])) return 2;
+    std::vector<float> logits(h[0] * h[2]);
+    std::vector<uint32_t> ranges(2 * h[1], 0x7e7e7e7eu);
+    std::memset(logits.data(), 0x7e, logits.size() * 4);
+    dsv41::LaunchPrepareRaggedRows<float>(nullptr, logits.data(), h[2], starts.data(),
+                                          ends.data(), h[0], h[1], ranges.data());
+    out.assign(reinterpret_cast<uint8_t*>(logits.data()),
+               reinterpret_cast<uint8_t*>(logits.data() + logits.size()));
+    out.insert(out.end(), reinterpret_cast<uint8_t*>(ranges.data()),
+               reinterpret_cast<uint8_t*>(ranges.data() + ranges.size()));
   } else {
     return 2;
   }
@@ -144,7 +159,7 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
-  if (which == "gather" || which == "l2p" || which == "mark") {
+  if (which == "gather" || which == "l2p" || which == "mark" || which == "ragged") {
     return RunPageKernel(which, argv[2], argv[3]);
   }
   std::FILE* f = std::fopen(argv[2], "rb");
