@@ -9,6 +9,22 @@
 
 namespace dsv41 {
 
+// Sets bit b - lo of `bits` for every id b in [lo, hi) among ids[0, n) (any order; repeats and
+// ids outside the range are ignored), after clearing those hi - lo bits. Every thread of the
+// block calls it (it synchronises twice).
+template <int kThreads>
+__device__ __forceinline__ void MarkIds(uint32_t* bits, int64_t lo, int64_t hi,
+                                        const int32_t* ids, int64_t n) {
+  const int64_t words = (hi - lo + 31) / 32;
+  for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const int64_t b = ids[i];
+    if (b >= lo && b < hi) atomicOr(&bits[(b - lo) >> 5], 1u << ((b - lo) & 31));
+  }
+  __syncthreads();
+}
+
 // Calls emit(b, i, n) for every set bit b of bitmap[0, words), i being b's rank among the n set
 // bits, so ascending b lands at ascending i. Each thread owns a contiguous run of words: one block scan
 // of their popcounts gives every thread its first rank, and no comparison is needed. Returns the

@@ -303,14 +303,7 @@ __device__ int64_t MaskBlocks(Shared& sh, const TopkArgs& a, int64_t row, int64_
                               uint32_t* bits, int32_t* blocks) {
   const int64_t nblocks = (len + a.block_size - 1) / a.block_size;
   const int64_t words = (nblocks + 31) / 32;
-  for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
-  __syncthreads();
-  const int32_t* m = a.members + row * a.num_members;
-  for (int64_t i = threadIdx.x; i < a.num_members; i += kThreads) {
-    const int64_t b = m[i];
-    if (b >= 0 && b < nblocks) atomicOr(&bits[b >> 5], 1u << (b & 31));
-  }
-  __syncthreads();
+  MarkIds<kThreads>(bits, 0, nblocks, a.members + row * a.num_members, a.num_members);
   const int32_t total = ForEachSetBitInOrder<kThreads>(
       bits, words, sh.warp_sums, &sh.scan_total,
       [&](int32_t b, int32_t i, int32_t) { blocks[i] = b; });
@@ -330,9 +323,6 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int64_t row = blockIdx.x / cl;
   DSV41_STAMP(0);
-  auto body = [&](const auto& src) {
-    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row);
-  };
   if constexpr (kMasked) {
     const topk::Row<T> whole = topk::RowChunk<T>(a, row, a.n, 0);
     uint32_t* bits = dyn + 2 * kCap;
@@ -347,13 +337,13 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
     src.block_size = a.block_size;
     src.vector = a.block_size % kPer == 0 && src.lo % kPer == 0 &&
                  (reinterpret_cast<uintptr_t>(whole.scores) & 15) == 0;
-    body(src);
+    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row);
   } else {
     RowChunkSource<T> src;
     src.r = topk::RowChunk<T>(a, row, chunk, rank);
     src.mine = src.r.hi - src.r.lo;
     src.aligned = topk::Aligned(src.r);
-    body(src);
+    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row);
   }
 }
 
@@ -378,13 +368,9 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t PrepareFilterTopk() {
-  for (auto kernel : {FilterTopkKernel<float, false>, FilterTopkKernel<topk::Bf16, false>,
-                      FilterTopkKernel<float, true>, FilterTopkKernel<topk::Bf16, true>}) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kBufferSmem + kFilterMaskSmem));
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
+  return SetMaxDynamicSmem(kBufferSmem + kFilterMaskSmem, FilterTopkKernel<float, false>,
+                           FilterTopkKernel<topk::Bf16, false>, FilterTopkKernel<float, true>,
+                           FilterTopkKernel<topk::Bf16, true>);
 }
 
 int64_t FilterTopkMaskBytes(int64_t n, int32_t block_size, int64_t num_members) {

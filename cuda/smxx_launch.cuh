@@ -31,4 +31,16 @@ cudaError_t LaunchKernel(Kernel kernel, dim3 grid, dim3 block, size_t smem, cuda
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
+// Raises each kernel's dynamic shared memory limit to `bytes`; stops at the first error. A
+// one-time set-up call: never while a stream is being captured.
+template <class... Kernels>
+cudaError_t SetMaxDynamicSmem(size_t bytes, Kernels... kernels) {
+  cudaError_t err = cudaSuccess;
+  ((err = err == cudaSuccess ? cudaFuncSetAttribute(
+                                   kernels, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))
+                             : err),
+   ...);
+  return err;
+}
+
 }  // namespace dsv41

@@ -9,6 +9,7 @@
 // Deterministic: counts are order-independent and the emission order is the position order.
 #include <cooperative_groups.h>
 
+#include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_radix_topk.cuh"
@@ -82,18 +83,8 @@ __device__ __forceinline__ void BuildMemberBits(const TopkArgs& a, int64_t row, 
                                                 uint32_t* bits) {
   r.member_base = r.lo / a.block_size;
   const int64_t b_hi = (r.hi + a.block_size - 1) / a.block_size;
-  const int64_t words = (b_hi - r.member_base + 31) / 32;
-  for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
-  __syncthreads();
-  const int32_t* m = a.members + row * a.num_members;
-  for (int64_t i = threadIdx.x; i < a.num_members; i += kThreads) {
-    const int64_t b = m[i];
-    if (b >= r.member_base && b < b_hi) {
-      atomicOr(&bits[(b - r.member_base) >> 5], 1u << ((b - r.member_base) & 31));
-    }
-  }
+  MarkIds<kThreads>(bits, r.member_base, b_hi, a.members + row * a.num_members, a.num_members);
   r.member_bits = bits;
-  __syncthreads();
 }
 
 // The chunk's keys into shared memory (chunks of at most kCachedKeys).
@@ -349,15 +340,14 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
 }  // namespace
 
 cudaError_t PrepareRadixTopk() {
+  cudaError_t err =
+      SetMaxDynamicSmem(kMaxTopkSmem, RadixTopkKernel<float>, RadixTopkKernel<topk::Bf16>);
   for (auto kernel : {RadixTopkKernel<float>, RadixTopkKernel<topk::Bf16>}) {
-    cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxTopkSmem);
     if (err == cudaSuccess) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
-    if (err != cudaSuccess) return err;
   }
-  return cudaSuccess;
+  return err;
 }
 
 cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {

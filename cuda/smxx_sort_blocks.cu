@@ -129,8 +129,7 @@ constexpr size_t kMaxSortSmem =
     size_t(kMaxSortBlocks / 32 + kMaxStagedPages + 2 * kMaxSortCandidates) * sizeof(uint32_t);
 
 cudaError_t PrepareSortCandidateBlocks() {
-  return cudaFuncSetAttribute(SortCandidateBlocksKernel,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSortSmem));
+  return SetMaxDynamicSmem(kMaxSortSmem, SortCandidateBlocksKernel);
 }
 
 cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t stream) {

@@ -54,6 +54,17 @@ inline int CurrentDeviceAttribute(cudaDeviceAttr attribute) {
   return value;
 }
 
+// The Prepare step of an SM100-only handler: on an SM100 device run `set` (its kernels'
+// attributes) and record per device whether it succeeded, which the handler checks; on any other
+// device there is nothing to set (the handler refuses there).
+template <class Set>
+cudaError_t PrepareOnSm100(PerDevice& prepared, Set set) {
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
+  const cudaError_t err = set();
+  prepared.Record(err == cudaSuccess);
+  return err;
+}
+
 inline ffi::Error InvalidArgument(const char* op, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(op) + ": " + what);
 }

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "sm100_paged_sparse_mqa_logits.h"
+#include "smxx_launch.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "tma.h"
 
@@ -100,13 +101,7 @@ ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S3
 }  // namespace
 
 cudaError_t PrepareMqaLogitsSm100() {
-  // Not an SM100 device: nothing to set (the handler refuses there).
-  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
-  cudaError_t err = cudaSuccess;
-  err = cudaFuncSetAttribute(Kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(sizeof(Storage)));
-  g_prepared.Record(err == cudaSuccess);
-  return err;
+  return PrepareOnSm100(g_prepared, [] { return SetMaxDynamicSmem(sizeof(Storage), Kernel()); });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(MqaLogitsSm100FFI, MqaLogitsSm100,

@@ -12,6 +12,7 @@
 
 #include "common.h"
 #include "sm100_paged_sparse_mqa_logits.h"
+#include "smxx_launch.cuh"
 #include "tma.h"
 
 namespace dsv41 {
@@ -137,27 +138,18 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
 }  // namespace
 
 cudaError_t PreparePagedMqaLogitsSm100() {
-  // Not an SM100 device: nothing to set (the handler refuses there).
-  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
-  cudaError_t err = cudaSuccess;
-  for (auto kernel : {Kernel<64>(), Kernel<128>()}) {
-    if (err == cudaSuccess) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 int(sizeof(Storage)));
+  return PrepareOnSm100(g_prepared, [] {
+    cudaError_t err = SetMaxDynamicSmem(sizeof(Storage), Kernel<64>(), Kernel<128>());
+    // The metadata kernels' largest shared-memory use: at the most rows each block size serves.
+    const std::pair<decltype(MetadataKernel<256>()), int> metadata[] = {
+        {MetadataKernel<256>(), MetadataSmem(512, 256)},
+        {MetadataKernel<512>(), MetadataSmem(2048, 512)},
+        {MetadataKernel<1024>(), MetadataSmem(kSm100MaxRows, 1024)}};
+    for (const auto& [kernel, smem] : metadata) {
+      if (err == cudaSuccess) err = SetMaxDynamicSmem(size_t(smem), kernel);
     }
-  }
-  // The metadata kernels' largest shared-memory use: at the most rows each block size serves.
-  const std::pair<decltype(MetadataKernel<256>()), int> metadata[] = {
-      {MetadataKernel<256>(), MetadataSmem(512, 256)},
-      {MetadataKernel<512>(), MetadataSmem(2048, 512)},
-      {MetadataKernel<1024>(), MetadataSmem(kSm100MaxRows, 1024)}};
-  for (const auto& [kernel, smem] : metadata) {
-    if (err == cudaSuccess) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    }
-  }
-  g_prepared.Record(err == cudaSuccess);
-  return err;
+    return err;
+  });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaLogitsSm100FFI, PagedMqaLogitsSm100,

@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "sm100_paged_sparse_mqa_logits.h"
+#include "smxx_launch.cuh"
 #include "tma.h"
 
 namespace dsv41 {
@@ -64,13 +65,9 @@ cudaError_t SetAttributes() {
   auto meta = &sched::sm100_sparse_mqa_logits_metadata<true, false, kBlockQ, kSplitKV, kSparseBlock,
                                                        kMaxSparseBlocks, kPage, kSplitsPerEntry,
                                                        kSm100SMs, kMetadataThreads>;
-  cudaError_t err = cudaFuncSetAttribute(main, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(sizeof(Storage)));
-  if (err == cudaSuccess) {
-    err = cudaFuncSetAttribute(meta, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               int((sizeof(MetadataStorage) + 127) / 128 * 128));
-  }
-  return err;
+  const cudaError_t err = SetMaxDynamicSmem(sizeof(Storage), main);
+  return err == cudaSuccess ? SetMaxDynamicSmem((sizeof(MetadataStorage) + 127) / 128 * 128, meta)
+                            : err;
 }
 
 PerDevice g_prepared;  // 1 once PreparePagedSparseMqaLogitsSm100 set the kernel attributes
@@ -143,13 +140,10 @@ int64_t Sm100SparseWorkspaceBytes(int64_t rows) {
 }
 
 cudaError_t PreparePagedSparseMqaLogitsSm100() {
-  // Not an SM100 device: nothing to set (the handler refuses there).
-  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor) != 10) return cudaSuccess;
-  cudaError_t err = cudaSuccess;
-  err = SetAttributes<64>();
-  if (err == cudaSuccess) err = SetAttributes<128>();
-  g_prepared.Record(err == cudaSuccess);
-  return err;
+  return PrepareOnSm100(g_prepared, [] {
+    const cudaError_t err = SetAttributes<64>();
+    return err == cudaSuccess ? SetAttributes<128>() : err;
+  });
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI, PagedSparseMqaLogitsSm100,

@@ -9,6 +9,7 @@
 #include <deep_gemm/impls/sm90_fp8_mqa_logits.cuh>
 
 #include "common.h"
+#include "smxx_launch.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "tma.h"
 
@@ -66,14 +67,8 @@ cudaError_t LaunchForSMs(int num_sms, cudaStream_t stream, uint32_t rows_padded,
 
 template <uint32_t kNumHeads>
 cudaError_t SetSmemAttributes() {
-  cudaError_t err = cudaSuccess;
-  for (auto kernel : {Kernel<kNumHeads, 132>(), Kernel<kNumHeads, 114>(), Kernel<kNumHeads, 78>()}) {
-    if (err == cudaSuccess) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 SmemBytes(kNumHeads));
-    }
-  }
-  return err;
+  return SetMaxDynamicSmem(size_t(SmemBytes(kNumHeads)), Kernel<kNumHeads, 132>(),
+                           Kernel<kNumHeads, 114>(), Kernel<kNumHeads, 78>());
 }
 
 PerDevice g_num_sms;  // the SM count, recorded by the Prepare function below

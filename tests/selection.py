@@ -197,27 +197,37 @@ def _run(exe, *args) -> None:
     assert done.returncode == 0, f"the stand-in failed ({done.returncode}):\n{errors[-4000:]}"
 
 
+def _launch(exe, command: str, header, arrays) -> tuple[int, np.ndarray]:
+    """Writes a case file (int64 `header`, then each array's bytes), runs `command` of
+    tests/simt/main.cc on it, and returns (cudaError, the output's bytes after it)."""
+    work = pathlib.Path(exe).parent
+    case, out = work / f"case_{command}", work / f"out_{command}"
+    with open(case, "wb") as f:
+        np.array(header, np.int64).tofile(f)
+        for a in arrays:
+            np.ascontiguousarray(a).tofile(f)
+    _run(exe, command, str(case), str(out))
+    raw = np.fromfile(out, np.uint8)
+    return int(raw[:4].view(np.int32)[0]), raw[4:]
+
+
 def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=8, mode=0):
     """Runs LaunchFilterTopk ("filter") or LaunchRadixTopk ("cluster") on the CPU stand-in;
     returns (cudaError, out)."""
     scores = np.asarray(scores)
     rows, n = scores.shape
-    m = 0 if members is None else members.shape[1]
     bf16 = scores.dtype == jnp.bfloat16
-    work = pathlib.Path(exe).parent
-    case, out = work / f"case_{kernel}", work / f"out_{kernel}"
-    with open(case, "wb") as f:
-        header = [rows, n, k, block_size, mode, starts is not None, members is not None, m, bf16]
-        np.array(header, np.int64).tofile(f)
-        np.ascontiguousarray(scores if bf16 else scores.astype(np.float32)).tofile(f)
-        np.asarray(lens, np.int32).tofile(f)
-        np.asarray(np.zeros(rows) if starts is None else starts, np.int32).tofile(f)
-        if members is not None:
-            np.asarray(members, np.int32).tofile(f)
-    name = "filter" if kernel == "filter" else "radix"
-    _run(exe, name, str(case), str(out))
-    raw = np.fromfile(out, np.int32)
-    return int(raw[0]), raw[1:].reshape(rows, k)
+    m = 0 if members is None else members.shape[1]
+    header = [rows, n, k, block_size, mode, starts is not None, members is not None, m, bf16]
+    arrays = [
+        scores if bf16 else scores.astype(np.float32),
+        np.asarray(lens, np.int32),
+        np.asarray(np.zeros(rows) if starts is None else starts, np.int32),
+    ]
+    if members is not None:
+        arrays.append(np.asarray(members, np.int32))
+    status, out = _launch(exe, "filter" if kernel == "filter" else "radix", header, arrays)
+    return status, out.view(np.int32).reshape(rows, k)
 
 
 def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
@@ -225,39 +235,19 @@ def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
     fields as numpy arrays: blocks, count, valid_lens, physical)."""
     selected, table = np.asarray(selected, np.int32), np.asarray(block_table, np.int32)
     rows, c = selected.shape
-    work = pathlib.Path(exe).parent
-    case, out = work / "case_sort", work / "out_sort"
-    with open(case, "wb") as f:
-        np.array([rows, c, table.shape[1], block_size, page_size], np.int64).tofile(f)
-        selected.tofile(f)
-        np.asarray(lens, np.int32).tofile(f)
-        table.tofile(f)
-    _run(exe, "sort", str(case), str(out))
-    raw = np.fromfile(out, np.int32)
-    sizes = np.cumsum([1, rows * c, rows, rows])
-    parts = np.split(raw, sizes)
-    return int(parts[0][0]), (
-        parts[1].reshape(rows, c),
-        parts[2],
-        parts[3],
-        parts[4].reshape(rows, c),
-    )
+    header = [rows, c, table.shape[1], block_size, page_size]
+    status, out = _launch(exe, "sort", header, [selected, np.asarray(lens, np.int32), table])
+    blocks, count, valid, physical = np.split(out.view(np.int32), np.cumsum([rows * c, rows, rows]))
+    return status, (blocks.reshape(rows, c), count, valid, physical.reshape(rows, c))
 
 
 def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
     """Runs one of the small kernels (tests/simt/main.cc: "gather", "l2p", "mark", "ragged")
     on the CPU stand-in: `header` up to 8 ints, then `arrays` in order; returns the output
     bytes viewed as `out_dtype` in `out_shape`."""
-    work = pathlib.Path(exe).parent
-    case, out = work / f"case_{kernel}", work / f"out_{kernel}"
-    with open(case, "wb") as f:
-        np.array(list(header) + [0] * (8 - len(header)), np.int64).tofile(f)
-        for a in arrays:
-            np.ascontiguousarray(a).tofile(f)
-    _run(exe, kernel, str(case), str(out))
-    raw = np.fromfile(out, np.uint8)
-    assert raw[:4].view(np.int32)[0] == 0
-    return raw[4:].view(out_dtype).reshape(out_shape)
+    status, out = _launch(exe, kernel, list(header) + [0] * (8 - len(header)), arrays)
+    assert status == 0
+    return out.view(out_dtype).reshape(out_shape)
 
 
 # ---------------------------------------------------------------------------------- the runners

@@ -10,20 +10,10 @@ import numpy as np
 import oracle
 import pytest
 from factories import scores as make_scores
-from selection import Case, case_inputs, impl_params, params, run_topk
+from selection import Case, candidate_mask, case_inputs, impl_params, lengths, params, run_topk
 
 import dsv41_jax as dj
 from dsv41_jax.topk import pallas_mgpu as topk_pallas
-
-EDGE_LENGTHS = (0, 1, 7, 8, 9)
-
-
-def lengths_for(rng, rows, n, k):
-    base = [length for length in (*EDGE_LENGTHS, k, k + 1, n) if length <= n]
-    return np.array(
-        [base[i % len(base)] if i < len(base) else rng.integers(0, n + 1) for i in range(rows)],
-        np.int32,
-    )
 
 
 def expected(s, lens, k, starts=None, blocks=None, block_size=8):
@@ -43,7 +33,7 @@ def expected(s, lens, k, starts=None, blocks=None, block_size=8):
 def test_topk_matches_oracle(rng, kind, n, k):
     rows = 12
     s = make_scores(rng, rows, n, kind)
-    lens = lengths_for(rng, rows, n, k)
+    lens = lengths(rng, rows, n, k)
     got = np.asarray(dj.topk(jnp.asarray(s), jnp.asarray(lens), k, implementation="reference"))
     np.testing.assert_array_equal(got, expected(s, lens, k))
 
@@ -62,12 +52,8 @@ def test_topk_starts_ragged_rows(rng):
 def test_topk_candidate_mask(rng, block_size):
     rows, n, k, c = 8, 400, 24, 10
     s = make_scores(rng, rows, n, "special")
-    lens = lengths_for(rng, rows, n, k)
-    blocks = np.full((rows, c), dj.INT32_MAX, np.int32)
-    for r in range(rows):
-        nb = -(-int(lens[r]) // block_size)
-        pick = np.sort(rng.choice(max(nb, 1), size=min(c, nb), replace=False)) if nb else []
-        blocks[r, : len(pick)] = pick
+    lens = lengths(rng, rows, n, k)
+    blocks = candidate_mask(rng, lens, c, block_size)
     got = dj.topk(
         jnp.asarray(s), jnp.asarray(lens), k, candidates=jnp.asarray(blocks), block_size=block_size
     )

@@ -45,18 +45,8 @@ def radix_topk(
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
         raise NotImplementedError(f"{target}: float32 or bfloat16 scores (got {scores.dtype})")
-    if algorithm == "filter":
-        if k > _ext.limit("filter_topk_max_k"):
-            raise NotImplementedError(f"{target}: k = {k} > {_ext.limit('filter_topk_max_k')}")
-        if members is not None and members.shape[1] > 0:
-            need = _ext.extension().filter_topk_mask_bytes(
-                scores.shape[1], block_size, members.shape[1]
-            )
-            if need > _ext.limit("filter_topk_mask_smem"):
-                raise NotImplementedError(
-                    f"{target}: the candidate mask needs {need} bytes of shared memory "
-                    f"(> {_ext.limit('filter_topk_mask_smem')})"
-                )
+    if algorithm == "filter" and (why := _filter_declines(scores, k, members, block_size)):
+        raise NotImplementedError(f"{target}: {why}")
     rows = scores.shape[0]
     if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
         return jnp.zeros((0, k), jnp.int32)
@@ -98,17 +88,28 @@ def forced_algorithm(algorithm: str) -> Iterator[None]:
         _forced = previous
 
 
-def algorithm_for(scores, k: int, members, block_size: int) -> str:
-    """The CUDA select the public ops use for a call: the cluster radix select, the one measured
-    on the H200, until the filter-first select has run there (docs/topk.md); then by the bench's
-    figures. `forced_algorithm` overrides it where the filter select takes the call."""
-    takes_filter = scores.dtype == jnp.float32 and k <= _ext.limit("filter_topk_max_k")
+def _filter_declines(scores, k: int, members, block_size: int) -> str | None:
+    """Why the filter-first select cannot take a call (its limits, read from the extension), or
+    None."""
+    if k > _ext.limit("filter_topk_max_k"):
+        return f"k = {k} > {_ext.limit('filter_topk_max_k')}"
     if members is not None and members.shape[1] > 0:
         need = _ext.extension().filter_topk_mask_bytes(
             scores.shape[1], block_size, members.shape[1]
         )
-        takes_filter &= need <= _ext.limit("filter_topk_mask_smem")
-    if _forced == "filter" and takes_filter:
+        if need > _ext.limit("filter_topk_mask_smem"):
+            return (
+                f"the candidate mask needs {need} bytes of shared memory "
+                f"(> {_ext.limit('filter_topk_mask_smem')})"
+            )
+    return None
+
+
+def algorithm_for(scores, k: int, members, block_size: int) -> str:
+    """The CUDA select the public ops use for a call: the cluster radix select, the one measured
+    on the H200, until the filter-first select has run there (docs/topk.md); then by the bench's
+    figures. `forced_algorithm` overrides it where the filter select takes the call."""
+    if _forced == "filter" and not _filter_declines(scores, k, members, block_size):
         return "filter"
     return "cluster"
 
@@ -122,14 +123,12 @@ def _verified_dtype(scores) -> None:
 
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
     _verified_dtype(scores)
-    _ext.require_gpu(RADIX_TOPK)
     algorithm = algorithm_for(scores, k, candidates, block_size)
     return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
     _verified_dtype(block_scores)
-    _ext.require_gpu(RADIX_TOPK)
     algorithm = algorithm_for(block_scores, num_candidates, None, block_size)
     return radix_topk(
         block_scores,
