@@ -69,6 +69,12 @@ inline ffi::Error InvalidArgument(const char* op, const std::string& what) {
   return ffi::Error::InvalidArgument(std::string(op) + ": " + what);
 }
 
+// The handler side of PrepareOnSm100: refuses on a device it did not prepare.
+inline ffi::Error RequireSm100(const PerDevice& prepared, const char* op) {
+  if (prepared.Current()) return ffi::Error::Success();
+  return InvalidArgument(op, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
+}
+
 inline ffi::Error CudaStatus(const char* op, cudaError_t err) {
   if (err != cudaSuccess) {
     return ffi::Error::Internal(std::string(op) + ": " + cudaGetErrorString(err));

@@ -42,9 +42,7 @@ ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S3
                           Buffer<ffi::S32> starts, Buffer<ffi::S32> ends,
                           Result<ffi::BF16> logits, Result<ffi::S32> ranges) {
   constexpr const char* kOp = "dsv41_sm100_mqa_logits";
-  if (!g_prepared.Current()) {
-    return InvalidArgument(kOp, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
-  }
+  if (auto e = RequireSm100(g_prepared, kOp); e.failure()) return e;
   const auto qd = q.dimensions(), kd = kv.dimensions(), ld = logits->dimensions();
   if (qd.size() != 3 || kd.size() != 2 || ld.size() != 2) {
     return InvalidArgument(kOp, "expected q [rows, 32, 64], kv [tokens, 64], logits [rows, tokens]");
@@ -65,22 +63,16 @@ ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S3
   // [rows, h] and sf_kv [1, tokens] (4 ue8m0 each; the sf_kv row stride is never stepped);
   // weights [rows, h] bf16. Boxes past the ends read TMA's zero fill, never stored.
   CUtensorMap q_map, sf_q_map, kv_map, sf_kv_map, w_map;
+  static_assert(kHeadDim == 128 && kUmmaN == kBlockQ * kHeads, "EncodeMxfp4QueryMaps' shapes");
   const bool ok =
-      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, q.untyped_data(),
-                  {kHeadDim, uint64_t(rows * kHeads)}, {kHeadDim / 2}, {kHeadDim, kUmmaN},
-                  CU_TENSOR_MAP_SWIZZLE_64B) &&
-      EncodeTiled(&sf_q_map, CU_TENSOR_MAP_DATA_TYPE_INT32, sf_q.untyped_data(),
-                  {kHeads, uint64_t(rows)}, {kHeads * 4}, {kHeads, kBlockQ},
-                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
+      EncodeMxfp4QueryMaps(&q_map, &sf_q_map, &w_map, q.untyped_data(), sf_q.untyped_data(),
+                           weights.untyped_data(), uint64_t(rows), kHeads, kBlockQ) &&
       EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, kv.untyped_data(),
                   {kHeadDim, uint64_t(tokens)}, {kHeadDim / 2}, {kHeadDim, kKVTokensPerTMA},
                   CU_TENSOR_MAP_SWIZZLE_64B) &&
       EncodeTiled(&sf_kv_map, CU_TENSOR_MAP_DATA_TYPE_INT32, sf_kv.untyped_data(),
                   {uint64_t(tokens), 1}, {(uint64_t(tokens) * 4 + 15) / 16 * 16},
-                  {kKVTokensPerTMA, 1}, CU_TENSOR_MAP_SWIZZLE_NONE) &&
-      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, weights.untyped_data(),
-                  {kHeads, uint64_t(rows)}, {kHeads * 2}, {kHeads, kBlockQ},
-                  CU_TENSOR_MAP_SWIZZLE_NONE);
+                  {kKVTokensPerTMA, 1}, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
 
   auto* out = reinterpret_cast<__nv_bfloat16*>(logits->untyped_data());

@@ -72,9 +72,7 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
                                Buffer<ffi::S32> request_ids, Result<ffi::BF16> logits,
                                Result<ffi::S32> schedule) {
   constexpr const char* kOp = "dsv41_sm100_paged_mqa_logits";
-  if (!g_prepared.Current()) {
-    return InvalidArgument(kOp, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
-  }
+  if (auto e = RequireSm100(g_prepared, kOp); e.failure()) return e;
   const auto qd = q.dimensions(), cd = cache.dimensions(), bd = row_block_table.dimensions();
   const auto ld = logits->dimensions();
   if (qd.size() != 3 || cd.size() != 4 || bd.size() != 2 || ld.size() != 2) {
@@ -103,21 +101,15 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
   const uint8_t* base = cache.typed_data();
   const uint64_t page_bytes = uint64_t(page) * kTokenBytes;
   CUtensorMap q_map, sf_q_map, kv_map, sf_kv_map, w_map;
+  static_assert(kHeadDim == 128 && kUmmaN == kBlockQ * kHeads, "EncodeMxfp4QueryMaps' shapes");
   const bool ok =
-      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, q.untyped_data(),
-                  {kHeadDim, uint64_t(rows * kHeads)}, {kHeadDim / 2}, {kHeadDim, kUmmaN},
-                  CU_TENSOR_MAP_SWIZZLE_64B) &&
-      EncodeTiled(&sf_q_map, CU_TENSOR_MAP_DATA_TYPE_INT32, sf_q.untyped_data(),
-                  {kHeads, uint64_t(rows)}, {kHeads * 4}, {kHeads, kBlockQ},
-                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
+      EncodeMxfp4QueryMaps(&q_map, &sf_q_map, &w_map, q.untyped_data(), sf_q.untyped_data(),
+                           weights.untyped_data(), uint64_t(rows), kHeads, kBlockQ) &&
       EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, base,
                   {kHeadDim, uint64_t(page), uint64_t(cd[0])}, {kHeadDim / 2, page_bytes},
                   {kHeadDim, uint32_t(page), 1}, CU_TENSOR_MAP_SWIZZLE_64B) &&
       EncodeTiled(&sf_kv_map, CU_TENSOR_MAP_DATA_TYPE_INT32, base + page * (kHeadDim / 2),
                   {uint64_t(page), uint64_t(cd[0])}, {page_bytes}, {uint32_t(page), 1},
-                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
-      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, weights.untyped_data(),
-                  {kHeads, uint64_t(rows)}, {kHeads * 2}, {kHeads, kBlockQ},
                   CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
 

@@ -79,9 +79,7 @@ ffi::Error PagedSparseMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buf
                                      Result<ffi::BF16> logits, Result<ffi::U8> metadata,
                                      Result<ffi::U8> workspace) {
   constexpr const char* kOp = "dsv41_sm100_paged_sparse_mqa_logits";
-  if (!g_prepared.Current()) {
-    return InvalidArgument(kOp, "needs an SM100 (Blackwell) GPU: this kernel is sm_100a only");
-  }
+  if (auto e = RequireSm100(g_prepared, kOp); e.failure()) return e;
   const auto qd = q.dimensions(), cd = cache.dimensions(), bd = block_table.dimensions();
   const auto sd = blocks.dimensions(), ld = logits->dimensions();
   if (qd.size() != 3 || cd.size() != 4 || bd.size() != 2 || sd.size() != 2 || ld.size() != 2) {
@@ -105,15 +103,8 @@ ffi::Error PagedSparseMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buf
   }
   CUtensorMap q_map, sf_map, w_map;
   const bool ok =
-      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, q.untyped_data(),
-                  {128, uint64_t(rows * kHeads)}, {64}, {128, kBlockQ * kHeads},
-                  CU_TENSOR_MAP_SWIZZLE_64B) &&
-      EncodeTiled(&sf_map, CU_TENSOR_MAP_DATA_TYPE_INT32, sf_q.untyped_data(),
-                  {kHeads, uint64_t(rows)}, {kHeads * 4}, {kHeads, kBlockQ},
-                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
-      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, weights.untyped_data(),
-                  {kHeads, uint64_t(rows)}, {kHeads * 2}, {kHeads, kBlockQ},
-                  CU_TENSOR_MAP_SWIZZLE_NONE);
+      EncodeMxfp4QueryMaps(&q_map, &sf_map, &w_map, q.untyped_data(), sf_q.untyped_data(),
+                           weights.untyped_data(), uint64_t(rows), kHeads, kBlockQ);
   if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
   auto* launch = cd[1] == 64 ? Launch<64> : cd[1] == 128 ? Launch<128> : nullptr;
   if (launch == nullptr) return InvalidArgument(kOp, "page size must be 64 or 128");

@@ -55,4 +55,19 @@ inline bool EncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, const void*
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// DeepGEMM's SM100 MXFP4 query maps, the same for its dense, ragged and sparse logits kernels:
+// q [rows·heads, 128] packed e2m1 (64B-swizzled), sf_q [rows, heads] (4 ue8m0 per head) and
+// weights [rows, heads] bf16, in boxes of `block_q` rows.
+inline bool EncodeMxfp4QueryMaps(CUtensorMap* q_map, CUtensorMap* sf_map, CUtensorMap* w_map,
+                                 const void* q, const void* sf_q, const void* weights,
+                                 uint64_t rows, uint32_t heads, uint32_t block_q) {
+  constexpr uint32_t kHeadDim = 128;
+  return EncodeTiled(q_map, CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, q, {kHeadDim, rows * heads},
+                     {kHeadDim / 2}, {kHeadDim, block_q * heads}, CU_TENSOR_MAP_SWIZZLE_64B) &&
+         EncodeTiled(sf_map, CU_TENSOR_MAP_DATA_TYPE_INT32, sf_q, {heads, rows}, {heads * 4},
+                     {heads, block_q}, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+         EncodeTiled(w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, weights, {heads, rows}, {heads * 2},
+                     {heads, block_q}, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 }  // namespace dsv41
