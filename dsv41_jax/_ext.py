@@ -80,6 +80,15 @@ def register_ffi_targets() -> tuple[str, ...]:
     return names
 
 
+@functools.cache
+def multiprocessors(device: int = 0) -> int:
+    """The SM count of CUDA device `device` (read once): the selects size their clusters by it."""
+    sms = int(extension().multiprocessors(device))
+    if sms <= 0:
+        raise ExtensionUnavailable(f"cannot read the SM count of CUDA device {device}")
+    return sms
+
+
 # Compute capabilities with machine code in the extension (CMakeLists.txt): the project's own
 # kernels are built for sm_90a and sm_100a, DeepGEMM's for the one architecture they exist for.
 # An 'a' target runs on exactly that compute capability.

@@ -262,15 +262,18 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     import torch
 
     import dsv41_jax as dj
-    from dsv41_jax.topk import ffi as topk_ffi
 
     rows = []
     cases = [
+        ("topk k=512", 1, 16384, 512),
+        ("topk k=512", 8, 16384, 512),
         ("topk k=512", 8, 131072, 512),
         ("topk k=2048", 8, 131072, 2048),
         ("topk k=512", 64, 131072, 512),
         ("topk k=512", 8, 1 << 20, 512),
+        ("topk k=512", 64, 1 << 20, 512),
         ("candidate top-2048", 8, 16384, 2048),
+        ("candidate top-2048", 64, 16384, 2048),
     ]
     for op, bs, n, k in cases:
         candidate = op.startswith("candidate")
@@ -290,13 +293,9 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
                 return dj.topk(s, lens, k, implementation=impl)
 
             rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
-        if "ffi" in impls:  # the filter-first CUDA select, timed before any path picks it
+        if "ffi" in impls:  # each CUDA select forced, beside the dispatch's pick ("ffi")
             mode = "candidate_blocks" if candidate else "positions"
-
-            def filtered(s, lens, mode=mode, k=k):
-                return topk_ffi.radix_topk(s, lens, k, None, None, 8, mode, "filter")
-
-            rows.append(Row(op, shape, "ffi filter", jax_time_us(filtered, sets), floor))
+            rows += _forced_selects(op, shape, floor, sets, k, None, 8, mode)
         t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
         rows.append(Row(op, shape, "lax.top_k (baseline)", t, floor))
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
@@ -306,13 +305,30 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     return rows
 
 
+def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode) -> list[Row]:
+    """Rows "ffi <select>" for every CUDA select that takes the call (sets: (scores, lens) or,
+    `masked`, (scores, lens, blocks))."""
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    rows = []
+    for algorithm in topk_ffi.ALGORITHMS:
+        members = sets[0][2] if masked else None
+        if topk_ffi._declines(algorithm, sets[0][0], k, members, block_size):
+            continue
+
+        def forced(s, lens, blocks=None, a=algorithm):
+            return topk_ffi.radix_topk(s, lens, k, None, blocks, block_size, mode, a)
+
+        rows.append(Row(op, shape, f"ffi {algorithm}", jax_time_us(forced, sets), floor))
+    return rows
+
+
 def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     """The consumer's mask path top-k: k=512 among the positions of 2048 candidate blocks of 8
     (random, ascending); floor = the candidate positions' scores (C·B·4 bytes per row)."""
     import torch
 
     import dsv41_jax as dj
-    from dsv41_jax.topk import ffi as topk_ffi
 
     rows, c, b, k = [], 2048, 8, 512
     for bs, n in ((8, 131072), (64, 131072), (8, 1 << 20)):
@@ -332,11 +348,7 @@ def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
 
             rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
         if "ffi" in impls:  # the filter-first select reads only the candidate blocks' scores
-
-            def filtered(s, lens, blocks):
-                return topk_ffi.radix_topk(s, lens, k, None, blocks, b, "positions", "filter")
-
-            rows.append(Row(op, shape, "ffi filter", jax_time_us(filtered, sets), floor))
+            rows += _forced_selects(op, shape, floor, sets, k, True, b, "positions")
         member = np.zeros((bs, n // b), bool)
         np.put_along_axis(member, np.asarray(blocks), True, axis=1)
         mask = torch.from_numpy(np.repeat(member, b, axis=1)).cuda()
@@ -456,13 +468,20 @@ def _torch_step_selection(tls, lens_t, cfg):
 
 
 # The step's implementation column: the path, and which CUDA select the public top-k used
-# (the cluster radix select is today's default; "filter" forces the filter-first select).
-STEP_IMPL = {
-    ("sparse", "cluster"): "sparse path",
-    ("mask", "cluster"): "mask path",
-    ("sparse", "filter"): "sparse path, filter top-k",
-    ("mask", "filter"): "mask path, filter top-k",
-}
+# (None: the dispatch's pick; otherwise that select forced wherever it takes the call).
+STEP_ALGORITHMS = (None, "filter", "cluster")
+
+
+def _step_impl(path: str, algorithm: str | None) -> str:
+    return f"{path} path" + (f", {algorithm} top-k forced" if algorithm else "")
+
+
+def _forcing(algorithm: str | None):
+    import contextlib
+
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    return topk_ffi.forced_algorithm(algorithm) if algorithm else contextlib.nullcontext()
 
 
 def bench_step(rng, bw, quick: bool) -> list[Row]:
@@ -477,7 +496,7 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     rows = []
-    for bs, ctx in ((8, 131072),) if quick else STEP_SHAPES:
+    for bs, ctx in ((1, 16384), (8, 131072)) if quick else STEP_SHAPES:
         caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
         )
@@ -486,16 +505,14 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
         qd, cd = dict(zip(layers, qs)), dict(zip(layers, caches))
         qr = dict(zip(layers, qs[::-1]))
         sets = [(qd, cd, lens, bt), (qr, cd, lens, bt)]
-        for path, algorithm in itertools.product(("sparse", "mask"), ("cluster", "filter")):
+        for path, algorithm in itertools.product(("sparse", "mask"), STEP_ALGORITHMS):
             ix = dj.make_two_level_indexer(
                 cfg, source_layer=20, consumer_layers=layers[1:], path=path
             )
-            with topk_ffi.forced_algorithm(algorithm):  # traced inside: the jit below is new
+            with _forcing(algorithm):  # traced inside: the jit below is new
                 t = jax_time_us(lambda *a, ix=ix: ix.decode(*a), sets, calls=10)
             rows.append(
-                Row(
-                    "decode step (publish + 4 selects)", shape, STEP_IMPL[path, algorithm], t, floor
-                )
+                Row("decode step (publish + 4 selects)", shape, _step_impl(path, algorithm), t, floor)
             )
         t = jax_time_us(
             lambda *a: _lax_step(cfg, *a),
@@ -528,9 +545,9 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
         _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(
             qs[0], caches[0], lens, bt
         )
-        for algorithm in ("cluster", "filter"):
-            label = "default" if algorithm == "cluster" else "filter top-k"
-            with topk_ffi.forced_algorithm(algorithm):
+        for algorithm in STEP_ALGORITHMS:
+            label = "default" if algorithm is None else f"{algorithm} top-k forced"
+            with _forcing(algorithm):
                 t = jax_time_us(
                     lambda q, c, n, b: dj.publish(q, c, n, b, cfg), [(qs[0], caches[0], lens, bt)]
                 )
@@ -545,7 +562,7 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
                         Row(
                             "select (consumer layer)",
                             shape,
-                            STEP_IMPL[path, algorithm],
+                            _step_impl(path, algorithm),
                             t,
                             sel_floor,
                         )

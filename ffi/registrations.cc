@@ -11,6 +11,7 @@
 #include "sm90_paged_mqa_logits.h"
 #include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
+#include "smxx_short_topk.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "smxx_sort_blocks.cuh"
 
@@ -24,6 +25,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(FilterTopkFFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ShortTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm100FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm100FFI);
@@ -51,6 +53,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
   limits["filter_topk_max_k"] = dsv41::kFilterMaxK;
   limits["filter_topk_mask_smem"] = dsv41::kFilterMaskSmem;
+  limits["short_topk_chunk"] = dsv41::kShortChunk;
+  limits["short_topk_max_cluster"] = dsv41::kShortMaxCluster;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
   limits["topk_mode_candidate_blocks"] = static_cast<int32_t>(dsv41::TopkMode::kCandidateBlocks);
   m.attr("LIMITS") = limits;
@@ -63,6 +67,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
     d["dsv41_filter_topk"] = Capsule(dsv41::FilterTopkFFI);
+    d["dsv41_short_topk"] = Capsule(dsv41::ShortTopkFFI);
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
     d["dsv41_sm100_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm100FFI);
     d["dsv41_sm100_mqa_logits"] = Capsule(dsv41::MqaLogitsSm100FFI);
@@ -74,6 +79,16 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   m.def("sm100_sparse_workspace_bytes", [](int64_t rows) {
     return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),
                                 dsv41::Sm100SparseWorkspaceBytes(rows));
+  });
+  // The SM count of CUDA device `device` (0 when it cannot be read): the dispatch sizes clusters
+  // and waves by it.
+  m.def("multiprocessors", [](int device) {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return sms;
   });
   // Kernel attributes and device facts, set once per device before any call: the handlers
   // themselves must not make such calls (illegal while XLA captures a CUDA graph).
@@ -95,7 +110,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       const bool sm90 = major == 9 && minor == 0, sm100 = major == 10 && minor == 0;
       std::vector<cudaError_t (*)()> prepares;
       if (sm90 || sm100) {
-        prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareFilterTopk,
+        prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareFilterTopk, dsv41::PrepareShortTopk,
                     dsv41::PrepareSortCandidateBlocks};
       }
       if (sm90) {

@@ -1,21 +1,29 @@
 // dsv41_radix_topk  <-> RadixTopkFFI  <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
 // dsv41_filter_topk <-> FilterTopkFFI <-> dsv41_jax.topk.ffi.radix_topk(algorithm="filter")
+// dsv41_short_topk  <-> ShortTopkFFI  <-> dsv41_jax.topk.ffi.radix_topk(algorithm="short")
 // Same operands, attributes and output; the filter-first kernel takes k <= kFilterMaxK and a
-// candidate mask whose bitmap and block list fit kFilterMaskSmem.
+// candidate mask whose bitmap and block list fit kFilterMaskSmem, the short-row kernel rows of
+// at most kShortMaxCluster * kShortChunk scores.
 #include "common.h"
 #include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
+#include "smxx_short_topk.cuh"
 
 namespace dsv41 {
 
 using TopkLauncher = cudaError_t (*)(const TopkArgs&, cudaStream_t);
 
-template <TopkLauncher kLaunch, bool kFilter>
+enum class Select { kCluster, kFilter, kShort };
+
+template <TopkLauncher kLaunch, Select kSelect>
 static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
                            Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
                            int32_t k, int32_t block_size, int32_t mode, bool has_starts,
                            bool has_members) {
-  constexpr const char* kOp = kFilter ? "dsv41_filter_topk" : "dsv41_radix_topk";
+  constexpr bool kFilter = kSelect == Select::kFilter;
+  constexpr const char* kOp = kFilter                      ? "dsv41_filter_topk"
+                              : kSelect == Select::kShort ? "dsv41_short_topk"
+                                                          : "dsv41_radix_topk";
   const auto sd = scores.dimensions(), md = members.dimensions(), od = out->dimensions();
   if (sd.size() != 2 || md.size() != 2 || od.size() != 2) {
     return InvalidArgument(kOp, "expected scores [rows, n], members [rows, m], out [rows, k]");
@@ -40,6 +48,10 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
   }
   if (kFilter && has_members && FilterTopkMaskBytes(sd[1], block_size, md[1]) > kFilterMaskSmem) {
     return InvalidArgument(kOp, "candidate mask too large for shared memory (see LIMITS)");
+  }
+  if (kSelect == Select::kShort && sd[1] > kShortMaxCluster * kShortChunk) {
+    return InvalidArgument(kOp, "rows must have at most " +
+                                    std::to_string(kShortMaxCluster * kShortChunk) + " scores");
   }
   if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
     return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");
@@ -76,9 +88,11 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
       .Attr<bool>("has_starts")                                                              \
       .Attr<bool>("has_members")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, (TopkImpl<LaunchRadixTopk, false>), DSV41_TOPK_BINDING,
-                              kCmdBuffer);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, (TopkImpl<LaunchFilterTopk, true>),
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, (TopkImpl<LaunchRadixTopk, Select::kCluster>),
+                              DSV41_TOPK_BINDING, kCmdBuffer);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, (TopkImpl<LaunchFilterTopk, Select::kFilter>),
+                              DSV41_TOPK_BINDING, kCmdBuffer);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShortTopkFFI, (TopkImpl<LaunchShortTopk, Select::kShort>),
                               DSV41_TOPK_BINDING, kCmdBuffer);
 
 #undef DSV41_TOPK_BINDING

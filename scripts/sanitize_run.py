@@ -63,27 +63,28 @@ def topk():
     return int(top.sum() + masked.sum())
 
 
-def filtered():
-    # The filter-first select: a cluster row (sampled bar, cuts, gather), bf16 rows, ragged
-    # starts, and the candidate-block mode.
+def forced(algorithm):
+    """One CUDA select forced ("filter": a cluster row with a sampled bar, cuts and the gather;
+    "short": a row over a cluster of 8 CTAs), on bf16 rows, ragged starts, the candidate-block
+    mode and a messy candidate mask."""
     from dsv41_jax.topk import ffi as topk_ffi
 
     long = jnp.asarray(rng.standard_normal((2, 1 << 17)).astype(np.float32))
     out = topk_ffi.radix_topk(
-        long, jnp.array([1 << 17, 5000]), 2048, None, None, 8, "positions", "filter"
+        long, jnp.array([1 << 17, 5000]), 2048, None, None, 8, "positions", algorithm
     )
     half = topk_ffi.radix_topk(
-        scores.astype(jnp.bfloat16), top_lens, 512, None, None, 8, "positions", "filter"
+        scores.astype(jnp.bfloat16), top_lens, 512, None, None, 8, "positions", algorithm
     )
     starts = jnp.array([0, 3, 69999], jnp.int32)
     ragged = topk_ffi.radix_topk(
-        scores, jnp.array([5, 60000, 1]), 512, starts, None, 8, "positions", "filter"
+        scores, jnp.array([5, 60000, 1]), 512, starts, None, 8, "positions", algorithm
     )
     blocks = topk_ffi.radix_topk(
-        scores[:, :16384], top_lens, 2048, None, None, 8, "candidate_blocks", "filter"
+        scores[:, :16384], top_lens, 2048, None, None, 8, "candidate_blocks", algorithm
     )
     members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))  # messy on purpose
-    masked = topk_ffi.radix_topk(scores, top_lens, 512, None, members, 8, "positions", "filter")
+    masked = topk_ffi.radix_topk(scores, top_lens, 512, None, members, 8, "positions", algorithm)
     return int(out.sum() + half.sum() + ragged.sum() + blocks.sum() + masked.sum())
 
 
@@ -133,7 +134,8 @@ SECTIONS = dict(
     sort=sort,
     physical=physical,
     topk=topk,
-    filter=filtered,
+    filter=lambda: forced("filter"),
+    short=lambda: forced("short"),
     topc=topc,
     sparse=sparse,
     prefill=prefill,

@@ -3,8 +3,10 @@ each op has one test file parametrised over all of them:
 
 - reference: the pure-jnp oracle-checked path (the baseline every other one must equal);
 - interpret: the Pallas Mosaic GPU kernels in interpret mode on the CPU;
-- emulated-cluster / emulated-filter: the CUDA kernels' own source on the CPU (tests/simt/);
-- ffi / ffi-filter / pallas: the kernels on the GPU (device machine; marked `gpu`).
+- emulated-cluster / emulated-filter / emulated-short: the CUDA kernels' own source on the CPU
+  (tests/simt/);
+- ffi (the public dispatch) / ffi-cluster / ffi-filter / ffi-short / pallas: the kernels on the
+  GPU (device machine; marked `gpu`).
 
 An implementation declares what it takes (size budget, tile multiple, ragged starts, candidate
 mask, dtype), and `params` yields only the (implementation, case) pairs it can run, so nothing
@@ -68,10 +70,12 @@ class Impl:
     mask: bool = True
     dtypes: tuple[str, ...] = ("float32",)
     max_k: int = 1 << 30
+    max_n: int = 1 << 30  # widest row
 
     def takes(self, case: Case) -> bool:
         return (
             case.rows * case.n <= self.max_elems
+            and case.n <= self.max_n
             and case.n % self.tile == 0
             and (self.starts or not case.starts)
             and (self.mask or not case.mask)
@@ -81,14 +85,18 @@ class Impl:
 
 
 BF16 = ("float32", "bfloat16")
+SHORT_MAX_N = 8 * 16384  # cuda/smxx_short_topk.cuh: kShortMaxCluster * kShortChunk
 IMPLS = {
     i.name: i
     for i in (
         Impl("interpret", False, 4096, tile=512, starts=False),
         Impl("emulated-cluster", False, 300_000, dtypes=BF16),
         Impl("emulated-filter", False, 300_000, dtypes=BF16, max_k=4096),
+        Impl("emulated-short", False, 300_000, dtypes=BF16, max_n=SHORT_MAX_N),
         Impl("ffi", True, 1 << 23, dtypes=BF16),
+        Impl("ffi-cluster", True, 1 << 23, dtypes=BF16),
         Impl("ffi-filter", True, 1 << 23, dtypes=BF16, max_k=4096),
+        Impl("ffi-short", True, 1 << 23, dtypes=BF16, max_n=SHORT_MAX_N),
         Impl("pallas", True, 1 << 23, tile=512, starts=False),
     )
 }
@@ -171,6 +179,7 @@ def build_emulator(directory: pathlib.Path) -> pathlib.Path:
         "main.cc",
         "filter_topk.cc",
         "radix_topk.cc",
+        "short_topk.cc",
         "sort_blocks.cc",
         "page_kernels.cc",
         "ragged_rows.cc",
@@ -226,7 +235,8 @@ def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=
     ]
     if members is not None:
         arrays.append(np.asarray(members, np.int32))
-    status, out = _launch(exe, "filter" if kernel == "filter" else "radix", header, arrays)
+    command = {"filter": "filter", "short": "short", "cluster": "radix"}[kernel]
+    status, out = _launch(exe, command, header, arrays)
     return status, out.view(np.int32).reshape(rows, k)
 
 
@@ -251,6 +261,9 @@ def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
 
 
 # ---------------------------------------------------------------------------------- the runners
+FORCED = {"ffi-cluster": "cluster", "ffi-filter": "filter", "ffi-short": "short"}
+
+
 def _device_run(fn, *args):
     """A GPU implementation under jit, on poisoned memory; fails if an output was not written."""
     poison_device_memory()
@@ -274,8 +287,8 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
         assert status == 0, f"{impl.name}: launch error {status}"
         assert not (got == UNWRITTEN).any(), "an output element was never written"
         return got
-    if impl.name == "ffi-filter" or s.dtype == jnp.bfloat16:  # not yet public
-        algorithm = "filter" if impl.name == "ffi-filter" else "cluster"
+    if impl.name in FORCED:  # one CUDA select, whatever the dispatch would pick
+        algorithm = FORCED[impl.name]
         return _device_run(
             lambda s, n, st, c: topk_ffi.radix_topk(
                 s, n, k, st, c, block_size, "positions", algorithm
@@ -309,10 +322,10 @@ def run_candidate_blocks(impl: Impl, request, block_scores, lens, c, block_size=
         assert status == 0, f"{impl.name}: launch error {status}"
         assert not (got == UNWRITTEN).any(), "an output element was never written"
         return got
-    if impl.name == "ffi-filter":
+    if impl.name in FORCED:
         return _device_run(
             lambda b, n: topk_ffi.radix_topk(
-                b, n, c, None, None, block_size, "candidate_blocks", "filter"
+                b, n, c, None, None, block_size, "candidate_blocks", FORCED[impl.name]
             ),
             bs,
             n,

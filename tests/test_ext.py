@@ -213,6 +213,7 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
     monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
     monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    monkeypatch.setattr(_ext, "multiprocessors", lambda device=0: 132)
     scores, lens = jnp.zeros((3, 9000), jnp.float32), jnp.array([0, 5, 9000], jnp.int32)
     starts = jnp.array([0, 1, 0], jnp.int32)
 
@@ -232,44 +233,60 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     huge = jnp.zeros((3, 30000), jnp.int32)  # more block ids than the shared memory can list
     with pytest.raises(NotImplementedError, match="shared memory"):
         lowered(512, members=huge)
-    # bfloat16 rows lower to both selects; the public path declines them until a device run.
+    # bfloat16 rows lower to every select, and the public path takes them.
     half = scores.astype(jnp.bfloat16)
-    for algorithm in ("cluster", "filter"):
+    for algorithm in ("cluster", "filter", "short"):
         f = jax.jit(
             lambda s, n, a=algorithm: topk_ffi.radix_topk(s, n, 64, None, None, 8, "positions", a)
         )
         text = f.trace(half, lens).lower(lowering_platforms=("cuda",)).as_text()
-        assert "xbf16>" in text and "custom_call @dsv41_" in text
+        assert "xbf16>" in text and f"custom_call @{topk_ffi.ALGORITHMS[algorithm]}" in text
     import dsv41_jax as dj
 
-    with pytest.raises(dj.ExtensionUnavailable, match="await their first device run"):
-        dj.topk(half, lens, 64, implementation="ffi")
+    f = jax.jit(lambda s, n: dj.topk(s, n, 64, implementation="ffi"))
+    assert "custom_call @dsv41_" in f.trace(half, lens).lower(lowering_platforms=("cuda",)).as_text()
 
 
 @needs_ext
-def test_public_topk_uses_the_cluster_select_unless_the_filter_is_forced(monkeypatch):
-    """The dispatch policy lives in one function: the cluster radix select until the filter
-    select has device numbers; `forced_algorithm("filter")` (the bench's switch) reroutes every
-    call the filter select takes, and only those."""
+def test_public_topk_dispatch_policy(monkeypatch):
+    """The dispatch policy lives in one function: the short-row select where its cluster holds
+    the row and all rows' clusters are resident at once, else the filter-first select, else the
+    cluster radix select; `forced_algorithm` (the bench's switch) reroutes every call the forced
+    select takes, and only those."""
     import dsv41_jax as dj
     from dsv41_jax.topk import ffi as topk_ffi
 
     monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
     monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
     monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
-    s, n = jnp.zeros((4, 9000), jnp.float32), jnp.full((4,), 9000, jnp.int32)
+    monkeypatch.setattr(_ext, "multiprocessors", lambda device=0: 132)
 
-    def target(k, **kw):
+    def target(rows, n, k, **kw):
+        s, lens = jnp.zeros((rows, n), jnp.float32), jnp.full((rows,), n, jnp.int32)
         f = jax.jit(lambda s, n: dj.topk(s, n, k, implementation="ffi", **kw))
-        text = f.trace(s, n).lower(lowering_platforms=("cuda",)).as_text()
-        return "filter" if "@dsv41_filter_topk" in text else "cluster"
+        text = f.trace(s, lens).lower(lowering_platforms=("cuda",)).as_text()
+        names = {v: a for a, v in topk_ffi.ALGORITHMS.items()}
+        (found,) = [a for t, a in names.items() if f"@{t}" in text]
+        return found
 
-    assert target(512) == "cluster"
+    short_max = topk_ffi.short_max_n()
+    assert short_max == 8 * 16384
+    assert target(4, 9000, 512) == "short"
+    assert target(200, 16384, 512) == "short"  # one CTA a row: waves of single CTAs
+    assert target(16, short_max, 512) == "short"  # 16 clusters of 8 CTAs fit 132 SMs
+    assert target(64, 32768, 512) == "short"
+    assert target(200, 32768, 512) == "filter"  # 400 CTAs: clusters would run in waves
+    assert target(4, short_max + 1, 512) == "filter"
+    assert target(4, short_max + 1, 5000) == "cluster"  # above the filter select's k
+    assert target(4, 9000, 512, candidates=jnp.zeros((4, 64), jnp.int32)) == "short"
     with topk_ffi.forced_algorithm("filter"):
-        assert target(512) == "filter"
-        assert target(512, candidates=jnp.zeros((4, 64), jnp.int32)) == "filter"
-        assert target(5000) == "cluster"  # above the filter select's k
-    assert target(512) == "cluster"
+        assert target(4, 9000, 512) == "filter"
+        assert target(4, 9000, 5000) == "short"  # the filter select declines: the policy
+    with topk_ffi.forced_algorithm("cluster"):
+        assert target(4, 9000, 512) == "cluster"
+    with topk_ffi.forced_algorithm("short"):
+        assert target(4, short_max + 1, 512) == "filter"
+    assert target(4, 9000, 512) == "short"
     with pytest.raises(ValueError, match="algorithm must be one of"):
         with topk_ffi.forced_algorithm("fast"):
             pass
@@ -300,6 +317,7 @@ def test_ffi_wrappers_decline_where_no_kernel_image_exists(
 
     monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
     monkeypatch.setattr(_ext, "compute_capability", lambda: cc)
+    monkeypatch.setattr(_ext, "multiprocessors", lambda device=0: 132)
     monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
     scores = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
     lens = jnp.array([10, 64], jnp.int32)
@@ -346,6 +364,8 @@ def test_limits_come_from_the_extension():
         "sort_max_candidates",
         "filter_topk_max_k",
         "filter_topk_mask_smem",
+        "short_topk_chunk",
+        "short_topk_max_cluster",
         "topk_mode_positions",
         "topk_mode_candidate_blocks",
     }

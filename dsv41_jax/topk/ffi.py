@@ -1,6 +1,6 @@
 """`implementation="ffi"` of the selection ops: the CUDA exact selects (topk and
-select_candidate_blocks; the cluster radix select, and the filter-first select awaiting its device
-run) and the elementwise page transform (logical_to_physical), in cuda/."""
+select_candidate_blocks: the short-row, filter-first and cluster radix selects, one picked per call
+by `algorithm_for`) and the elementwise page transform (logical_to_physical), in cuda/."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
 
 RADIX_TOPK = "dsv41_radix_topk"
 FILTER_TOPK = "dsv41_filter_topk"
-ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK}
+SHORT_TOPK = "dsv41_short_topk"
+ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
 
 
 def radix_topk(
@@ -37,15 +38,15 @@ def radix_topk(
     """The CUDA exact select over float32 or bfloat16 scores: ascending output, -1 padded. `mode`
     is "positions" (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest
     pinned). `algorithm`:
-    "cluster" (the cluster radix select, cuda/smxx_radix_topk.cu) or "filter" (filter first,
+    "cluster" (the cluster radix select, cuda/smxx_radix_topk.cu), "filter" (filter first,
     cuda/smxx_filter_topk.cu: k up to LIMITS["filter_topk_max_k"]; with a candidate mask it
-    reads only the candidate blocks' scores; not yet run on a device, so no public path picks
-    it)."""
+    reads only the candidate blocks' scores) or "short" (keys in registers,
+    cuda/smxx_short_topk.cu: rows of at most `short_max_n()` scores)."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
         raise NotImplementedError(f"{target}: float32 or bfloat16 scores (got {scores.dtype})")
-    if algorithm == "filter" and (why := _filter_declines(scores, k, members, block_size)):
+    if why := _declines(algorithm, scores, k, members, block_size):
         raise NotImplementedError(f"{target}: {why}")
     rows = scores.shape[0]
     if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
@@ -74,10 +75,10 @@ _forced: str | None = None
 
 @contextlib.contextmanager
 def forced_algorithm(algorithm: str) -> Iterator[None]:
-    """Within the block, calls traced through the public ops use `algorithm` ("cluster" or
-    "filter") wherever it takes the call: the benchmark times whole paths (publish, select, the
-    step) with either select. It acts at trace time, so jit functions traced inside the block;
-    not for serving code."""
+    """Within the block, calls traced through the public ops use `algorithm` ("cluster",
+    "filter" or "short") wherever it takes the call: the benchmark times whole paths (publish,
+    select, the step) with each select. It acts at trace time, so jit functions traced inside the
+    block; not for serving code."""
     global _forced
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
@@ -88,9 +89,17 @@ def forced_algorithm(algorithm: str) -> Iterator[None]:
         _forced = previous
 
 
-def _filter_declines(scores, k: int, members, block_size: int) -> str | None:
-    """Why the filter-first select cannot take a call (its limits, read from the extension), or
-    None."""
+def short_max_n() -> int:
+    """The widest row the short-row select takes (its cluster of CTAs holds every key)."""
+    return _ext.limit("short_topk_chunk") * _ext.limit("short_topk_max_cluster")
+
+
+def _declines(algorithm: str, scores, k: int, members, block_size: int) -> str | None:
+    """Why a CUDA select cannot take a call (its limits, read from the extension), or None."""
+    if algorithm == "short" and scores.shape[1] > short_max_n():
+        return f"rows of {scores.shape[1]} scores (> {short_max_n()})"
+    if algorithm != "filter":
+        return None
     if k > _ext.limit("filter_topk_max_k"):
         return f"k = {k} > {_ext.limit('filter_topk_max_k')}"
     if members is not None and members.shape[1] > 0:
@@ -105,30 +114,31 @@ def _filter_declines(scores, k: int, members, block_size: int) -> str | None:
     return None
 
 
-def algorithm_for(scores, k: int, members, block_size: int) -> str:
-    """The CUDA select the public ops use for a call: the cluster radix select, the one measured
-    on the H200, until the filter-first select has run there (docs/topk.md); then by the bench's
-    figures. `forced_algorithm` overrides it where the filter select takes the call."""
-    if _forced == "filter" and not _filter_declines(scores, k, members, block_size):
+def algorithm_for(scores, k: int, members, block_size: int, sms: int | None = None) -> str:
+    """The CUDA select the public ops use for a call, by the H200 figures (BENCHMARKS.md, top-k
+    rows): the short-row select wherever its cluster holds the row and every row's cluster is
+    resident at once (rows x CTAs per row <= the SM count), else the filter-first select, else
+    (k past its limit, a mask too large for its shared memory) the cluster radix select.
+    `forced_algorithm` overrides it where the forced select takes the call. `sms`: the device's
+    SM count (default: read from the first GPU)."""
+    if _forced is not None and not _declines(_forced, scores, k, members, block_size):
+        return _forced
+    rows, n = scores.shape
+    ctas = -(-n // _ext.limit("short_topk_chunk"))
+    sms = _ext.multiprocessors() if sms is None else sms
+    if n <= short_max_n() and (ctas == 1 or rows * ctas <= sms):
+        return "short"
+    if not _declines("filter", scores, k, members, block_size):
         return "filter"
     return "cluster"
 
 
-def _verified_dtype(scores) -> None:
-    # The bfloat16 instantiations equal the reference in the CPU-emulated tests but have not run
-    # on a GPU yet: until they have, public calls keep bf16 on the next implementation.
-    if scores.dtype == jnp.bfloat16:
-        raise NotImplementedError("bfloat16 scores: the kernels await their first device run")
-
-
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
-    _verified_dtype(scores)
     algorithm = algorithm_for(scores, k, candidates, block_size)
     return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
-    _verified_dtype(block_scores)
     algorithm = algorithm_for(block_scores, num_candidates, None, block_size)
     return radix_topk(
         block_scores,

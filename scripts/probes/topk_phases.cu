@@ -4,15 +4,21 @@
 // of 20 back-to-back launches and the phase ends in us since the first CTA started (max over
 // CTAs). Cluster radix select: 1 = keys cached, 2/3 + 2p = pass p counted / merged, 10 =
 // offsets known, 11 = emitted. Filter select (-DPROBE_FILTER): 1 = bar sampled, 2 = chunk
-// streamed, 3 = chunk cut to k, 4 = chunks gathered, 5 = row cut to k, 6 = emitted.
-// Build: nvcc -O3 -std=c++20 -arch=sm_90a -Icuda [-DPROBE_FILTER] scripts/probes/topk_phases.cu
+// streamed, 3 = chunk cut to k, 4 = chunks gathered, 5 = row cut to k, 6 = emitted. Short-row
+// select (-DPROBE_SHORT): 1 = keys loaded, 2/3/4 = digit pass 1/2/3 decided, 5 = emitted.
+// Build: nvcc -O3 -std=c++20 -arch=sm_90a -Icuda [-DPROBE_FILTER|-DPROBE_SHORT]
+//        scripts/probes/topk_phases.cu
 #define DSV41_PHASE_STAMPS
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#ifdef PROBE_FILTER
+#if defined(PROBE_SHORT)
+#include "smxx_short_topk.cu"
+#define PREPARE PrepareShortTopk
+#define LAUNCH LaunchShortTopk
+#elif defined(PROBE_FILTER)
 #include "smxx_filter_topk.cu"
 #define PREPARE PrepareFilterTopk
 #define LAUNCH LaunchFilterTopk
@@ -26,8 +32,14 @@ using namespace dsv41;
 
 int main() {
   if (PREPARE() != cudaSuccess) return 1;
+#ifdef PROBE_SHORT
+  const int64_t shapes[][3] = {{1, 16384, 512},  {8, 16384, 512},  {64, 16384, 512},
+                               {8, 16384, 2048}, {8, 65536, 512}, {8, 131072, 512},
+                               {16, 131072, 512}, {8, 131072, 2048}};
+#else
   const int64_t shapes[][3] = {{8, 131072, 512},  {64, 131072, 512},   {8, 1 << 20, 512},
                                {64, 1 << 20, 512}, {8, 131072, 2048}, {8, 16384, 2048}};
+#endif
   std::mt19937 gen(0);
   std::normal_distribution<float> normal;
   for (const auto& sh : shapes) {

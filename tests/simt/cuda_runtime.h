@@ -238,6 +238,20 @@ T __shfl_up_sync(unsigned, T v, int d) {
 }
 
 template <class T>
+T __shfl_sync(unsigned, T v, int src) {
+  emu::Cta* c = emu::tl_cta;
+  const int t = c->cur, w = t / 32;
+  int64_t slot = 0;
+  std::memcpy(&slot, &v, sizeof(T));
+  c->lanes[t] = slot;
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  T out;
+  std::memcpy(&out, &c->lanes[w * 32 + (src & 31)], sizeof(T));
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  return out;
+}
+
+template <class T>
 T atomicAdd(T* p, T v) {
   const T old = *p;
   *p = old + v;

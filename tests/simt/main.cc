@@ -1,5 +1,5 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
-//   kernels_emu filter|radix CASE OUT      (the top-k selects; format below)
+//   kernels_emu filter|radix|short CASE OUT   (the top-k selects; format below)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
 //   kernels_emu gather|l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
@@ -17,11 +17,13 @@
 #include "smxx_page_transform.cuh"
 #include "smxx_radix_topk.cuh"
 #include "smxx_ragged_rows.cuh"
+#include "smxx_short_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
 std::pair<void*, std::size_t> FilterTopkSharedMemory();
 std::pair<void*, std::size_t> RadixTopkSharedMemory();
+std::pair<void*, std::size_t> ShortTopkSharedMemory();
 std::pair<void*, std::size_t> SortBlocksSharedMemory();
 }  // namespace dsv41
 
@@ -185,10 +187,17 @@ int main(int argc, char** argv) {
                              h[6] ? m : 0,
                              int32_t(k), int32_t(h[3]), static_cast<dsv41::TopkMode>(h[4]),
                              bf16};
-  const bool filter = which == "filter";
-  GuardSharedMemory(filter ? dsv41::FilterTopkSharedMemory : dsv41::RadixTopkSharedMemory);
-  const cudaError_t err = filter ? dsv41::LaunchFilterTopk(args, nullptr)
-                                 : dsv41::LaunchRadixTopk(args, nullptr);
+  cudaError_t err = cudaErrorInvalidValue;
+  if (which == "filter") {
+    GuardSharedMemory(dsv41::FilterTopkSharedMemory);
+    err = dsv41::LaunchFilterTopk(args, nullptr);
+  } else if (which == "short") {
+    GuardSharedMemory(dsv41::ShortTopkSharedMemory);
+    err = dsv41::LaunchShortTopk(args, nullptr);
+  } else if (which == "radix") {
+    GuardSharedMemory(dsv41::RadixTopkSharedMemory);
+    err = dsv41::LaunchRadixTopk(args, nullptr);
+  }
   std::FILE* o = std::fopen(argv[3], "wb");
   const int32_t status = err;
   std::fwrite(&status, 4, 1, o);

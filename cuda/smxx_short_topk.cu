@@ -1,0 +1,250 @@
+// Exact top-k for short rows (up to 8 x 16384 scores): a row is split over a cluster of 1-8 CTAs
+// of 1024 threads, and each thread loads 16 scores of its CTA's chunk once, as order-preserving
+// keys held in registers. Nothing is buffered and the row is never read again:
+//   - three digit passes (11, 11 and 10 bits) of shared-memory histograms find the k-th key.
+//     Every CTA sums the cluster's histograms through distributed shared memory, so all of them
+//     take the same branches; the search stops after a pass whose bin holds exactly the keys
+//     still needed;
+//   - the output comes in position order from one block scan of per-tile counts of keys above
+//     the k-th and equal to it (the first ties by position), offset by the counts of the
+//     cluster's lower-ranked CTAs: no buffer, no sort.
+// Latency, not bytes, bounds short rows: one dependent load, three histogram passes and one
+// scan, where the filter and cluster selects pay four-pass cuts or cluster-wide passes over
+// global memory.
+#include <cooperative_groups.h>
+
+#include "smxx_bitmap.cuh"
+#include "smxx_block_scan.cuh"
+#include "smxx_phase_stamps.cuh"
+#include "smxx_short_topk.cuh"
+#include "smxx_topk_keys.cuh"
+
+namespace cg = cooperative_groups;
+
+namespace dsv41 {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr int kPer = int(kShortChunk / kThreads);  // keys per thread
+constexpr int kSegment = 32 * kPer;                 // a warp's consecutive scores
+constexpr int kBins = 2048;                         // the widest digit: 11 bits
+// A chunk's candidate bitmap: at block size 1 one bit per score, plus the straddling ends.
+constexpr int kMaskWords = int(kShortChunk / 32) + 2;
+static_assert(kShortChunk % kThreads == 0 && kPer % 8 == 0, "whole 16-byte vectors per thread");
+using topk::kExcluded;
+
+struct Shared {
+  uint32_t hist[3][kBins];  // one per pass: peers may read a pass's while this CTA fills the next
+  int32_t warp_sums[kWarps];
+  int32_t scan_total;
+  int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
+  int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
+  uint32_t member_bits[kMaskWords];
+};
+
+__device__ __forceinline__ void ClusterSync(const cg::cluster_group& cluster, int cl) {
+  if (cl > 1) {
+    cluster.sync();
+  } else {
+    __syncthreads();
+  }
+}
+
+struct Digit {
+  int32_t bin, above, in_bin, total;
+};
+
+// One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin (digit)
+// holding the k_rem-th largest of them, the keys above that bin and in it, and how many keys
+// took part (over the whole cluster). All threads of all the cluster's CTAs call it.
+template <int kShift, int kWidth>
+__device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer], const cg::cluster_group& cluster,
+                           int cl, uint32_t prefix, int32_t k_rem) {
+  constexpr int kDigits = 1 << kWidth, kDigitsPer = kDigits / kThreads;
+  constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
+  static_assert(kDigits <= kBins && kDigitsPer >= 1);
+  uint32_t* h = sh.hist[kPass];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    bool in = key[i] != kExcluded;
+    if constexpr (kShift + kWidth < 32) in = in && (key[i] >> (kShift + kWidth)) == prefix;
+    if (in) atomicAdd(&h[(key[i] >> kShift) & (kDigits - 1)], 1u);
+  }
+  ClusterSync(cluster, cl);
+  // Thread t holds digits kDigits - 1 - t * kDigitsPer - j, descending: its exclusive scan is the
+  // count of keys in the bins above its own.
+  int32_t c[kDigitsPer], mine = 0;
+#pragma unroll
+  for (int j = 0; j < kDigitsPer; ++j) {
+    const int d = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
+    int32_t v = 0;
+    if (cl > 1) {
+      for (int r = 0; r < cl; ++r) v += int32_t(cluster.map_shared_rank(h, r)[d]);
+    } else {
+      v = int32_t(h[d]);
+    }
+    c[j] = v, mine += v;
+  }
+  int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
+#pragma unroll
+  for (int j = 0; j < kDigitsPer; ++j) {
+    if (above < k_rem && k_rem <= above + c[j]) {
+      sh.bin = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
+      sh.above = above, sh.in_bin = c[j];
+    }
+    above += c[j];
+  }
+  __syncthreads();
+  return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
+}
+
+// The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
+__device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64_t chunk) {
+  extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
+  Shared& sh = *reinterpret_cast<Shared*>(dyn);
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int64_t row = blockIdx.x / cl;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  DSV41_STAMP(0);
+
+  // ---- the chunk's keys: tile j of lane l of warp w holds chunk elements
+  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous bytes
+  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
+  const int64_t mine = r.hi - r.lo;
+  const bool aligned = topk::Aligned(r);
+  constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
+  const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
+  float v[kTiles][kVec];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
+  for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
+  if (a.members != nullptr) {  // the candidate blocks this chunk overlaps (it synchronises)
+    const int64_t b0 = r.lo / a.block_size, b1 = (r.hi + a.block_size - 1) / a.block_size;
+    MarkIds<kThreads>(sh.member_bits, b0, b1, a.members + row * a.num_members, a.num_members);
+    r.member_bits = sh.member_bits, r.member_base = b0;
+  } else {
+    __syncthreads();
+  }
+  uint32_t key[kPer];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    uint32_t kk[kVec];
+    topk::ScoresToKeys<kVec>(a, r, mine, seg + 32 * kVec * j, v[j], kk);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) key[kVec * j + e] = kk[e];
+  }
+  DSV41_STAMP(1);
+
+  // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
+  int32_t k_rem = a.k, need = 0;
+  uint32_t thresh = 0;
+  const Digit d0 = DigitPass<21, 11>(sh, key, cluster, cl, 0, k_rem);
+  const int32_t total = d0.total;  // keys that may be selected
+  DSV41_STAMP(2);
+  if (total > a.k) {  // uniform over the cluster: every CTA summed the same histograms
+    uint32_t prefix = uint32_t(d0.bin);
+    k_rem -= d0.above;
+    if (d0.in_bin == k_rem) {
+      thresh = Below(prefix << 21);
+    } else {
+      const Digit d1 = DigitPass<10, 11>(sh, key, cluster, cl, prefix, k_rem);
+      DSV41_STAMP(3);
+      prefix = (prefix << 11) | uint32_t(d1.bin);
+      k_rem -= d1.above;
+      if (d1.in_bin == k_rem) {
+        thresh = Below(prefix << 10);
+      } else {
+        const Digit d2 = DigitPass<0, 10>(sh, key, cluster, cl, prefix, k_rem);
+        DSV41_STAMP(4);
+        thresh = (prefix << 10) | uint32_t(d2.bin);
+        need = k_rem - d2.above;
+      }
+    }
+  }
+
+  // ---- output slots in position order: per tile, the keys above / equal (<= 32 * kVec each,
+  //      packed low | high 16 bits) scanned over the warp's lanes, then over warps and CTAs
+  uint32_t before[kTiles], tile[kTiles], warp_total = 0;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    uint32_t c = 0;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const uint32_t kk = key[kVec * j + e];
+      c += kk > thresh ? 1u : (need > 0 && kk == thresh ? 1u << 16 : 0u);
+    }
+    uint32_t x = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    before[j] = x - c;
+    tile[j] = __shfl_sync(0xffffffffu, x, 31);
+    warp_total += tile[j];
+  }
+  // Only lane 31 contributes: every thread's exclusive scan is the sum over the warps before its
+  // own (a CTA's counts stay below 2^15 each, so the packing holds).
+  const int32_t warps_before =
+      BlockExclusiveScan<kThreads>(lane == 31 ? int32_t(warp_total) : 0, sh.warp_sums, &sh.scan_total);
+  int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
+  if (cl > 1) {
+    if (threadIdx.x == 0) sh.counts = sh.scan_total;
+    cluster.sync();
+    for (int c = 0; c < rank; ++c) {
+      const int32_t x = *cluster.map_shared_rank(&sh.counts, c);
+      above += x & 0xffff, equal += x >> 16;
+    }
+  }
+  int32_t* out = a.out + row * int64_t(a.k);
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    int32_t g = above + int32_t(before[j] & 0xffff), e = equal + int32_t(before[j] >> 16);
+    const int64_t p0 = r.lo + seg + 32 * kVec * j;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const uint32_t kk = key[kVec * j + i];
+      if (kk > thresh) {
+        out[g + min(e, need)] = int32_t(p0 + i), ++g;
+      } else if (need > 0 && kk == thresh) {
+        if (e < need) out[g + e] = int32_t(p0 + i);
+        ++e;
+      }
+    }
+    above += int32_t(tile[j] & 0xffff), equal += int32_t(tile[j] >> 16);
+  }
+  if (rank == 0) {
+    for (int32_t i = min(total, a.k) + int32_t(threadIdx.x); i < a.k; i += kThreads) out[i] = -1;
+  }
+  DSV41_STAMP(5);
+  if (cl > 1) cluster.sync();  // the peers have read this CTA's counts: it may exit
+}
+
+template <class T>
+cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
+  // Fewest CTAs that hold the row, equal chunks of whole warp segments (16-byte aligned).
+  const int64_t cl = max((args.n + kShortChunk - 1) / kShortChunk, int64_t(1));
+  const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
+  return topk::LaunchRowClusters(ShortTopkKernel<T>, args, chunk, int(cl), kThreads,
+                                 sizeof(Shared), stream);
+}
+
+}  // namespace
+
+cudaError_t PrepareShortTopk() {
+  return SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
+}
+
+cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream) {
+  if (args.rows == 0) return cudaSuccess;
+  if (args.k <= 0 || args.n > kShortMaxCluster * kShortChunk) return cudaErrorInvalidValue;
+  if (args.members != nullptr && args.mode != TopkMode::kPositions) return cudaErrorInvalidValue;
+  return args.bf16 ? Launch<topk::Bf16>(args, stream) : Launch<float>(args, stream);
+}
+
+}  // namespace dsv41

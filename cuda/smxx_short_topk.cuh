@@ -1,0 +1,25 @@
+// Exact top-k for short rows: every key of a row held in registers, three digit passes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "smxx_radix_topk.cuh"
+
+namespace dsv41 {
+
+// Scores one CTA holds in registers (1024 threads x 16).
+inline constexpr int64_t kShortChunk = 16384;
+// Most CTAs (one thread block cluster) per row: rows of at most kShortMaxCluster * kShortChunk
+// scores (block scores in candidate-blocks mode).
+inline constexpr int32_t kShortMaxCluster = 8;
+
+// One-time kernel attributes of the current device; call outside any stream capture.
+cudaError_t PrepareShortTopk();
+// Same arguments and output as LaunchRadixTopk (both modes, starts, a candidate mask in
+// kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
+// (the FFI handler rejects them first).
+cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream);
+
+}  // namespace dsv41
