@@ -3,7 +3,8 @@
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
 # benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file>
 # cuprobe:<file.cu>[:<MACRO>] (default: build test bench); BENCH_ARGS adds benchmark options
-# (e.g. "--only sort,topk --breakdown").
+# (e.g. "--only sort,topk --breakdown"); PYTEST_K selects tests within the tests: step
+# (pytest -k).
 # The build goes to build/device (ignored by git), so a later call on the same warm machine
 # reuses it.
 # Full logs go to $OUT; a short summary is printed last.
@@ -43,7 +44,7 @@ for step in $STEPS; do
     tests:*)
       args=${step#tests:}
       log="$OUT/pytest_$(echo "$args" | tr -c 'a-zA-Z0-9_' '_' | cut -c1-40).log"
-      $PY -m pytest -q -m gpu ${args//,/ } -p no:cacheprovider >"$log" 2>&1
+      $PY -m pytest -q -m gpu ${args//,/ } ${PYTEST_K:+-k "$PYTEST_K"} -p no:cacheprovider >"$log" 2>&1
       note "gpu tests ${args}: $(tail -1 "$log")"
       grep -E "^(FAILED|ERROR)" "$log" | head -20 ;;
     sanitize)
