@@ -32,16 +32,41 @@ constexpr int kBins = 2048;                         // the widest digit: 11 bits
 // A chunk's candidate bitmap: at block size 1 one bit per score, plus the straddling ends.
 constexpr int kMaskWords = int(kShortChunk / 32) + 2;
 static_assert(kShortChunk % kThreads == 0 && kPer % 8 == 0, "whole 16-byte vectors per thread");
+static_assert(kWarps == 32, "one warp scans the warp sums");
 using topk::kExcluded;
 
 struct Shared {
   uint32_t hist[3][kBins];  // one per pass: peers may read a pass's while this CTA fills the next
   int32_t warp_sums[kWarps];
-  int32_t scan_total;
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
   uint32_t member_bits[kMaskWords];
 };
+
+// Exclusive prefix sum of one value per thread over the block, with one barrier: each warp
+// scans its lanes, then every warp scans the warp sums itself. `total` gets the block's sum.
+// Two calls must be separated by a barrier (they share `warp_sums`).
+__device__ __forceinline__ int32_t ScanWithOneBarrier(int32_t v, int32_t* warp_sums,
+                                                     int32_t& total) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  int32_t x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  const int32_t w = warp_sums[lane];  // kWarps == 32: lane l reads warp l's sum
+  int32_t wx = w;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, wx, d);
+    if (lane >= d) wx += y;
+  }
+  total = __shfl_sync(0xffffffffu, wx, 31);
+  return __shfl_sync(0xffffffffu, wx - w, warp) + x - v;
+}
 
 __device__ __forceinline__ void ClusterSync(const cg::cluster_group& cluster, int cl) {
   if (cl > 1) {
@@ -79,14 +104,18 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer], const cg::cl
   for (int j = 0; j < kDigitsPer; ++j) {
     const int d = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
     int32_t v = 0;
-    if (cl > 1) {
-      for (int r = 0; r < cl; ++r) v += int32_t(cluster.map_shared_rank(h, r)[d]);
+    if (cl > 1) {  // unrolled, so the peers' loads are in flight together
+#pragma unroll
+      for (int r = 0; r < kShortMaxCluster; ++r) {
+        if (r < cl) v += int32_t(cluster.map_shared_rank(h, r)[d]);
+      }
     } else {
       v = int32_t(h[d]);
     }
     c[j] = v, mine += v;
   }
-  int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
+  int32_t total;
+  int32_t above = ScanWithOneBarrier(mine, sh.warp_sums, total);
 #pragma unroll
   for (int j = 0; j < kDigitsPer; ++j) {
     if (above < k_rem && k_rem <= above + c[j]) {
@@ -96,7 +125,7 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer], const cg::cl
     above += c[j];
   }
   __syncthreads();
-  return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
+  return Digit{sh.bin, sh.above, sh.in_bin, total};
 }
 
 // The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
@@ -113,15 +142,27 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   DSV41_STAMP(0);
 
   // ---- the chunk's keys: tile j of lane l of warp w holds chunk elements
-  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous bytes
-  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
-  const int64_t mine = r.hi - r.lo;
-  const bool aligned = topk::Aligned(r);
+  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous
+  //      bytes. Without starts the row's address needs no load: the scores of the chunk's
+  //      columns are in flight before the length arrives, and masked by it after.
   constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
   const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
+  topk::Row<T> cols;  // the chunk's columns: every score of the row there may be read
+  {
+    const int64_t start = a.starts ? min(max(int64_t(a.starts[row]), int64_t(0)), a.n) : 0;
+    cols.scores = static_cast<const T*>(a.scores) + row * a.n + start;
+    cols.lo = min(int64_t(rank) * chunk, a.n - start);
+    cols.hi = min(cols.lo + chunk, a.n - start);
+  }
   float v[kTiles][kVec];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
+  for (int j = 0; j < kTiles; ++j) {
+    topk::LoadScores<kVec>(cols, cols.hi - cols.lo, seg + 32 * kVec * j, topk::Aligned(cols), v[j]);
+  }
+  // The selectable part: r.lo == cols.lo unless the chunk lies past the row's length (then
+  // mine == 0 and nothing of it is selected).
+  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
+  const int64_t mine = r.hi - r.lo;
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (a.members != nullptr) {  // the candidate blocks this chunk overlaps (it synchronises)
     const int64_t b0 = r.lo / a.block_size, b1 = (r.hi + a.block_size - 1) / a.block_size;
@@ -188,13 +229,21 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
     tile[j] = __shfl_sync(0xffffffffu, x, 31);
     warp_total += tile[j];
   }
-  // Only lane 31 contributes: every thread's exclusive scan is the sum over the warps before its
-  // own (a CTA's counts stay below 2^15 each, so the packing holds).
-  const int32_t warps_before =
-      BlockExclusiveScan<kThreads>(lane == 31 ? int32_t(warp_total) : 0, sh.warp_sums, &sh.scan_total);
+  // The warps' totals, scanned (a CTA's counts stay at most 2^14 each, so the packing holds).
+  if (lane == 31) sh.warp_sums[warp] = int32_t(warp_total);
+  __syncthreads();
+  const int32_t w = sh.warp_sums[lane];
+  int32_t wx = w;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, wx, o);
+    if (lane >= o) wx += y;
+  }
+  const int32_t warps_before = __shfl_sync(0xffffffffu, wx - w, warp);
+  const int32_t cta_counts = __shfl_sync(0xffffffffu, wx, 31);
   int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
   if (cl > 1) {
-    if (threadIdx.x == 0) sh.counts = sh.scan_total;
+    if (threadIdx.x == 0) sh.counts = cta_counts;
     cluster.sync();
     for (int c = 0; c < rank; ++c) {
       const int32_t x = *cluster.map_shared_rank(&sh.counts, c);
@@ -238,6 +287,27 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
 
 cudaError_t PrepareShortTopk() {
   return SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
+}
+
+int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
+  if (cluster < 1 || cluster > kShortMaxCluster) return 0;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(unsigned(cluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = sizeof(Shared);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(cluster);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int count = 0;
+  if (cudaOccupancyMaxActiveClusters(&count, ShortTopkKernel<float>, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
 }
 
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream) {

@@ -17,6 +17,9 @@ inline constexpr int32_t kShortMaxCluster = 8;
 
 // One-time kernel attributes of the current device; call outside any stream capture.
 cudaError_t PrepareShortTopk();
+// How many clusters of `cluster` CTAs of the kernel the current device runs at once (0 when it
+// cannot tell): more rows than that run in waves. Outside any stream capture.
+int32_t ShortTopkMaxActiveClusters(int32_t cluster);
 // Same arguments and output as LaunchRadixTopk (both modes, starts, a candidate mask in
 // kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
 // (the FFI handler rejects them first).

@@ -81,12 +81,10 @@ def register_ffi_targets() -> tuple[str, ...]:
 
 
 @functools.cache
-def multiprocessors(device: int = 0) -> int:
-    """The SM count of CUDA device `device` (read once): the selects size their clusters by it."""
-    sms = int(extension().multiprocessors(device))
-    if sms <= 0:
-        raise ExtensionUnavailable(f"cannot read the SM count of CUDA device {device}")
-    return sms
+def short_topk_max_clusters(cluster: int) -> int:
+    """How many clusters of `cluster` CTAs of the short-row select the current GPU runs at once
+    (read once per size from the CUDA occupancy calculator; 0 when it cannot tell)."""
+    return int(extension().short_topk_max_clusters(cluster))
 
 
 # Compute capabilities with machine code in the extension (CMakeLists.txt): the project's own

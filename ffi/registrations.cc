@@ -80,16 +80,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),
                                 dsv41::Sm100SparseWorkspaceBytes(rows));
   });
-  // The SM count of CUDA device `device` (0 when it cannot be read): the dispatch sizes clusters
-  // and waves by it.
-  m.def("multiprocessors", [](int device) {
-    int sms = 0;
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return sms;
-  });
+  // Clusters of `cluster` short-row select CTAs the current device runs at once (0: unknown).
+  m.def("short_topk_max_clusters", &dsv41::ShortTopkMaxActiveClusters);
   // Kernel attributes and device facts, set once per device before any call: the handlers
   // themselves must not make such calls (illegal while XLA captures a CUDA graph).
   m.def("prepare", []() {

@@ -114,19 +114,17 @@ def _declines(algorithm: str, scores, k: int, members, block_size: int) -> str |
     return None
 
 
-def algorithm_for(scores, k: int, members, block_size: int, sms: int | None = None) -> str:
+def algorithm_for(scores, k: int, members, block_size: int) -> str:
     """The CUDA select the public ops use for a call, by the H200 figures (BENCHMARKS.md, top-k
-    rows): the short-row select wherever its cluster holds the row and every row's cluster is
-    resident at once (rows x CTAs per row <= the SM count), else the filter-first select, else
-    (k past its limit, a mask too large for its shared memory) the cluster radix select.
-    `forced_algorithm` overrides it where the forced select takes the call. `sms`: the device's
-    SM count (default: read from the first GPU)."""
+    rows): the short-row select wherever its cluster holds the row and every row's cluster runs
+    at once (one CTA a row: always), else the filter-first select, else (k past its limit, a
+    mask too large for its shared memory) the cluster radix select. `forced_algorithm`
+    overrides it where the forced select takes the call."""
     if _forced is not None and not _declines(_forced, scores, k, members, block_size):
         return _forced
     rows, n = scores.shape
-    ctas = -(-n // _ext.limit("short_topk_chunk"))
-    sms = _ext.multiprocessors() if sms is None else sms
-    if n <= short_max_n() and (ctas == 1 or rows * ctas <= sms):
+    ctas = max(-(-n // _ext.limit("short_topk_chunk")), 1)
+    if n <= short_max_n() and (ctas == 1 or rows <= _ext.short_topk_max_clusters(ctas)):
         return "short"
     if not _declines("filter", scores, k, members, block_size):
         return "filter"
@@ -134,11 +132,13 @@ def algorithm_for(scores, k: int, members, block_size: int, sms: int | None = No
 
 
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
+    _ext.require_gpu(SHORT_TOPK)  # before the policy reads the device
     algorithm = algorithm_for(scores, k, candidates, block_size)
     return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
+    _ext.require_gpu(SHORT_TOPK)
     algorithm = algorithm_for(block_scores, num_candidates, None, block_size)
     return radix_topk(
         block_scores,

@@ -264,6 +264,14 @@ T atomicOr(T* p, T v) {
   return old;
 }
 
+// No occupancy model on the CPU.
+template <class F>
+cudaError_t cudaOccupancyMaxActiveClusters(int* count, F, const cudaLaunchConfig_t*) {
+  *count = 0;
+  return cudaErrorInvalidValue;
+}
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+
 template <class... P, class... A>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(P...),
                                A&&... args) {
