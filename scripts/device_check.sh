@@ -4,7 +4,8 @@
 # benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file>
 # cuprobe:<file.cu>[:<MACRO>] (default: build test bench); BENCH_ARGS adds benchmark options
 # (e.g. "--only sort,topk --breakdown"); PYTEST_K selects tests within the tests: step
-# (pytest -k).
+# (pytest -k); SANITIZE_MEMCHECK / SANITIZE_SECTIONS name the memcheck / racecheck sections
+# (default: all of scripts/sanitize_run.py).
 # The build goes to build/device (ignored by git), so a later call on the same warm machine
 # reuses it.
 # Full logs go to $OUT; a short summary is printed last.
@@ -51,7 +52,7 @@ for step in $STEPS; do
       # memcheck over every section in one process; racecheck one section per process, so a
       # sanitizer crash names its op.
       compute-sanitizer --tool memcheck --error-exitcode 3 $PY scripts/sanitize_run.py \
-        >"$OUT/sanitize_memcheck.log" 2>&1
+        ${SANITIZE_MEMCHECK:-} >"$OUT/sanitize_memcheck.log" 2>&1
       note "compute-sanitizer memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1)"
       for section in ${SANITIZE_SECTIONS:-logits sort physical topk filter short topc sparse prefill amax}; do
         compute-sanitizer --tool racecheck --error-exitcode 3 $PY scripts/sanitize_run.py $section \

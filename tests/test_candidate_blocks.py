@@ -9,7 +9,7 @@ import numpy as np
 import oracle
 import pytest
 from factories import scores as make_scores
-from selection import Case, params, run_candidate_blocks
+from selection import Case, impl_params, params, run_candidate_blocks
 
 import dsv41_jax as dj
 
@@ -62,5 +62,22 @@ def test_candidate_blocks_equal_reference(request, rng, impl, case):
     got = run_candidate_blocks(impl, request, bs, lens, case.k)
     want = dj.select_candidate_blocks(
         jnp.asarray(bs), jnp.asarray(lens), num_candidates=case.k, implementation="reference"
+    )
+    np.testing.assert_array_equal(got, np.asarray(want), err_msg=impl.name)
+
+
+@pytest.mark.parametrize("impl", impl_params(Case(4, 300, 16)))
+def test_candidate_blocks_unscored_blocks_fill_the_table(request, rng, impl):
+    """Rows with fewer scored (finite or +inf) blocks than C: NaN and -inf blocks rank last but
+    still fill the table, by block id, so exactly C blocks are chosen."""
+    nb, c = 300, 16
+    bs = np.where(rng.random((4, nb)) < 0.5, np.nan, -np.inf).astype(np.float32)
+    bs[1, [7, 100, 250]] = [1.0, np.inf, -2.0]
+    bs[2, rng.choice(nb, 15, replace=False)] = rng.standard_normal(15)
+    bs[3, :] = np.nan
+    lens = np.array([nb * 8, nb * 8 - 5, nb * 8, 200 * 8 + 1], np.int32)
+    got = run_candidate_blocks(impl, request, bs, lens, c)
+    want = dj.select_candidate_blocks(
+        jnp.asarray(bs), jnp.asarray(lens), num_candidates=c, implementation="reference"
     )
     np.testing.assert_array_equal(got, np.asarray(want), err_msg=impl.name)

@@ -238,6 +238,25 @@ def test_filter_sampled_bar_too_high_streams_again(request, impl):
     np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
 
 
+@pytest.mark.parametrize("impl", impl_params(Case(5, 999, 64)))
+def test_topk_kth_bin_filled_down_to_its_lowest_key(request, rng, impl):
+    """Powers of two and zero are the lowest keys of their radix bins: when the k-th key's bin
+    holds exactly the keys still needed, the threshold must sit just below that bin, so the
+    k-th key itself (equal to the bin's lowest key) is taken, and +0.0 / -0.0 too."""
+    n, k = 999, 64
+    groups = (
+        ((4.0, 40), (2.0, 24), (1.0, n - 64)),
+        ((4.0, 63), (1.0, 1), (0.0, n - 64)),
+        ((0.0, 32), (-0.0, 32), (-1.0, n - 64)),
+        ((4.0, 30), (0.0, 34), (-0.5, n - 64)),
+        ((2.0, 64), (2.0, 0), (-4.0, n - 64)),
+    )
+    s = np.stack([rng.permutation(np.repeat(*zip(*g))) for g in groups]).astype(np.float32)
+    lens = np.full(5, n, np.int32)
+    got = run_topk(impl, request, s, lens, k)
+    np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
+
+
 @pytest.mark.parametrize("impl", impl_params(Case(2, 100000, 3000)))
 def test_topk_keys_one_ulp_apart(request, rng, impl):
     """Four adjacent floats, shuffled: after a cut the filter kernel's bar is exactly one key above
