@@ -473,7 +473,10 @@ STEP_ALGORITHMS = (None, "filter", "cluster")
 
 
 def _step_impl(path: str, algorithm: str | None) -> str:
-    return f"{path} path" + (f", {algorithm} top-k forced" if algorithm else "")
+    """"auto path (default)": sparse where the GPU has a sparse kernel, the dense top-k where
+    every block is a candidate."""
+    name = "auto path (default)" if path == "auto" else f"{path} path"
+    return name + (f", {algorithm} top-k forced" if algorithm else "")
 
 
 def _forcing(algorithm: str | None):
@@ -505,7 +508,8 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
         qd, cd = dict(zip(layers, qs)), dict(zip(layers, caches))
         qr = dict(zip(layers, qs[::-1]))
         sets = [(qd, cd, lens, bt), (qr, cd, lens, bt)]
-        for path, algorithm in itertools.product(("sparse", "mask"), STEP_ALGORITHMS):
+        variants = [("auto", None), *itertools.product(("sparse", "mask"), STEP_ALGORITHMS)]
+        for path, algorithm in variants:
             ix = dj.make_two_level_indexer(
                 cfg, source_layer=20, consumer_layers=layers[1:], path=path
             )
@@ -552,7 +556,7 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
                     lambda q, c, n, b: dj.publish(q, c, n, b, cfg), [(qs[0], caches[0], lens, bt)]
                 )
                 rows.append(Row("publish (layer 20)", shape, label, t, bs * ctx * 132 / (bw * 1e3)))
-                for path in ("sparse", "mask"):
+                for path in ("auto", "sparse", "mask") if algorithm is None else ("sparse", "mask"):
                     t = jax_time_us(
                         lambda *a, p=path: dj.select(*a, cfg, path=p),
                         [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],

@@ -18,6 +18,7 @@ from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.logits.api import check_ragged
+from dsv41_jax.ordering import num_blocks
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -67,16 +68,21 @@ def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
 
 
 def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
-    b = config.candidate_block_size
+    b, c = config.candidate_block_size, config.candidate_topk_blocks
     indices = topk(logits, lens, config.index_topk, implementation=implementation)
-    scores = block_amax(logits, lens, block_size=b, implementation=implementation)
-    selected = select_candidate_blocks(
-        scores,
-        lens,
-        num_candidates=config.candidate_topk_blocks,
-        block_size=b,
-        implementation=implementation,
-    )
+    nb = -(-logits.shape[1] // b)
+    if nb <= c:
+        # No row can have more than C blocks, so every block is a candidate: exactly what
+        # select_candidate_blocks returns then (ascending ids, -1 padded), without the block
+        # scores or their top-C (two kernels of a short-context step).
+        ids = jnp.arange(c, dtype=jnp.int32)[None]
+        nblocks = jnp.minimum(num_blocks(lens, b), nb)[:, None]
+        selected = jnp.where(ids < nblocks, ids, -1)
+    else:
+        scores = block_amax(logits, lens, block_size=b, implementation=implementation)
+        selected = select_candidate_blocks(
+            scores, lens, num_candidates=c, block_size=b, implementation=implementation
+        )
     table = sort_candidate_blocks(
         selected, lens, bt, block_size=b, page_size=config.page_size, implementation=implementation
     )

@@ -82,6 +82,33 @@ def test_candidate_path_is_a_noop_up_to_c_blocks(rng):
         )
 
 
+@pytest.mark.parametrize("width", [16, 21, 24])
+def test_publish_without_block_scores_when_every_block_is_a_candidate(rng, width):
+    """Logits of at most C blocks: publish skips the block scores and their top-C (every block is
+    a candidate); its table equals the one built through select_candidate_blocks (under jit, so
+    lengths past the row or negative are clamped as the contract says)."""
+    from dsv41_jax.indexer import _publish_from_logits
+
+    cfg = small_config()
+    b, c, p = cfg.candidate_block_size, cfg.candidate_topk_blocks, cfg.page_size
+    assert -(-width // b) <= c
+    pages = -(-width // p)
+    lens = jnp.array([0, 1, 7, 8, 9, width - 1, width, width + 9, -3], jnp.int32)
+    logits = jnp.asarray(rng.standard_normal((9, width)), jnp.float32)
+    bt = jnp.asarray(rng.permutation(9 * pages).reshape(9, pages).astype(np.int32))
+    _, table = jax.jit(lambda x, n, t: _publish_from_logits(x, n, t, cfg, None))(logits, lens, bt)
+
+    @jax.jit
+    def through_block_scores(x, n, t):
+        scores = dj.block_amax(x, n, block_size=b)
+        selected = dj.select_candidate_blocks(scores, n, num_candidates=c, block_size=b)
+        return dj.sort_candidate_blocks(selected, n, t, block_size=b, page_size=p)
+
+    want = through_block_scores(logits, lens, bt)
+    for f in ("blocks", "count", "valid_lens", "physical"):
+        np.testing.assert_array_equal(np.asarray(getattr(table, f)), np.asarray(getattr(want, f)))
+
+
 def test_auto_path_on_rows_that_fit_is_the_dense_topk(rng):
     """A page table of at most C·B positions: every block is a candidate, so `auto` runs the
     plain dense top-k (no mask, no gather), equal to both paths."""
