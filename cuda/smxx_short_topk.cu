@@ -14,6 +14,7 @@
 #include <cooperative_groups.h>
 
 #include "smxx_bitmap.cuh"
+#include "smxx_block_scan.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_short_topk.cuh"
 #include "smxx_topk_keys.cuh"
@@ -31,26 +32,16 @@ constexpr int kBins = 2048;                         // the widest digit: 11 bits
 // A chunk's candidate bitmap: at block size 1 one bit per score, plus the straddling ends.
 constexpr int kMaskWords = int(kShortChunk / 32) + 2;
 static_assert(kShortChunk % kThreads == 0 && kPer % 8 == 0, "whole 16-byte vectors per thread");
-static_assert(kWarps == 32, "one warp scans the warp sums");
 using topk::kExcluded;
 
 struct Shared {
   uint32_t hist[3][kBins];  // one per pass: peers may read a pass's while this CTA fills the next
   int32_t warp_sums[kWarps];
+  int32_t scan_total;
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
-  int32_t total;               // the keys that took part in the pass
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
   uint32_t member_bits[kMaskWords];
 };
-
-__device__ __forceinline__ uint32_t WarpInclusiveScan(uint32_t x, int lane) {
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const uint32_t y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d) x += y;
-  }
-  return x;
-}
 
 __device__ __forceinline__ void ClusterSync(const cg::cluster_group& cluster, int cl) {
   if (cl > 1) {
@@ -81,51 +72,31 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer], const cg::cl
     if (in) atomicAdd(&h[(key[i] >> kShift) & (kDigits - 1)], 1u);
   }
   ClusterSync(cluster, cl);
-  // Thread t holds digits kDigits - 1 - t * kDigitsPer - j (descending), so the keys above a
-  // thread's digits are the counts of the threads before it. Every warp sums its digits; warp 0
-  // scans the warp sums, finds the warp whose digits hold the k_rem-th key, and takes that
-  // warp's digits again to find the digit: two barriers, and one warp's scans.
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const auto digit = [](int t, int j) { return kDigits - 1 - (t * kDigitsPer + j); };
-  const auto count = [&](int d) {
-    if (cl == 1) return int32_t(h[d]);
+  // Thread t holds digits kDigits - 1 - t * kDigitsPer - j, descending: its exclusive scan is the
+  // count of keys in the bins above its own.
+  int32_t c[kDigitsPer], mine = 0;
+#pragma unroll
+  for (int j = 0; j < kDigitsPer; ++j) {
+    const int d = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
     int32_t v = 0;
-#pragma unroll
-    for (int r = 0; r < kShortMaxCluster; ++r) {  // unrolled: the peers' loads fly together
-      if (r < cl) v += int32_t(cluster.map_shared_rank(h, r)[d]);
+    if (cl > 1) {
+      for (int r = 0; r < cl; ++r) v += int32_t(cluster.map_shared_rank(h, r)[d]);
+    } else {
+      v = int32_t(h[d]);
     }
-    return v;
-  };
-  int32_t mine = 0;
+    c[j] = v, mine += v;
+  }
+  int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
 #pragma unroll
-  for (int j = 0; j < kDigitsPer; ++j) mine += count(digit(int(threadIdx.x), j));
-  const int32_t warp_sum = int32_t(WarpInclusiveScan(uint32_t(mine), lane));
-  if (lane == 31) sh.warp_sums[warp] = warp_sum;
-  __syncthreads();
-  if (warp == 0) {
-    const int32_t w = sh.warp_sums[lane];  // kWarps == 32
-    const int32_t wi = int32_t(WarpInclusiveScan(uint32_t(w), lane));
-    const unsigned hit = __ballot_sync(0xffffffffu, wi >= k_rem);
-    if (lane == 31) sh.total = wi;
-    if (hit != 0) {  // else fewer than k_rem keys: no digit is asked for
-      const int holder = __ffs(int(hit)) - 1;
-      const int t = holder * 32 + lane;
-      int32_t c[kDigitsPer], m = 0;
-#pragma unroll
-      for (int j = 0; j < kDigitsPer; ++j) c[j] = count(digit(t, j)), m += c[j];
-      int32_t above = __shfl_sync(0xffffffffu, wi - w, holder) +
-                      int32_t(WarpInclusiveScan(uint32_t(m), lane)) - m;
-#pragma unroll
-      for (int j = 0; j < kDigitsPer; ++j) {
-        if (above < k_rem && k_rem <= above + c[j]) {
-          sh.bin = digit(t, j), sh.above = above, sh.in_bin = c[j];
-        }
-        above += c[j];
-      }
+  for (int j = 0; j < kDigitsPer; ++j) {
+    if (above < k_rem && k_rem <= above + c[j]) {
+      sh.bin = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
+      sh.above = above, sh.in_bin = c[j];
     }
+    above += c[j];
   }
   __syncthreads();
-  return Digit{sh.bin, sh.above, sh.in_bin, sh.total};
+  return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
 }
 
 // The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
@@ -142,27 +113,15 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   DSV41_STAMP(0);
 
   // ---- the chunk's keys: tile j of lane l of warp w holds chunk elements
-  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous
-  //      bytes. Without starts the row's address needs no load: the scores of the chunk's
-  //      columns are in flight before the length arrives, and masked by it after.
-  constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
-  const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
-  topk::Row<T> cols;  // the chunk's columns: every score of the row there may be read
-  {
-    const int64_t start = a.starts ? min(max(int64_t(a.starts[row]), int64_t(0)), a.n) : 0;
-    cols.scores = static_cast<const T*>(a.scores) + row * a.n + start;
-    cols.lo = min(int64_t(rank) * chunk, a.n - start);
-    cols.hi = min(cols.lo + chunk, a.n - start);
-  }
-  float v[kTiles][kVec];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    topk::LoadScores<kVec>(cols, cols.hi - cols.lo, seg + 32 * kVec * j, topk::Aligned(cols), v[j]);
-  }
-  // The selectable part: r.lo == cols.lo unless the chunk lies past the row's length (then
-  // mine == 0 and nothing of it is selected).
+  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous bytes
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
   const int64_t mine = r.hi - r.lo;
+  const bool aligned = topk::Aligned(r);
+  constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
+  const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
+  float v[kTiles][kVec];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (a.members != nullptr) {  // the candidate blocks this chunk overlaps (it synchronises)
     const int64_t b0 = r.lo / a.block_size, b1 = (r.hi + a.block_size - 1) / a.block_size;
@@ -208,57 +167,44 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
     }
   }
 
-  // ---- output slots in position order: per tile, the keys above / equal, scanned over the
-  //      warp's lanes (packed: float tiles sum to <= 128 per lane scan, 8-bit fields, two tiles a
-  //      word; bf16 tiles to <= 256, 16-bit fields), then over warps (warp 0) and CTAs
-  constexpr int kField = 32 * kVec < 256 ? 8 : 16, kPerWord = 16 / kField;
-  constexpr int kWords = kTiles / kPerWord;
-  constexpr uint32_t kFieldMask = (1u << kField) - 1;
-  static_assert(kTiles % kPerWord == 0);
-  uint32_t before[kWords], tile[kWords];
-  int32_t warp_above = 0, warp_equal = 0;
+  // ---- output slots in position order: per tile, the keys above / equal (<= 32 * kVec each,
+  //      packed low | high 16 bits) scanned over the warp's lanes, then over warps and CTAs
+  uint32_t before[kTiles], tile[kTiles], warp_total = 0;
 #pragma unroll
-  for (int w = 0; w < kWords; ++w) {
+  for (int j = 0; j < kTiles; ++j) {
     uint32_t c = 0;
 #pragma unroll
-    for (int q = 0; q < kPerWord; ++q) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        const uint32_t kk = key[kVec * (w * kPerWord + q) + e];
-        const int field = kk > thresh ? 2 * q : (need > 0 && kk == thresh ? 2 * q + 1 : -1);
-        if (field >= 0) c += 1u << (kField * field);
-      }
+    for (int e = 0; e < kVec; ++e) {
+      const uint32_t kk = key[kVec * j + e];
+      c += kk > thresh ? 1u : (need > 0 && kk == thresh ? 1u << 16 : 0u);
     }
-    const uint32_t x = WarpInclusiveScan(c, lane);
-    before[w] = x - c;
-    tile[w] = __shfl_sync(0xffffffffu, x, 31);
+    uint32_t x = c;
 #pragma unroll
-    for (int q = 0; q < kPerWord; ++q) {
-      warp_above += int32_t((tile[w] >> (kField * 2 * q)) & kFieldMask);
-      warp_equal += int32_t((tile[w] >> (kField * (2 * q + 1))) & kFieldMask);
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
     }
+    before[j] = x - c;
+    tile[j] = __shfl_sync(0xffffffffu, x, 31);
+    warp_total += tile[j];
   }
-  // A CTA's counts stay at most 2^14 each: one int holds above | equal << 16.
-  if (lane == 31) sh.warp_sums[warp] = warp_above | (warp_equal << 16);
-  __syncthreads();
-  if (warp == 0) {  // the warps' exclusive prefixes, in place
-    const int32_t w = sh.warp_sums[lane];
-    const int32_t wi = int32_t(WarpInclusiveScan(uint32_t(w), lane));
-    sh.warp_sums[lane] = wi - w;
-    if (lane == 31) sh.counts = wi;
-  }
-  ClusterSync(cluster, cl);  // the prefixes, and this CTA's counts for its peers
-  int32_t above = sh.warp_sums[warp] & 0xffff, equal = sh.warp_sums[warp] >> 16;
-  for (int c = 0; c < rank; ++c) {
-    const int32_t x = *cluster.map_shared_rank(&sh.counts, c);
-    above += x & 0xffff, equal += x >> 16;
+  // Only lane 31 contributes: every thread's exclusive scan is the sum over the warps before its
+  // own (a CTA's counts stay below 2^15 each, so the packing holds).
+  const int32_t warps_before =
+      BlockExclusiveScan<kThreads>(lane == 31 ? int32_t(warp_total) : 0, sh.warp_sums, &sh.scan_total);
+  int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
+  if (cl > 1) {
+    if (threadIdx.x == 0) sh.counts = sh.scan_total;
+    cluster.sync();
+    for (int c = 0; c < rank; ++c) {
+      const int32_t x = *cluster.map_shared_rank(&sh.counts, c);
+      above += x & 0xffff, equal += x >> 16;
+    }
   }
   int32_t* out = a.out + row * int64_t(a.k);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
-    const int w = j / kPerWord, q = j % kPerWord;
-    int32_t g = above + int32_t((before[w] >> (kField * 2 * q)) & kFieldMask);
-    int32_t e = equal + int32_t((before[w] >> (kField * (2 * q + 1))) & kFieldMask);
+    int32_t g = above + int32_t(before[j] & 0xffff), e = equal + int32_t(before[j] >> 16);
     const int64_t p0 = r.lo + seg + 32 * kVec * j;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
@@ -270,8 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
         ++e;
       }
     }
-    above += int32_t((tile[w] >> (kField * 2 * q)) & kFieldMask);
-    equal += int32_t((tile[w] >> (kField * (2 * q + 1))) & kFieldMask);
+    above += int32_t(tile[j] & 0xffff), equal += int32_t(tile[j] >> 16);
   }
   if (rank == 0) {
     for (int32_t i = min(total, a.k) + int32_t(threadIdx.x); i < a.k; i += kThreads) out[i] = -1;

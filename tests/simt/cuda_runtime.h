@@ -251,17 +251,6 @@ T __shfl_sync(unsigned, T v, int src) {
   return out;
 }
 
-inline unsigned __ballot_sync(unsigned, int predicate) {
-  emu::Cta* c = emu::tl_cta;
-  const int t = c->cur, w = t / 32;
-  c->lanes[t] = predicate != 0;
-  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
-  unsigned mask = 0;
-  for (int l = 0; l < 32; ++l) mask |= unsigned(c->lanes[w * 32 + l] != 0) << l;
-  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
-  return mask;
-}
-
 template <class T>
 T atomicAdd(T* p, T v) {
   const T old = *p;
