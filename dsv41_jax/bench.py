@@ -180,8 +180,8 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
             total["topk"] += jax_time_us(
                 lambda x, m: dj.topk(x, m, cfg.index_topk), [(logits, ends)], calls=1
             )
-            # The filter-first select (one CTA per row at these row counts), before any path
-            # picks it.
+            # The filter-first select forced (the dispatch takes the short-row select for rows
+            # of at most 128K keys).
             total["filter"] += jax_time_us(
                 lambda x, m: topk_ffi.radix_topk(
                     x, m, cfg.index_topk, None, None, 8, "positions", "filter"
@@ -347,7 +347,7 @@ def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
                 return dj.topk(s, lens, k, candidates=blocks, block_size=b, implementation=impl)
 
             rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
-        if "ffi" in impls:  # the filter-first select reads only the candidate blocks' scores
+        if "ffi" in impls:  # each select forced (the filter one reads only the candidate blocks)
             rows += _forced_selects(op, shape, floor, sets, k, True, b, "positions")
         member = np.zeros((bs, n // b), bool)
         np.put_along_axis(member, np.asarray(blocks), True, axis=1)
@@ -473,7 +473,7 @@ STEP_ALGORITHMS = (None, "filter", "cluster")
 
 
 def _step_impl(path: str, algorithm: str | None) -> str:
-    """"auto path (default)": sparse where the GPU has a sparse kernel, the dense top-k where
+    """ "auto path (default)": sparse where the GPU has a sparse kernel, the dense top-k where
     every block is a candidate."""
     name = "auto path (default)" if path == "auto" else f"{path} path"
     return name + (f", {algorithm} top-k forced" if algorithm else "")
@@ -491,10 +491,9 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
     """The whole V4.1 decode indexer step in one jit (`make_two_level_indexer`: publish at layer
     20 + 4 consumers, each layer with its own cache), sparse and mask paths, beside an XLA
     composition with lax.top_k; plus the publish and one select alone (the per-layer split).
-    Floor = the source layer's whole cache + 4 consumers' candidate blocks. Each path is timed
-    with both CUDA selects (the filter-first one forced, before any path picks it)."""
+    Floor = the source layer's whole cache + 4 consumers' candidate blocks. The sparse and mask
+    paths are also timed with the filter-first and the cluster radix select forced."""
     import dsv41_jax as dj
-    from dsv41_jax.topk import ffi as topk_ffi
 
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
@@ -516,7 +515,13 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
             with _forcing(algorithm):  # traced inside: the jit below is new
                 t = jax_time_us(lambda *a, ix=ix: ix.decode(*a), sets, calls=10)
             rows.append(
-                Row("decode step (publish + 4 selects)", shape, _step_impl(path, algorithm), t, floor)
+                Row(
+                    "decode step (publish + 4 selects)",
+                    shape,
+                    _step_impl(path, algorithm),
+                    t,
+                    floor,
+                )
             )
         t = jax_time_us(
             lambda *a: _lax_step(cfg, *a),

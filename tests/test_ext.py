@@ -244,7 +244,9 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     import dsv41_jax as dj
 
     f = jax.jit(lambda s, n: dj.topk(s, n, 64, implementation="ffi"))
-    assert "custom_call @dsv41_" in f.trace(half, lens).lower(lowering_platforms=("cuda",)).as_text()
+    assert (
+        "custom_call @dsv41_" in f.trace(half, lens).lower(lowering_platforms=("cuda",)).as_text()
+    )
 
 
 # Clusters of the short-row select an H200 runs at once, by cluster size, as its occupancy

@@ -214,7 +214,9 @@ def test_topk_full_unaligned_rows_read_nothing_past_the_buffer(request, rng, imp
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("impl", impl_params(Case(8, 131072, 512), ["ffi", "ffi-filter", "ffi-short", "pallas"]))
+@pytest.mark.parametrize(
+    "impl", impl_params(Case(8, 131072, 512), ["ffi", "ffi-filter", "ffi-short", "pallas"])
+)
 def test_topk_bitwise_repeatable_on_device(request, rng, impl):
     s, lens = make_scores(rng, 8, 131072, "ties"), np.full((8,), 131000, np.int32)
     first = run_topk(impl, request, s, lens, 512)
