@@ -10,6 +10,9 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) \
 # On a machine with an NVIDIA GPU, JAX's CUDA 13 build (the `cuda13` extra); else plain jax (CPU).
 # Override with `make JAX_EXTRA=` (force CPU) or `make JAX_EXTRA=cuda13`.
 JAX_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda13)
+# CUDA=0 skips the CUDA extension even where nvcc is on PATH (a CPU-only install in seconds).
+CUDA ?= 1
+CUDA_FLAGS := $(if $(filter 0,$(CUDA)),--config-settings=cmake.define.DSV41_BUILD_CUDA=OFF)
 comma := ,
 EXTRAS := test$(if $(JAX_EXTRA),$(comma)$(JAX_EXTRA))
 say = @echo "[dsv41_jax] $(1)"
@@ -38,8 +41,8 @@ $(STAMP): $(PY) $(BUILD_INPUTS)
 	  "jax$(if $(JAX_EXTRA),[$(JAX_EXTRA)])==0.11.2" "jaxlib==0.11.2"
 	$(call say,3/4 installing sgl-deep-gemm 0.2.5 (DeepGEMM's kernel headers; never imported))
 	@$(PY) -m pip install -q --no-deps "sgl-deep-gemm==0.2.5"
-	$(call say,4/4 building and installing dsv41_jax[$(EXTRAS)]: $(if $(shell command -v nvcc),the CUDA extension with $(shell command -v nvcc) (1-3 min),pure Python (no nvcc on PATH)))
-	@$(PY) -m pip install -q --no-build-isolation ".[$(EXTRAS)]"
+	$(call say,4/4 building and installing dsv41_jax[$(EXTRAS)]: $(if $(filter 0,$(CUDA)),pure Python (CUDA=0),$(if $(shell command -v nvcc),the CUDA extension with $(shell command -v nvcc) (1-3 min; CUDA=0 skips it),pure Python (no nvcc on PATH))))
+	@$(PY) -m pip install -q --no-build-isolation $(CUDA_FLAGS) ".[$(EXTRAS)]"
 	@$(PY) -c "import jax; from dsv41_jax import _ext; print('[dsv41_jax] installed; CUDA extension:', 'built' if _ext.available() else 'not built (no nvcc)', '| jax backend:', jax.default_backend())"
 	@touch $@
 

@@ -3,7 +3,14 @@
 from dsv41_jax._ext import ExtensionUnavailable, register_ffi_targets
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
+from dsv41_jax.indexer import (
+    publish,
+    publish_prefill,
+    select,
+    select_plain,
+    select_plain_prefill,
+    select_prefill,
+)
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
@@ -43,6 +50,8 @@ __all__ = [
     "row_lengths",
     "select",
     "select_candidate_blocks",
+    "select_plain",
+    "select_plain_prefill",
     "select_prefill",
     "selection_overlap",
     "sort_candidate_blocks",

@@ -34,9 +34,45 @@ def integer(x, name: str) -> None:
         raise ValueError(f"{name} must have an integer dtype, got {x.dtype}")
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def int32(x):
+    """An integer index array (lengths, starts, page ids, block ids) as int32, values outside
+    the int32 range saturated rather than wrapped: every later clamp to a valid range then gives
+    what clamping the original values would (2**32 + 3 clamps to the row length, not to 3)."""
+    if isinstance(x, np.ndarray) or not hasattr(x, "dtype"):
+        x = np.asarray(x)
+        if x.dtype.kind in "iu" and x.dtype.itemsize >= 4 and x.dtype != np.int32:
+            x = np.clip(x, INT32_MIN, INT32_MAX)
+        return jnp.asarray(x.astype(np.int32))
+    dt = jnp.dtype(x.dtype)
+    if dt.kind == "u" and dt.itemsize >= 4:
+        x = jnp.minimum(x, jnp.asarray(INT32_MAX, dt))
+    elif dt.kind == "i" and dt.itemsize > 4:
+        x = jnp.clip(x, INT32_MIN, INT32_MAX)
+    return x.astype(jnp.int32)
+
+
+def addressable_pages(block_table, page_size: int):
+    """The page table with every page id whose slots (`page · page_size + offset`) would pass
+    the int32 range set to -1 (no page): such an id cannot address a real cache, and its slots
+    would otherwise wrap to valid-looking ones."""
+    last = (INT32_MAX - page_size + 1) // page_size
+    return jnp.where(block_table > last, -1, block_table)
+
+
 def floating(x, name: str) -> None:
+    """Scores: float32, bfloat16 or float16 (each ranked exactly by its float32 value). float64
+    is refused, with x64 on or off (a NumPy float64 array would be cast down silently): ranking
+    it as float32 would tie values that differ."""
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"{name} must have a floating dtype, got {x.dtype}")
+    if jnp.dtype(x.dtype).itemsize > 4:
+        raise ValueError(
+            f"{name} must be float32, bfloat16 or float16, got {x.dtype}: the selection ranks "
+            "float32 values, so float64 scores that differ could tie; cast them explicitly"
+        )
 
 
 def static_int(v, name: str) -> int:
@@ -61,6 +97,8 @@ def static_int(v, name: str) -> int:
 
 
 def positive_int(v, name: str) -> int:
+    """A static positive int, at most 2**31 - 1 (every size and count the kernels take is
+    int32)."""
     try:
         n = static_int(v, name)
     except ValueError as e:
@@ -69,6 +107,8 @@ def positive_int(v, name: str) -> int:
         raise ValueError(f"{name} must be a positive int, got {v!r}") from None
     if n <= 0:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if n > INT32_MAX:
+        raise ValueError(f"{name} must be at most 2**31 - 1, got {n}")
     return n
 
 

@@ -597,23 +597,32 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
         return []
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for impl in dict.fromkeys(r.impl for r in step):
-        for bs in sorted({parse(r.shape)[0] for r in step}):
+    batches = sorted({parse(r.shape)[0] for r in step})
+    impls = list(dict.fromkeys(r.impl for r in step))
+    markers = "osD^v<>phX*"
+    style = {  # one colour and marker per implementation, the same in every panel
+        impl: (plt.get_cmap("tab10")(i % 10), markers[i % len(markers)])
+        for i, impl in enumerate(impls)
+    }
+    fig, axes = plt.subplots(
+        1, len(batches), figsize=(4.6 * len(batches), 4), squeeze=False, sharey=True
+    )
+    for ax, bs in zip(axes[0], batches):
+        for impl in impls:
             pts = sorted(
                 (parse(r.shape)[1], r.us)
                 for r in step
                 if r.impl == impl and parse(r.shape)[0] == bs
             )
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"bs {bs}, {impl}")
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="context (positions)",
-        ylabel="device µs per step",
-        title=title,
-    )
-    ax.legend(fontsize=7, ncol=2)
+            if pts:
+                color, marker = style[impl]
+                ax.plot(
+                    [p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl
+                )
+        ax.set(xscale="log", yscale="log", xlabel="context (positions)", title=f"bs {bs}")
+    axes[0][0].set_ylabel("device µs per step")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle(title, fontsize=9)
     paths.append(os.path.join(out_dir, "step_time.png"))
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
     batches = sorted({parse(r.shape)[0] for r in step})
@@ -647,6 +656,24 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
     plt.close("all")
     return paths
+
+
+def read_table(path: str) -> tuple[list[Row], str]:
+    """The rows of a table this module wrote (`--out`), and a title from its "Device:" line."""
+    rows, title = [], path
+    for line in open(path).read().splitlines():
+        if line.startswith("Device:"):
+            title = (
+                "V4.1 indexer step, "
+                + line.removeprefix("Device: ").split(";")[0]
+                + ", "
+                + (line.split("commit ")[1].split(";")[0] if "commit " in line else "")
+            )
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[3].replace(".", "", 1).isdigit():
+            floor = float(cells[4]) if cells[4].replace(".", "", 1).isdigit() else 0.0
+            rows.append(Row(cells[0], cells[1], cells[2], float(cells[3]), floor))
+    return rows, title
 
 
 def bench_sharded(rng, bw) -> list[Row]:
@@ -764,12 +791,23 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
     ap.add_argument("--plots", default="", help="write the step plots (PNG) into this folder")
     ap.add_argument(
+        "--plots-from",
+        default="",
+        help="make the --plots folder's step plots from a saved table (markdown, as --out writes"
+        " it) instead of measuring; needs no GPU",
+    )
+    ap.add_argument(
         "--only", default="", help="comma list: logits,sort,amax,topk,select,step,prefill,sharded"
     )
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
     ap.add_argument("--out", default="", help="write the markdown table here")
     args = ap.parse_args()
+    if args.plots_from:
+        rows, title = read_table(args.plots_from)
+        for path in plot_step(rows, args.plots or "bench_plots", title):
+            print("plot:", path)
+        return
     if jax.default_backend() != "gpu":
         raise SystemExit("dsv41_jax.bench needs a GPU")
     try:

@@ -54,6 +54,12 @@ class IndexerConfig:
             "next_n",
         ):
             value = getattr(self, name)
+            if isinstance(value, jax.core.Tracer):
+                raise ValueError(
+                    f"IndexerConfig.{name} must be a static int known at trace time, got a traced "
+                    "value: build the config outside jit, or pass it as a static argument (mark "
+                    "it static, e.g. jax.jit(..., static_argnames='config'))"
+                )
             if isinstance(value, np.integer):  # NumPy ints are ints (stored as Python ints)
                 value = int(value)
                 object.__setattr__(self, name, value)

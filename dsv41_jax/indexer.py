@@ -50,6 +50,7 @@ def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt:
 def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
     if not isinstance(cache, PagedIndexCache):
         raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
+    cache.check_one_layer("cache")
     _check_config(config, query, cache.head_dim, cache.format)
     if config.page_size != cache.page_size:
         raise ValueError(
@@ -65,6 +66,19 @@ def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
     if table.num_rows != query.num_rows:
         raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
     table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
+    if table.num_candidates != config.candidate_topk_blocks:
+        raise ValueError(
+            f"config.candidate_topk_blocks is {config.candidate_topk_blocks} but the table holds "
+            f"{table.num_candidates} blocks per row: a consumer must use the publisher's config"
+        )
+
+
+def _check_keys(keys) -> None:
+    if not isinstance(keys, KeyBuffer):
+        raise ValueError(
+            f"keys must be a KeyBuffer (make one with dsv41_jax.quantize_keys), got "
+            f"{type(keys).__name__}"
+        )
 
 
 def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
@@ -146,8 +160,11 @@ def select(
     results: the sparse kernels compute each logit exactly as the dense ones do.
     `path="auto"` (the default) takes the sparse path where this GPU has a sparse logits kernel
     for the inputs (SM90 with the fp8 cache, SM100 with mxfp4; `docs/sparse_consumer.md`) and
-    the mask path elsewhere (the CPU reference included); when the page table holds at most
-    `C·B` positions per row, every block is a candidate and it runs the plain dense top-k.
+    the mask path elsewhere (the CPU reference included), and the mask path when the page table
+    holds at most `C·B` positions per row (the sparse row would be the whole row). It always
+    selects inside the table it is given: the step API (`TwoLevelIndexer.decode`), whose table
+    is published from the same lengths and page table, runs the plain dense top-k there, since
+    every block is then provably a candidate.
     `path="sparse"` on a GPU without such a kernel raises ValueError rather than running the
     slow sparse reference there.
 
@@ -157,6 +174,17 @@ def select(
 
     Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
     """
+    return _select(
+        query, cache, context_lens, block_table, table, config, path, implementation, False
+    )
+
+
+def _select(
+    query, cache, context_lens, block_table, table, config, path, implementation, published_here
+):
+    """`select`; `published_here`: the table was published by this step from the same
+    `context_lens` and `block_table` (so, when the page table fits in C·B positions, it holds
+    every block of every row and the dense top-k is the answer)."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -165,12 +193,14 @@ def select(
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     implementation = shared(implementation)
-    # Rows that fit in the published blocks (every block is a candidate): the dense top-k is the
-    # answer, without the candidate mask or the gather. Measured on the H200 at 16K positions
-    # (= C·B): the sparse select took 143 us at bs 64 against 75 for the mask path.
+    # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
+    # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
+    # step published holds every block, so the dense top-k is the answer, without the mask.
     fits = block_table.shape[1] * cache.page_size <= table.num_candidates * b
-    if path == "auto" and fits:
+    if path == "auto" and fits and published_here:
         return _dense_select(query, cache, context_lens, block_table, k, implementation)
+    if path == "auto" and fits:
+        path = "mask"
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
     if path == "auto":
         ffi_allowed = implementation is None or "ffi" in implementation
@@ -248,6 +278,7 @@ def publish_prefill(
     scores and selects that many rows at a time instead (same result, one chunk's logits in
     memory).
     """
+    _check_keys(keys)
     _check_config(config, query, keys.head_dim, keys.format)
     starts, ends = check_ragged(query, keys, starts, ends)
     implementation = shared(implementation)
@@ -276,6 +307,7 @@ def select_prefill(
 ) -> jax.Array:
     """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`.
     `row_chunk`: as in `publish_prefill`."""
+    _check_keys(keys)
     _check_config(config, query, keys.head_dim, keys.format)
     starts, ends = check_ragged(query, keys, starts, ends)
     _check_table(table, query, config)
@@ -331,6 +363,7 @@ def select_plain_prefill(
 ) -> jax.Array:
     """`select_plain` for ragged prefill rows; positions relative to `starts[i]`. `row_chunk`:
     as in `publish_prefill`."""
+    _check_keys(keys)
     _check_config(config, query, keys.head_dim, keys.format)
     starts, ends = check_ragged(query, keys, starts, ends)
     implementation = shared(implementation)

@@ -7,11 +7,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from dsv41_jax import _checks
 from dsv41_jax.types import INT32_MAX
 
 
 def num_blocks(lengths: jax.Array, block_size: int) -> jax.Array:
-    return (jnp.maximum(lengths.astype(jnp.int32), 0) + block_size - 1) // block_size
+    n = jnp.maximum(_checks.int32(lengths), 0)  # ceil without the int32 overflow of n + B - 1
+    return n // block_size + (n % block_size != 0).astype(jnp.int32)
 
 
 def ordered_select(

@@ -10,7 +10,7 @@ from dsv41_jax import _checks
 
 def selection_overlap(selected: jax.Array, reference: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-row overlap of two `[rows, k]` selections (positions, -1 padded, each row ascending
-    or not; repeats are not expected).
+    or not), each row taken as a set: negative entries are padding, repeats count once.
 
     Returns float32 `(jaccard, recall)`, each `[rows]`: `|A ∩ R| / |A ∪ R|` and `|A ∩ R| / |R|`
     for A = `selected`, R = `reference` (e.g. a consumer's two-level selection against a dense
@@ -23,12 +23,21 @@ def selection_overlap(selected: jax.Array, reference: jax.Array) -> tuple[jax.Ar
     _checks.shape(reference, (selected.shape[0], None), "reference")
     _checks.integer(selected, "selected")
     _checks.integer(reference, "reference")
-    a, r = selected.astype(jnp.int32), reference.astype(jnp.int32)
-    hit = (a[:, :, None] == r[:, None, :]) & (a[:, :, None] >= 0)
-    inter = jnp.sum(jnp.any(hit, axis=2), axis=1).astype(jnp.float32)
-    na = jnp.sum(a >= 0, axis=1).astype(jnp.float32)
-    nr = jnp.sum(r >= 0, axis=1).astype(jnp.float32)
+    a, r = _checks.int32(selected), _checks.int32(reference)
+    first_a, first_r = _first_occurrences(a), _first_occurrences(r)
+    hit = jnp.any(a[:, :, None] == r[:, None, :], axis=2) & first_a
+    inter = jnp.sum(hit, axis=1).astype(jnp.float32)
+    na = jnp.sum(first_a, axis=1).astype(jnp.float32)
+    nr = jnp.sum(first_r, axis=1).astype(jnp.float32)
     union = na + nr - inter
     jaccard = jnp.where(union > 0, inter / jnp.maximum(union, 1), 1.0)
     recall = jnp.where(nr > 0, inter / jnp.maximum(nr, 1), 1.0)
     return jaccard, recall
+
+
+def _first_occurrences(x: jax.Array) -> jax.Array:
+    """bool `[rows, k]`: entry j is a position (>= 0) not already in the row before column j."""
+    k = x.shape[1]
+    earlier = jnp.tril(jnp.ones((k, k), bool), -1)  # [j, i]: i < j
+    repeat = jnp.any((x[:, :, None] == x[:, None, :]) & earlier[None], axis=2)
+    return (x >= 0) & ~repeat

@@ -107,9 +107,11 @@ def quantize_queries(q: jax.Array, weights: jax.Array, format: CacheFormat = "fp
     FP8: one fp32 scale per (row, head), folded into the weights (`relu` commutes with a positive
     scale). MXFP4: ue8m0 scales per 32 elements carried in the bundle, weights unchanged.
     """
+    q, weights = _checks.array(q, "q"), _checks.array(weights, "weights")
     _checks.rank(q, 4, "q")
+    _checks.floating(q, "q")
     _checks.shape(weights, q.shape[:3], "weights")
-    weights = weights.astype(jnp.float32)
+    weights = jnp.asarray(weights).astype(jnp.float32)
     if format == "fp8":
         values, scale = quantize_fp8(q)
         return QueryBundle(values, weights * scale, None, "fp8")
@@ -121,7 +123,9 @@ def quantize_queries(q: jax.Array, weights: jax.Array, format: CacheFormat = "fp
 
 def quantize_keys(k: jax.Array, format: CacheFormat = "fp8") -> KeyBuffer:
     """Quantize packed prefill keys `k [T, D]` into a KeyBuffer."""
+    k = _checks.array(k, "k")
     _checks.rank(k, 2, "k")
+    _checks.floating(k, "k")
     if format == "fp8":
         return KeyBuffer(*quantize_fp8(k), "fp8")
     if format == "mxfp4":
@@ -154,7 +158,15 @@ def write_cache(cache: PagedIndexCache, keys: jax.Array, slots: jax.Array) -> Pa
     Slots outside `[0, capacity)` (e.g. -1 padding) are skipped. Pure and jit-friendly; donate
     `cache` (`jax.jit(..., donate_argnums=0)`) to update it in place.
     """
+    if not isinstance(cache, PagedIndexCache):
+        raise ValueError(
+            f"cache must be a PagedIndexCache (e.g. PagedIndexCache.zeros(...)), got "
+            f"{type(cache).__name__}"
+        )
+    cache.check_one_layer("cache")
+    keys, slots = _checks.array(keys, "keys"), _checks.array(slots, "slots")
     _checks.rank(keys, 2, "keys")
+    _checks.floating(keys, "keys")
     _checks.shape(keys, (None, cache.head_dim), "keys")
     _checks.shape(slots, (keys.shape[0],), "slots")
     _checks.integer(slots, "slots")
@@ -168,7 +180,7 @@ def write_cache(cache: PagedIndexCache, keys: jax.Array, slots: jax.Array) -> Pa
         vals, exp = quantize_mxfp4(keys)
         pad = 4 - exp.shape[-1]  # fewer than four 32-blocks: pad with 2^0
         sbytes = jnp.pad(exp, ((0, 0), (0, pad)), constant_values=127) if pad else exp
-    slots = slots.astype(jnp.int32)
+    slots = _checks.int32(slots)  # saturated: 2**32 + 3 stays out of range, not slot 3
     ok = (slots >= 0) & (slots < pages * p)
     page = jnp.where(ok, slots // p, pages)  # out-of-range row: dropped by the scatter
     off = slots % p

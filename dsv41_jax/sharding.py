@@ -25,7 +25,7 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from dsv41_jax import _checks
@@ -49,7 +49,10 @@ def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
     The public entry points call it under `jax.jit`, so the shard_map is traced once rather
     than run primitive by primitive as an eager shard_map is."""
     if axis not in mesh.axis_names:
-        raise ValueError(f"axis {axis!r} is not a mesh axis {mesh.axis_names}")
+        hint = " (pass the axis name as a str, not a tuple)" if isinstance(axis, tuple) else ""
+        raise ValueError(
+            f"axis {axis!r} is not one of the mesh's axis names {mesh.axis_names}{hint}"
+        )
     world = mesh.shape[axis]
     if world == 1 or batch % world:
         if world > 1:
@@ -60,7 +63,8 @@ def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
                 world,
                 axis,
             )
-        return fn(*args)
+        replicated = NamedSharding(mesh, P())
+        return jax.tree.map(lambda x: lax.with_sharding_constraint(x, replicated), fn(*args))
     per = batch // world
 
     def body(*local_args):
@@ -160,7 +164,7 @@ def _select_row_sharded(
 def dcp_local_length(global_lens: jax.Array, world: int, rank, interleave: int) -> jax.Array:
     """Positions `g < L` that live on `rank`: `(g // I) % W == rank`."""
     cycle = world * interleave
-    lens = jnp.maximum(global_lens.astype(jnp.int32), 0)
+    lens = jnp.maximum(_checks.int32(global_lens), 0)
     partial = jnp.clip(lens % cycle - rank * interleave, 0, interleave)
     return (lens // cycle) * interleave + partial
 

@@ -20,9 +20,9 @@ from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import (
     Path,
+    _select,
     publish,
     publish_prefill,
-    select,
     select_plain,
     select_plain_prefill,
     select_prefill,
@@ -42,13 +42,14 @@ class StepResult:
     Attributes:
       selections: layer id -> int32 `[rows, k]` logical positions (ascending, -1 padded), for the
         source, every consumer and every plain layer.
-      table: the source layer's CandidateTable (what the consumers read).
+      table: the source layer's CandidateTable (what the consumers read); None for a model
+        without a candidate source layer (plain indexer layers only).
       physical: layer id -> int32 `[rows, k]` cache slots (`logical_to_physical` through the
         row's page table, -1 for padding), or None when not asked for (and for prefill).
     """
 
     selections: dict[int, jax.Array]
-    table: CandidateTable
+    table: CandidateTable | None
     physical: dict[int, jax.Array] | None = None
 
 
@@ -60,7 +61,8 @@ class TwoLevelIndexer:
 
     Attributes:
       config: the IndexerConfig shared by every indexer layer.
-      source_layer: the candidate source layer id (V4.1: 20).
+      source_layer: the candidate source layer id (V4.1: 20), or None for a model whose indexer
+        layers all select on their own (then there are no consumer layers).
       consumer_layers: layers that select inside the source layer's table (V4.1: 24, 28, 32, 36).
       plain_layers: indexer layers that select over their whole context without the table.
       path: the consumers' `select` path ("auto": sparse where the GPU has a sparse kernel).
@@ -70,7 +72,7 @@ class TwoLevelIndexer:
     """
 
     config: IndexerConfig = dataclasses.field(metadata=_static)
-    source_layer: int = dataclasses.field(metadata=_static)
+    source_layer: int | None = dataclasses.field(metadata=_static)
     consumer_layers: tuple[int, ...] = dataclasses.field(metadata=_static)
     plain_layers: tuple[int, ...] = dataclasses.field(default=(), metadata=_static)
     path: Path = dataclasses.field(default="auto", metadata=_static)
@@ -79,7 +81,8 @@ class TwoLevelIndexer:
     @property
     def layers(self) -> tuple[int, ...]:
         """Every indexer layer this step runs, sorted."""
-        return tuple(sorted((self.source_layer, *self.consumer_layers, *self.plain_layers)))
+        source = () if self.source_layer is None else (self.source_layer,)
+        return tuple(sorted((*source, *self.consumer_layers, *self.plain_layers)))
 
     def _inputs(self, queries: Mapping, keys: Mapping, what: str) -> None:
         for name, m in (("queries", queries), (what, keys)):
@@ -109,21 +112,22 @@ class TwoLevelIndexer:
         self._inputs(queries, caches, "caches")
         physical = _checks.boolean(physical, "physical")
         cfg, impl = self.config, self.implementation
-        src = self.source_layer
-        top, table = publish(
-            queries[src], caches[src], context_lens, block_table, cfg, implementation=impl
-        )
-        selections = {src: top}
-        for layer in self.consumer_layers:
-            selections[layer] = select(
+        src, table, selections = self.source_layer, None, {}
+        if src is not None:
+            selections[src], table = publish(
+                queries[src], caches[src], context_lens, block_table, cfg, implementation=impl
+            )
+        for layer in self.consumer_layers:  # the table is this step's own: see indexer._select
+            selections[layer] = _select(
                 queries[layer],
                 caches[layer],
                 context_lens,
                 block_table,
                 table,
                 cfg,
-                path=self.path,
-                implementation=impl,
+                self.path,
+                impl,
+                True,
             )
         for layer in self.plain_layers:
             selections[layer] = select_plain(
@@ -153,11 +157,11 @@ class TwoLevelIndexer:
         float32 logits otherwise; 64 GiB at 128K tokens); same result."""
         self._inputs(queries, keys, "keys")
         cfg, impl = self.config, self.implementation
-        src = self.source_layer
-        top, table = publish_prefill(
-            queries[src], keys[src], starts, ends, cfg, row_chunk=row_chunk, implementation=impl
-        )
-        selections = {src: top}
+        src, table, selections = self.source_layer, None, {}
+        if src is not None:
+            selections[src], table = publish_prefill(
+                queries[src], keys[src], starts, ends, cfg, row_chunk=row_chunk, implementation=impl
+            )
         for layer in self.consumer_layers:
             selections[layer] = select_prefill(
                 queries[layer],
@@ -191,10 +195,11 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
 ) -> TwoLevelIndexer | None:
-    """The step of a model's indexer layers, or None for a model without a candidate source.
+    """The step of a model's indexer layers, or None for a model with no indexer layer at all.
 
     V4.1: `make_two_level_indexer(IndexerConfig(), source_layer=20, consumer_layers=(24, 28, 32,
-    36))`.
+    36))`. A model with plain indexer layers only (no candidate source, e.g. V3.2-style):
+    `source_layer=None, plain_layers=(...)`; its steps return no table.
 
     Raises:
       ValueError: a layer listed twice, a non-int layer id, a bad path or implementation.
@@ -206,8 +211,9 @@ def make_two_level_indexer(
     if source_layer is None:
         if consumer_layers:
             raise ValueError("consumer_layers need a source_layer to publish their candidates")
-        return None
-    ids = [_checks.static_int(source_layer, "source_layer")]
+        if not plain_layers:
+            return None
+    ids = [] if source_layer is None else [_checks.static_int(source_layer, "source_layer")]
     ids += [_checks.static_int(x, "consumer_layers") for x in consumer_layers]
     ids += [_checks.static_int(x, "plain_layers") for x in plain_layers]
     if len(set(ids)) != len(ids):
@@ -217,12 +223,12 @@ def make_two_level_indexer(
     if implementation == "ffi":
         _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
     implementation = shared(implementation)
-    n_consumers = len(consumer_layers)
+    first, n_consumers = (0 if source_layer is None else 1), len(consumer_layers)
     return TwoLevelIndexer(
         config,
-        ids[0],
-        tuple(ids[1 : 1 + n_consumers]),
-        tuple(ids[1 + n_consumers :]),
+        None if source_layer is None else ids[0],
+        tuple(ids[first : first + n_consumers]),
+        tuple(ids[first + n_consumers :]),
         path,
         implementation,
     )

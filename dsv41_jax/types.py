@@ -15,6 +15,13 @@ INT32_MAX = 2**31 - 1  # padding of CandidateTable.blocks (sorts after every blo
 _static = dict(static=True)
 
 
+def _check_not_a_list(x, name: str) -> None:
+    # Lists and Python numbers are user mistakes; other leaves (arrays, tracers, the placeholders
+    # of pytree transformations) pass.
+    if isinstance(x, (list, tuple, int, float)):
+        raise ValueError(f"{name} must be an array, got {type(x).__name__}")
+
+
 def _row_bytes(fmt: str, head_dim: int) -> int:
     return head_dim + 4 if fmt == "fp8" else head_dim // 2 + 4
 
@@ -25,7 +32,8 @@ class PagedIndexCache:
     """A paged index-K cache in DeepGEMM's page layout.
 
     `data` is uint8 `[num_pages, page_size, 1, row_bytes]`, but each page is one flat run of
-    bytes, not interleaved per token:
+    bytes, not interleaved per token (leading dimensions are allowed, e.g. a model's layers
+    stacked for `lax.scan`: the ops take one layer's cache):
       - "fp8":   `page_size·D` e4m3 values, then `page_size` fp32 scales (row_bytes = D + 4);
       - "mxfp4": `page_size·D/2` packed e2m1 bytes (low nibble = even element), then `page_size`
         int32 words of four ue8m0 exponents, one per 32 elements (row_bytes = D/2 + 4).
@@ -40,33 +48,45 @@ class PagedIndexCache:
             raise ValueError(
                 f"PagedIndexCache.format must be 'fp8' or 'mxfp4', got {self.format!r}"
             )
+        _check_not_a_list(self.data, "PagedIndexCache.data")
         shape = getattr(self.data, "shape", None)
         dtype = getattr(self.data, "dtype", None)
         if shape is None or dtype is None:
             return  # pytree plumbing (e.g. tree_map placeholders): nothing to check
-        if len(shape) != 4 or shape[2] != 1 or dtype != jnp.uint8:
+        if len(shape) < 4 or shape[-2] != 1 or dtype != jnp.uint8:
             raise ValueError(
-                "PagedIndexCache.data must be uint8 [num_pages, page_size, 1, row_bytes], "
-                f"got {dtype} {tuple(shape)}"
+                "PagedIndexCache.data must be uint8 [num_pages, page_size, 1, row_bytes] (with "
+                f"any leading dimensions), got {dtype} {tuple(shape)}"
             )
-        bad_mx = self.format == "mxfp4" and ((shape[3] - 4) % 16 or shape[3] - 4 > 64)
-        if shape[3] <= 4 or bad_mx:
+        row = shape[-1]
+        bad_mx = self.format == "mxfp4" and ((row - 4) % 16 or row - 4 > 64)
+        if row <= 4 or bad_mx:
             raise ValueError(
-                f"PagedIndexCache.data last dim {shape[3]} is not a valid {self.format} row "
+                f"PagedIndexCache.data last dim {row} is not a valid {self.format} row "
                 "(D + 4 for fp8; D/2 + 4 with D % 32 == 0 and D <= 128 for mxfp4)"
+            )
+
+    def check_one_layer(self, name: str) -> None:
+        """ValueError naming `name` for a cache with leading (stacked) dimensions: the ops read
+        one layer's cache (index it, or `lax.scan` over the leading axis)."""
+        if self.data.ndim != 4:
+            raise ValueError(
+                f"{name} has leading dimensions {tuple(self.data.shape[:-4])} (a stacked cache): "
+                "pass one layer's cache, e.g. jax.tree.map(lambda x: x[i], caches), or lax.scan "
+                "over the leading axis"
             )
 
     @property
     def num_pages(self) -> int:
-        return self.data.shape[0]
+        return self.data.shape[-4]
 
     @property
     def page_size(self) -> int:
-        return self.data.shape[1]
+        return self.data.shape[-3]
 
     @property
     def head_dim(self) -> int:
-        row = self.data.shape[3] - 4
+        row = self.data.shape[-1] - 4
         return row if self.format == "fp8" else 2 * row
 
     @property
@@ -109,13 +129,38 @@ class KeyBuffer:
     scales: jax.Array
     format: CacheFormat = dataclasses.field(default="fp8", metadata=_static)
 
+    def __post_init__(self) -> None:
+        if self.format not in ("fp8", "mxfp4"):
+            raise ValueError(f"KeyBuffer.format must be 'fp8' or 'mxfp4', got {self.format!r}")
+        _check_not_a_list(self.values, "KeyBuffer.values")
+        _check_not_a_list(self.scales, "KeyBuffer.scales")
+        v, sc = (getattr(x, "shape", None) for x in (self.values, self.scales))
+        if v is None or sc is None or not hasattr(self.values, "dtype"):
+            return  # pytree plumbing: nothing to check
+        fp8 = self.format == "fp8"
+        want = (jnp.float8_e4m3fn, jnp.float32) if fp8 else (jnp.uint8, jnp.uint8)
+        got = (jnp.dtype(self.values.dtype), jnp.dtype(self.scales.dtype))
+        if len(v) < 2 or got != tuple(jnp.dtype(w) for w in want):
+            raise ValueError(
+                f"KeyBuffer ({self.format}) needs values {want[0].__name__} [T, "
+                f"{'D' if fp8 else 'D/2'}] and scales {want[1].__name__}, got values "
+                f"{got[0]} {tuple(v)} and scales {got[1]} (quantize keys with "
+                "dsv41_jax.quantize_keys)"
+            )
+        want_scales = tuple(v[:-1]) if fp8 else (*v[:-1], 2 * v[-1] // 32)
+        if tuple(sc) != want_scales:
+            raise ValueError(
+                f"KeyBuffer.scales must have shape {want_scales} for values {tuple(v)} "
+                f"({self.format}), got {tuple(sc)}"
+            )
+
     @property
     def num_tokens(self) -> int:
-        return self.values.shape[0]
+        return self.values.shape[-2]
 
     @property
     def head_dim(self) -> int:
-        d = self.values.shape[1]
+        d = self.values.shape[-1]
         return d if self.format == "fp8" else 2 * d
 
 

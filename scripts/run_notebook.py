@@ -1,65 +1,53 @@
-"""Execute examples/quickstart.ipynb's code cells in order and store their outputs (text and
-matplotlib figures as PNG) in the notebook, so it reads with results without a Jupyter server.
+"""Execute a notebook with a real Jupyter kernel (nbclient + ipykernel, headless) and store its
+outputs, so it reads with results without a Jupyter server. Figures come from the kernel's own
+inline backend, exactly as a reader's Jupyter shows them.
 
-    python scripts/run_notebook.py [examples/quickstart.ipynb]
+    python scripts/run_notebook.py [NOTEBOOK] [--out OUT | --in-place]
+
+Default notebook: examples/quickstart.ipynb; default output: NOTEBOOK with `.executed` before
+its suffix (the source is rewritten only with --in-place).
 """
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import io
-import json
-import sys
+import argparse
+import os
 from pathlib import Path
 
 
-def run(path: Path) -> None:
-    import matplotlib
+def execute(path: Path, timeout: int = 900):
+    """The executed notebook (nbformat node); raises on a cell error."""
+    import nbclient
+    import nbformat
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    nb = nbformat.read(path, as_version=4)
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}  # the kernel's inline backend
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute(env=env)
+    return nb
 
-    nb = json.loads(path.read_text())
-    namespace: dict = {"__name__": "__main__"}
-    shown: list[bytes] = []
 
-    def show(*_a, **_k):  # plt.show() inside a cell: keep the figure as a PNG output
-        for num in plt.get_fignums():
-            buf = io.BytesIO()
-            plt.figure(num).savefig(buf, format="png", dpi=90, bbox_inches="tight")
-            shown.append(buf.getvalue())
-        plt.close("all")
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("notebook", nargs="?", default="examples/quickstart.ipynb")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--out", help="write the executed notebook here")
+    where.add_argument("--in-place", action="store_true", help="overwrite the notebook itself")
+    args = ap.parse_args()
+    import nbformat
 
-    plt.show = show
-    count = 0
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        count += 1
-        shown.clear()
-        out = io.StringIO()
-        source = "".join(cell["source"])
-        with contextlib.redirect_stdout(out):
-            exec(compile(source, f"{path.name}[{count}]", "exec"), namespace)
-        outputs = []
-        if out.getvalue():
-            outputs.append({"name": "stdout", "output_type": "stream", "text": out.getvalue()})
-        for png in shown:
-            outputs.append(
-                {
-                    "data": {
-                        "image/png": base64.b64encode(png).decode(),
-                        "text/plain": "<Figure>",
-                    },
-                    "metadata": {},
-                    "output_type": "display_data",
-                }
-            )
-        cell["outputs"], cell["execution_count"] = outputs, count
-    path.write_text(json.dumps(nb, indent=1) + "\n")
-    print(f"{path}: {count} code cells run, outputs stored")
+    path = Path(args.notebook)
+    out = path if args.in_place else Path(args.out or path.with_suffix(".executed.ipynb"))
+    nb = execute(path)
+    nbformat.write(nb, out)
+    cells = sum(c.cell_type == "code" for c in nb.cells)
+    print(f"{out}: {cells} code cells run with a real kernel, outputs stored")
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1] if len(sys.argv) > 1 else "examples/quickstart.ipynb"))
+    main()

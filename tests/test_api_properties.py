@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import oracle
@@ -23,6 +24,8 @@ ARGS = (
     r"scores|lengths|starts|k|block_size|candidates|num_candidates|block_scores|selected|"
     r"block_table|page_size|indices|pin_newest|implementation"
 )
+# An argument named as a whole word (so "k" is not found inside "block" or "keys").
+NAMES_AN_ARGUMENT = re.compile(rf"(?<![\w.])({ARGS})(?![\w])")
 
 
 def valid_or_named_error(call, expected=None):
@@ -30,7 +33,7 @@ def valid_or_named_error(call, expected=None):
     try:
         out = call()
     except ValueError as e:
-        assert re.search(ARGS, str(e)), f"ValueError does not name an argument: {e}"
+        assert NAMES_AN_ARGUMENT.search(str(e)), f"ValueError does not name an argument: {e}"
         return None
     if expected is not None:
         np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
@@ -270,3 +273,170 @@ def test_prefill_layouts_and_chunks_agree(case):
     lens = ranges[:, 1] - ranges[:, 0]
     for out in (np.asarray(top), sel):
         assert ((out == -1) | ((out >= 0) & (out < lens[:, None]))).all()
+
+
+def test_the_argument_check_needs_a_whole_name():
+    assert NAMES_AN_ARGUMENT.search("k must be a positive int")
+    assert NAMES_AN_ARGUMENT.search("lengths must lie in [0, 8]")
+    assert not NAMES_AN_ARGUMENT.search("the block is not known")  # "k" inside words
+    assert not NAMES_AN_ARGUMENT.search("config.candidate_block_size is 4")
+
+
+# ------------------------------------------ a new user's edge cases: right answer or named error
+def test_float64_scores_are_refused_rather_than_ranked_as_float32():
+    s = np.array([[1.0, 1.0 + 1e-12, 0.5]])  # NumPy float64, x64 off: would be cast down
+    with pytest.raises(ValueError, match="scores must be float32"):
+        dj.topk(s, np.array([3]), 1)
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError, match="scores must be float32"):
+            dj.topk(jnp.asarray(s), jnp.array([3]), 1)
+        with pytest.raises(ValueError, match="block_scores must be float32"):
+            dj.select_candidate_blocks(jnp.asarray(s), jnp.array([24]), num_candidates=2)
+        with pytest.raises(ValueError, match="scores must be float32"):
+            dj.block_amax(jnp.asarray(s), jnp.array([3]))
+    half = jnp.asarray([[1.0, 3.0, 2.0]], jnp.float16)  # exact in float32: accepted
+    assert dj.topk(half, jnp.array([3]), 1).tolist() == [[1]]
+
+
+def test_int64_lengths_saturate_before_they_are_clamped():
+    """Under jit with x64 on, int64 lengths past 2**32 clamp to the row, not wrap to 3 or 0."""
+    rng = np.random.default_rng(0)
+    s = jnp.asarray(rng.standard_normal((3, 40)), jnp.float32)
+    want = dj.topk(s, jnp.array([40, 40, 40], jnp.int32), 5)
+    with jax.enable_x64(True):
+        lens = jnp.array([2**32 + 3, 40, 2**33], jnp.int64)
+        got = jax.jit(lambda s, n: dj.topk(s, n, 5))(s, lens)
+        starts = jnp.array([-(2**33), 0, 0], jnp.int64)
+        from_start = jax.jit(lambda s, n, st: dj.topk(s, n, 5, starts=st))(s, lens, starts)
+        blocks = jax.jit(lambda b, n: dj.select_candidate_blocks(b, n, num_candidates=3))(
+            s[:, :5], lens
+        )
+        rows = dj.row_lengths(jnp.array([2**33, 7], jnp.int64), 2)
+        slots = dj.logical_to_physical(
+            jnp.array([[5, 2**32 + 5]], jnp.int64), jnp.array([[2]], jnp.int64), 64
+        )
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(from_start), np.asarray(want))
+    full = dj.select_candidate_blocks(s[:, :5], jnp.array([40, 40, 40]), num_candidates=3)
+    np.testing.assert_array_equal(np.asarray(blocks), np.asarray(full))
+    assert np.asarray(rows).tolist() == [2**31 - 2, 2**31 - 1, 6, 7]
+    assert np.asarray(slots).tolist() == [[133, -1]]
+
+
+def test_block_size_mismatch_is_documented_where_shapes_cannot_tell():
+    doc = dj.select_candidate_blocks.__doc__
+    assert "same `block_size`" in doc and "clamped" in doc
+
+
+def test_page_ids_whose_slots_pass_int32_map_to_minus_one():
+    got = dj.logical_to_physical(jnp.array([[70, 6]]), jnp.array([[0, 2**30]]), 64)
+    assert np.asarray(got).tolist() == [[-1, 6]]
+    last = (2**31 - 64) // 64  # the last page whose 64 slots all fit int32
+    got = dj.logical_to_physical(jnp.array([[63, 64]]), jnp.array([[last, last + 1]]), 64)
+    assert np.asarray(got).tolist() == [[2**31 - 1, -1]]
+
+
+def test_selection_overlap_takes_rows_as_sets():
+    jaccard, recall = dj.selection_overlap(jnp.array([[5, 5, 5]]), jnp.array([[5, -1, -1]]))
+    assert float(jaccard[0]) == 1.0 and float(recall[0]) == 1.0
+    jaccard, recall = dj.selection_overlap(jnp.array([[1, 2, 3, -1]]), jnp.array([[2, 3, 4, 4]]))
+    assert float(jaccard[0]) == 0.5 and abs(float(recall[0]) - 2 / 3) < 1e-6
+
+
+def test_block_amax_returns_float32_for_bf16_scores():
+    s = jnp.asarray([[1.0, 3.5, -2.0, 0.25]], jnp.bfloat16)
+    out = dj.block_amax(s, jnp.array([4]), block_size=2, pin_newest=False)
+    assert out.dtype == jnp.float32 and np.asarray(out).tolist() == [[3.5, 0.25]]
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (
+            lambda: dj.write_cache(jnp.zeros((4, 16, 1, 68), jnp.uint8), jnp.ones((2, 64)), [0, 1]),
+            "cache must be a PagedIndexCache",
+        ),
+        (lambda: dj.write_cache(dj.PagedIndexCache.zeros(2, 16, 64), [[1.0] * 63], [0]), "keys"),
+        (lambda: dj.write_cache(dj.PagedIndexCache.zeros(2, 16, 64), [[1.0] * 64], [0]), None),
+        (lambda: dj.quantize_queries([[[[1.0] * 64]]], [[[1.0]]]), None),
+        (lambda: dj.quantize_queries([[[[1] * 64]]], [[[1.0]]]), "q must have a floating"),
+        (lambda: dj.quantize_keys([[1.0] * 64]), None),
+        (lambda: dj.PagedIndexCache([[0] * 68]), "PagedIndexCache.data must be an array"),
+        (
+            lambda: dj.KeyBuffer(jnp.zeros((4, 64), jnp.float8_e4m3fn), jnp.zeros((5,))),
+            "KeyBuffer.scales must have shape \\(4,\\)",
+        ),
+        (lambda: dj.KeyBuffer(jnp.zeros((4, 64)), jnp.zeros((4,))), "quantize_keys"),
+        (
+            lambda: dj.KeyBuffer(
+                jnp.zeros((4, 32), jnp.uint8), jnp.zeros((4, 1), jnp.uint8), "mxfp4"
+            ),
+            "KeyBuffer.scales must have shape \\(4, 2\\)",
+        ),
+        (
+            lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2**40),
+            "k must be at most 2\\*\\*31 - 1",
+        ),
+        (lambda: dj.IndexerConfig(index_topk=2**40), None),
+    ],
+)
+def test_a_new_users_calls(call, match):
+    if match is None:
+        call()
+        return
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_prefill_keys_must_be_a_keybuffer(rng):
+    from factories import query
+
+    cfg = small_config()
+    q = query(rng, 3, 1, cfg.num_heads, cfg.head_dim)
+    with pytest.raises(ValueError, match="keys must be a KeyBuffer"):
+        dj.publish_prefill(
+            q, jnp.zeros((10, 64)), jnp.zeros(3, jnp.int32), jnp.ones(3, jnp.int32), cfg
+        )
+
+
+def test_consumer_config_must_match_the_table(rng):
+    from factories import paged_cache, query
+
+    cfg = small_config()
+    cache, bt = paged_cache(rng, 2, 2, cfg.page_size, cfg.head_dim)
+    q = query(rng, 2, 1, cfg.num_heads, cfg.head_dim)
+    ctx = jnp.array([5, 30])
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    import dataclasses
+
+    other = dataclasses.replace(cfg, candidate_topk_blocks=cfg.candidate_topk_blocks + 1)
+    with pytest.raises(ValueError, match="config.candidate_topk_blocks"):
+        dj.select(q, cache, ctx, bt, table, other)
+    with pytest.raises(ValueError, match="block_table must have at least one page column"):
+        dj.paged_mqa_logits(q, cache, jnp.array([0, 0]), jnp.zeros((2, 0), jnp.int32))
+
+
+def test_traced_config_field_gets_a_static_hint():
+    f = jax.jit(lambda k: dj.IndexerConfig(index_topk=k))
+    with pytest.raises(ValueError, match="mark it static"):
+        f(512)
+
+
+def test_caches_stack_scan_and_vmap():
+    """Caches and query bundles take leading dimensions: stack a model's layers, scan over them,
+    vmap a function that returns caches; an op handed a stacked cache says what to do."""
+    cfg = small_config()
+    caches = [dj.PagedIndexCache.zeros(4, cfg.page_size, cfg.head_dim) for _ in range(3)]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *caches)
+    assert stacked.data.shape[0] == 3 and stacked.num_pages == 4
+    keys = jnp.ones((3, 5, cfg.head_dim))
+    written = jax.vmap(lambda c, k: dj.write_cache(c, k, jnp.arange(5)))(stacked, keys)
+    assert written.data.shape == stacked.data.shape
+
+    def body(carry, cache):
+        return carry + cache.data.sum(dtype=jnp.int32), cache
+
+    total, out = jax.lax.scan(body, jnp.int32(0), written)
+    assert out.data.shape == written.data.shape and int(total) > 0
+    with pytest.raises(ValueError, match="stacked cache"):
+        dj.write_cache(stacked, keys[0], jnp.arange(5))

@@ -9,19 +9,22 @@ from pathlib import Path
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
-def test_quickstart_notebook_runs():
-    nb = json.loads((EXAMPLES / "quickstart.ipynb").read_text())
-    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert cells
-    import matplotlib
+def test_quickstart_notebook_runs_under_a_real_kernel():
+    """The notebook executes headless in a real Jupyter kernel (ipykernel through nbclient, as a
+    reader's Jupyter runs it): no cell fails and both figures show, from the kernel's inline
+    backend; the notebook as stored carries them too (scripts/run_notebook.py --in-place)."""
+    import sys
 
-    matplotlib.use("Agg")
-    namespace: dict = {}
-    for cell in cells:
-        source = "".join(cell["source"])
-        exec(compile(source, "quickstart.ipynb", "exec"), namespace)
-    assert "selected" in namespace and "recall" in namespace
-    plots = [c for c in cells if "plt.show()" in "".join(c["source"])]
+    sys.path.insert(0, str(EXAMPLES.parent / "scripts"))
+    from run_notebook import execute
+
+    nb = execute(EXAMPLES / "quickstart.ipynb")
+    plots = [c for c in nb.cells if c.cell_type == "code" and "plt.show()" in c.source]
     assert len(plots) == 2
-    for c in plots:  # figures stored for readers without a kernel (scripts/run_notebook.py)
-        assert any("image/png" in o.get("data", {}) for o in c["outputs"])
+    for c in plots:
+        assert any("image/png" in o.get("data", {}) for o in c.outputs), c.source[:80]
+    assert not any("matplotlib.use(" in c.source for c in nb.cells if c.cell_type == "code")
+    stored = json.loads((EXAMPLES / "quickstart.ipynb").read_text())
+    for c in stored["cells"]:
+        if c["cell_type"] == "code" and "plt.show()" in "".join(c["source"]):
+            assert any("image/png" in o.get("data", {}) for o in c["outputs"])

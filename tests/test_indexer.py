@@ -109,9 +109,11 @@ def test_publish_without_block_scores_when_every_block_is_a_candidate(rng, width
         np.testing.assert_array_equal(np.asarray(getattr(table, f)), np.asarray(getattr(want, f)))
 
 
-def test_auto_path_on_rows_that_fit_is_the_dense_topk(rng):
-    """A page table of at most C·B positions: every block is a candidate, so `auto` runs the
-    plain dense top-k (no mask, no gather), equal to both paths."""
+def test_auto_path_on_rows_that_fit_selects_inside_the_given_table(rng):
+    """A page table of at most C·B positions: `auto` equals the mask path for any table, also
+    one it did not build (a hand-made table of one block per row); the step API, whose table it
+    published itself from the same lengths and page table, takes the dense top-k there, and that
+    equals both paths."""
     cfg = small_config()
     assert cfg.page_size <= cfg.candidate_positions
     q, cache, ctx, bt = step_inputs(rng, cfg, [0, 5, cfg.page_size], pages=1)
@@ -121,6 +123,19 @@ def test_auto_path_on_rows_that_fit_is_the_dense_topk(rng):
         np.testing.assert_array_equal(
             auto, np.asarray(dj.select(q, cache, ctx, bt, table, cfg, path=path))
         )
+    one_block = dj.sort_candidate_blocks(
+        jnp.zeros((3, cfg.candidate_topk_blocks), jnp.int32),
+        dj.row_lengths(ctx, 1),
+        bt,
+        block_size=cfg.candidate_block_size,
+        page_size=cfg.page_size,
+    )
+    mask = np.asarray(dj.select(q, cache, ctx, bt, one_block, cfg, path="mask"))
+    assert (mask[2, : cfg.candidate_block_size] == np.arange(cfg.candidate_block_size)).all()
+    np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, one_block, cfg)), mask)
+    ix = dj.make_two_level_indexer(cfg, source_layer=0, consumer_layers=(1,))
+    step = ix.decode({0: q, 1: q}, {0: cache, 1: cache}, ctx, bt)
+    np.testing.assert_array_equal(np.asarray(step.selections[1]), auto)
 
 
 def test_mask_and_sparse_paths_agree_on_identical_logits(rng):

@@ -80,8 +80,20 @@ def test_row_sharded_equals_unsharded(rng, w, batch, next_n):
 
 
 def test_row_sharding_rejects_unknown_axis():
-    with pytest.raises(ValueError, match="not a mesh axis"):
+    with pytest.raises(ValueError, match="'tp' is not one of the mesh's axis names"):
         sharding._row_sharded(lambda *a: a, mesh_of(2), "tp", 4, ((jnp.zeros(4),),))
+    with pytest.raises(ValueError, match="pass the axis name as a str, not a tuple"):
+        sharding._row_sharded(lambda *a: a, mesh_of(2), ("x",), 4, ((jnp.zeros(4),),))
+
+
+def test_row_sharding_fallback_returns_replicated_outputs(rng):
+    """Requests that do not divide over the devices run replicated (with a log line), and the
+    outputs are replicated over the mesh as documented, not left on one device."""
+    mesh = mesh_of(2)
+    out = jax.jit(lambda x: sharding._row_sharded(lambda per: per[0] * 2, mesh, "x", 3, ((x,),)))(
+        jnp.arange(3.0)
+    )
+    assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
 
 
 # ----------------------------------------------------------------------------- DCP

@@ -48,6 +48,21 @@ def test_factory_roles_and_none_without_source():
             v41_like(implementation="ffi")
 
 
+def test_plain_layers_only_model(rng):
+    """A model without a candidate source (V3.2-style: every indexer layer selects on its own)
+    keeps its plain layers: decode and prefill return their selections and no table."""
+    ix = dj.make_two_level_indexer(CFG, source_layer=None, plain_layers=(1, 2, 3))
+    assert ix is not None and ix.layers == (1, 2, 3) and ix.source_layer is None
+    lens = [0, 5, 150]
+    queries, caches, ctx, bt = layer_inputs(rng, ix, lens)
+    got = jax.jit(lambda *a: ix.decode(*a, physical=True))(queries, caches, ctx, bt)
+    assert got.table is None and sorted(got.selections) == [1, 2, 3]
+    for layer in (1, 2, 3):
+        want = dj.select_plain(queries[layer], caches[layer], ctx, bt, CFG)
+        np.testing.assert_array_equal(np.asarray(got.selections[layer]), np.asarray(want))
+    assert sorted(got.physical) == [1, 2, 3]
+
+
 def test_decode_equals_hand_composition(rng):
     ix = v41_like(plain_layers=(3,))
     lens = [0, 1, 9, 24, 25, 150, 160]

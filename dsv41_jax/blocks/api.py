@@ -4,6 +4,7 @@ selection op: `dsv41_jax.topk.select_candidate_blocks`)."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
@@ -44,7 +45,8 @@ def block_amax(
     _checks.score_rows(scores, lengths, starts)
     block_size = _checks.positive_int(block_size, "block_size")
     pin = _checks.boolean(pin_newest, "pin_newest")
-    return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, pin)
+    # float32 whatever the scores' type: the max of bf16 / fp16 values is exact in float32.
+    return BLOCK_AMAX(implementation, scores, lengths, block_size, starts, pin).astype(jnp.float32)
 
 
 def sort_candidate_blocks(

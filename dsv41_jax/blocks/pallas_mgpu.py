@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from dsv41_jax import _mgpu
+from dsv41_jax import _checks, _mgpu
 
 TILE_BLOCKS = 256
 
@@ -88,5 +88,5 @@ def block_amax(scores, lengths, block_size, starts, pin_newest, *, interpret: bo
             f"block_amax pallas: row length must be a multiple of {64 * block_size}"
         )
     cfg = BlockAmaxConfig(block_size=block_size, tile_blocks=tile)
-    lengths = jnp.clip(lengths.astype(jnp.int32), 0, scores.shape[1])
+    lengths = jnp.clip(_checks.int32(lengths), 0, scores.shape[1])
     return _block_amax(scores, lengths, cfg=cfg, pin=pin_newest, interpret=interpret)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dsv41_jax import _checks
 from dsv41_jax.ordering import num_blocks
 from dsv41_jax.rows import shift_rows
 from dsv41_jax.types import INT32_MAX, CandidateTable
@@ -37,7 +38,7 @@ def sort_candidate_blocks(
     block_size: int,
     page_size: int,
 ) -> CandidateTable:
-    lens = jnp.clip(lengths.astype(jnp.int32), 0, block_table.shape[1] * page_size)
+    lens = jnp.clip(_checks.int32(lengths), 0, block_table.shape[1] * page_size)
     nblocks = num_blocks(lens, block_size)
     ok = (selected >= 0) & (selected < nblocks[:, None])
     blocks = jnp.sort(jnp.where(ok, selected, INT32_MAX).astype(jnp.int32), axis=1)
@@ -49,7 +50,7 @@ def sort_candidate_blocks(
     tail = jnp.where(last == nblocks - 1, (lens - 1) % block_size + 1, block_size)
     valid_lens = jnp.where(count > 0, block_size * (count - 1) + tail, 0).astype(jnp.int32)
     pos = jnp.where(blocks == INT32_MAX, 0, blocks) * block_size
-    page = jnp.take_along_axis(block_table.astype(jnp.int32), pos // page_size, axis=1)
+    page = jnp.take_along_axis(_checks.int32(block_table), pos // page_size, axis=1)
     slot = page * (page_size // block_size) + (pos % page_size) // block_size
     physical = jnp.where((blocks != INT32_MAX) & (page >= 0), slot, -1).astype(jnp.int32)
     return CandidateTable(blocks, count, valid_lens, physical, block_size=block_size)

@@ -61,12 +61,17 @@ def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> No
 def check_paged(query: QueryBundle, cache: PagedIndexCache, context_lens, block_table) -> None:
     if not isinstance(cache, PagedIndexCache):
         raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
+    cache.check_one_layer("cache")
     check_query(query, cache.head_dim, cache.format, "cache")
     _checks.shape(context_lens, (query.batch,), "context_lens")
     _checks.integer(context_lens, "context_lens")
     _checks.rank(block_table, 2, "block_table")
     _checks.shape(block_table, (query.batch, None), "block_table")
     _checks.integer(block_table, "block_table")
+    if block_table.shape[1] == 0:
+        raise ValueError(
+            f"block_table must have at least one page column, got shape {tuple(block_table.shape)}"
+        )
     capacity = block_table.shape[1] * cache.page_size
     _checks.lengths_within(
         context_lens, capacity, "context_lens", f"block_table holds {capacity} positions per row"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _ext
+from dsv41_jax import _checks, _ext
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -71,13 +71,13 @@ def paged_mqa_logits(
         ],
     )
     # The kernel trusts lengths: clamp them to the page table so nothing is read past it.
-    lens = jnp.clip(context_lens.astype(jnp.int32), 0, max_pages * 64)
+    lens = jnp.clip(_checks.int32(context_lens), 0, max_pages * 64)
     out = (
         jax.ShapeDtypeStruct((query.num_rows, num_columns), jnp.float32),
         jax.ShapeDtypeStruct((_ext.limit("sm90_schedule_rows"), 2), jnp.int32),
     )
     logits, _ = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
-        query.values, query.weights, cache.data, lens, block_table.astype(jnp.int32)
+        query.values, query.weights, cache.data, lens, _checks.int32(block_table)
     )
     return logits
 
@@ -102,7 +102,7 @@ def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
         ],
     )
     rows, n = query.num_rows, query.next_n
-    lens = row_lengths(jnp.clip(context_lens.astype(jnp.int32), 0, max_pages * p), n)
+    lens = row_lengths(jnp.clip(_checks.int32(context_lens), 0, max_pages * p), n)
     bt = row_block_table(block_table, n)
     split = _ext.limit("sm100_logits_split")  # the kernel writes whole splits of positions
     width = -(-max(num_columns, max_pages * p) // split) * split
@@ -230,7 +230,7 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
         *_sm100_query(query),
         cache.data,
         table.valid_lens.astype(jnp.int32),
-        row_block_table.astype(jnp.int32),
+        _checks.int32(row_block_table),
         request_ids,
         table.blocks.astype(jnp.int32),
     )
@@ -275,7 +275,7 @@ def mqa_logits(
         # the clamped ranges, for the rows rounded up to a whole query block
         jax.ShapeDtypeStruct((2, rows + _ext.limit("mqa_row_padding")), jnp.int32),
     )
-    starts, ends = starts.astype(jnp.int32), ends.astype(jnp.int32)
+    starts, ends = _checks.int32(starts), _checks.int32(ends)
     if sm100:
         operands = (
             *_sm100_query(query),

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from dsv41_jax import quant
+from dsv41_jax import _checks, quant
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 _HIGHEST = lax.Precision.HIGHEST  # no TF32 on GPU: the reference is exact fp32
@@ -65,7 +65,7 @@ def paged_mqa_logits(
         return jnp.where(t[None] < row_len[:, None], out, -jnp.inf)
 
     # One request at a time keeps the dequantized keys at [num_columns, D].
-    out = lax.map(one, (q, query.weights, context_lens.astype(jnp.int32), block_table))
+    out = lax.map(one, (q, query.weights, _checks.int32(context_lens), block_table))
     return out.reshape(query.num_rows, num_columns)
 
 
@@ -91,7 +91,7 @@ def sparse_paged_mqa_logits(
         k, s = _cache_keys(cache, pages, pos % p)
         return jnp.where(ok, _score(qr, wr, k, s)[0], -jnp.inf)
 
-    args = (q, w, table.blocks, table.valid_lens, row_lens.astype(jnp.int32), row_block_table)
+    args = (q, w, table.blocks, table.valid_lens, _checks.int32(row_lens), row_block_table)
     return lax.map(one, args)
 
 
@@ -116,4 +116,4 @@ def mqa_logits(
             return jnp.where(t < ke - ks, out, -jnp.inf)
         return jnp.where((t >= ks) & (t < ke), out, -jnp.inf)
 
-    return lax.map(one, (q, w, starts.astype(jnp.int32), ends.astype(jnp.int32)))
+    return lax.map(one, (q, w, _checks.int32(starts), _checks.int32(ends)))

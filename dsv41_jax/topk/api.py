@@ -99,8 +99,9 @@ def logical_to_physical(
 ) -> jax.Array:
     """Logical positions -> cache slots: `p -> block_table[r, p // P]·P + p % P`; -1 stays -1.
 
-    Positions past the page table, or on a negative page id, map to -1 (nothing is read out of
-    bounds). `block_table` is per row (`[rows, max_pages]`).
+    Positions past the page table, on a negative page id, or on a page id whose slots would pass
+    the int32 range (`> (2**31 - P) // P`), map to -1 (nothing is read out of bounds, no slot
+    wraps). `block_table` is per row (`[rows, max_pages]`).
     """
     indices = _checks.array(indices, "indices")
     block_table = _checks.array(block_table, "block_table")
@@ -133,6 +134,9 @@ def select_candidate_blocks(
       block_scores: float `[rows, NB]`, e.g. from `block_amax`.
       lengths: int `[rows]` row lengths in positions (`nblocks = ceil(len / B)`, at most NB).
       num_candidates: C.
+
+    `block_scores` must come from `block_amax` with the same `block_size`: the shapes cannot
+    tell (eagerly, lengths past `NB·B` raise; under jit they are clamped to `NB·B`).
 
     Returns:
       int32 `[rows, C]` block ids, ascending, padded with -1.

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import _ext
+from dsv41_jax import _checks, _ext
 
 TARGET = "dsv41_logical_to_physical"
 
@@ -22,7 +22,9 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
         return jnp.zeros(indices.shape, jnp.int32)
     out = jax.ShapeDtypeStruct(indices.shape, jnp.int32)
     return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
-        indices.astype(jnp.int32), block_table.astype(jnp.int32), page_size=np.int32(page_size)
+        _checks.int32(indices),
+        _checks.addressable_pages(_checks.int32(block_table), page_size),
+        page_size=np.int32(page_size),
     )
 
 
@@ -59,9 +61,9 @@ def radix_topk(
     out = jax.ShapeDtypeStruct((rows, k), jnp.int32)
     return jax.ffi.ffi_call(target, out, vmap_method="sequential")(
         scores,
-        lengths.astype(jnp.int32),
-        (jnp.zeros((rows,), jnp.int32) if starts is None else starts.astype(jnp.int32)),
-        members.astype(jnp.int32),
+        _checks.int32(lengths),
+        (jnp.zeros((rows,), jnp.int32) if starts is None else _checks.int32(starts)),
+        _checks.int32(members),
         k=np.int32(k),
         block_size=np.int32(block_size),
         mode=np.int32(_ext.limit(f"topk_mode_{mode}")),

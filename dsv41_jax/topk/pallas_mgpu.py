@@ -33,7 +33,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from dsv41_jax import _mgpu
+from dsv41_jax import _checks, _mgpu
 
 EXCLUDED = -(2**31)  # key of anything that may not be selected
 LOWEST = EXCLUDED + 1  # candidate blocks scoring NaN / -inf: last, but selectable
@@ -278,7 +278,7 @@ def topk(scores, lengths, k, starts, candidates, block_size, *, interpret: bool 
         member = (
             jnp.zeros((rows, nb), jnp.int32).at[jnp.arange(rows)[:, None], blk].set(1, mode="drop")
         )
-    lengths = jnp.clip(lengths.astype(jnp.int32), 0, n)
+    lengths = jnp.clip(_checks.int32(lengths), 0, n)
     return _select(
         scores,
         lengths,
@@ -296,7 +296,7 @@ def select_candidate_blocks(
     _mgpu.require_gpu("select_candidate_blocks", interpret)
     _check(block_scores, 8, "select_candidate_blocks")
     nb = block_scores.shape[1]
-    lengths = jnp.clip(lengths.astype(jnp.int32), 0, nb * block_size)
+    lengths = jnp.clip(_checks.int32(lengths), 0, nb * block_size)
     nblocks = (lengths + block_size - 1) // block_size
     keys = _candidate_keys(block_scores, nblocks)
     return _select(keys, nblocks, None, k=num_candidates, mode=KEYS, group=8, interpret=interpret)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dsv41_jax import _checks
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.rows import shift_rows
 from dsv41_jax.types import CandidateTable
@@ -41,6 +42,8 @@ def sparse_columns_to_positions(
 
 def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: int) -> jax.Array:
     max_pages = block_table.shape[1]
+    block_table = _checks.addressable_pages(_checks.int32(block_table), page_size)
+    indices = _checks.int32(indices)
     page_col = indices // page_size
     ok = (indices >= 0) & (page_col < max_pages)
     page = jnp.take_along_axis(block_table, jnp.clip(page_col, 0, max_pages - 1), axis=1)
