@@ -323,7 +323,14 @@ def test_int64_lengths_saturate_before_they_are_clamped():
     assert np.asarray(slots).tolist() == [[133, -1]]
 
 
-def test_block_size_mismatch_is_documented_where_shapes_cannot_tell():
+def test_block_size_mismatch_raises_where_the_lengths_can_tell():
+    """Block scores of B = 8 selected with B = 4: eagerly the lengths show it (past NB·B); under
+    jit they cannot, and the op clamps them as its docstring states."""
+    scores = jnp.asarray(np.random.default_rng(0).standard_normal((1, 64)), jnp.float32)
+    lens = jnp.array([64])
+    blocks = dj.block_amax(scores, lens, block_size=8)
+    with pytest.raises(ValueError, match="lengths must lie in \\[0, 32\\]"):
+        dj.select_candidate_blocks(blocks, lens, num_candidates=2, block_size=4)
     doc = dj.select_candidate_blocks.__doc__
     assert "same `block_size`" in doc and "clamped" in doc
 
@@ -414,6 +421,21 @@ def test_consumer_config_must_match_the_table(rng):
         dj.select(q, cache, ctx, bt, table, other)
     with pytest.raises(ValueError, match="block_table must have at least one page column"):
         dj.paged_mqa_logits(q, cache, jnp.array([0, 0]), jnp.zeros((2, 0), jnp.int32))
+
+
+def test_a_cache_relabelled_mxfp4_is_caught_by_the_config(rng):
+    """An fp8 cache of D = 64 has the byte rows (68) of an mxfp4 cache of D = 128, so a cache
+    relabelled "mxfp4" is read as that: the layer's config, checked against every input, names
+    the mismatch."""
+    from factories import paged_cache, query
+
+    cfg = small_config()  # fp8, head_dim 64
+    cache, bt = paged_cache(rng, 2, 2, cfg.page_size, cfg.head_dim)
+    relabelled = dj.PagedIndexCache(cache.data, "mxfp4")
+    assert relabelled.head_dim == 128
+    q = query(rng, 2, 1, cfg.num_heads, cfg.head_dim)
+    with pytest.raises(ValueError, match="config.head_dim is 64 but the inputs have 128"):
+        dj.publish(q, relabelled, jnp.array([5, 9]), bt, cfg)
 
 
 def test_traced_config_field_gets_a_static_hint():
