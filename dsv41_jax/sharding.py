@@ -33,10 +33,11 @@ from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, select
-from dsv41_jax.logits import paged_mqa_logits
+from dsv41_jax.logits import ffi as logits_ffi
+from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
-from dsv41_jax.rows import row_lengths
-from dsv41_jax.topk import select_candidate_blocks, topk
+from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
@@ -185,10 +186,7 @@ def _dcp_topk(logits, local_lens, k, member, axis, world, rank, interleave, impl
     scores = logits if member is None else jnp.where(member, logits, -jnp.inf)
     local = topk(scores, local_lens, k, implementation=implementation)
     picked = jnp.take_along_axis(scores, jnp.maximum(local, 0), axis=1)
-    ids = dcp_local_to_global(local, world, rank, interleave)
-    all_scores = lax.all_gather(jnp.where(local >= 0, picked, -jnp.inf), axis, axis=1, tiled=True)
-    all_ids = lax.all_gather(ids, axis, axis=1, tiled=True)
-    return _merge_topk(all_scores, all_ids, k)
+    return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
 
 def _dcp_rows(query: QueryBundle, global_context_lens, axis, interleave):
@@ -335,21 +333,108 @@ def dcp_select(
     *,
     axis: str,
     interleave: int = 1,
+    path: Literal["auto", "mask", "sparse"] = "auto",
     implementation: Implementation = None,
 ) -> jax.Array:
-    """`select` (mask path) under DCP; call inside `shard_map` over `axis`.
+    """`select` under DCP; call inside `shard_map` over `axis`.
 
-    Each device scores its local positions, keeps those whose global block is in the table, takes
-    its local top-k with global ids; the all-gathered candidates are re-selected exactly.
+    Each device takes the local top-k (global ids) of its positions inside the table's blocks;
+    the all-gathered candidates are re-selected exactly. `path="mask"` scores every local
+    position and masks; `path="sparse"` scores only the local part of the candidate blocks (a
+    local table over this device's positions: blocks of B when I is a multiple of B, of B / W
+    when B / I is a multiple of W, of single positions otherwise). `"auto"`: sparse where the
+    GPU has a sparse logits kernel for the local table, else mask (the CPU reference included).
+    Every path returns the unsharded result bitwise.
     """
     _checks.positive_int(interleave, "interleave")
+    if path not in ("auto", "mask", "sparse"):
+        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     b = config.candidate_block_size
     table.check_block_size(b, "config.candidate_block_size")
     world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
+    k = config.index_topk
+    if path == "auto":
+        local_b = _local_block_size(b, world, interleave)
+        width = table.num_candidates * (b if local_b == 1 else 1)  # the local table's entries
+        declines = logits_ffi.sparse_kernel_declines(query, cache, width, local_b)
+        impl = shared(implementation)
+        path = "sparse" if declines is None and (impl is None or "ffi" in impl) else "mask"
+    if path == "sparse":
+        local = _local_table(
+            table,
+            local_rows,
+            query.next_n,
+            block_table,
+            world,
+            rank,
+            interleave,
+            config.page_size,
+            implementation,
+        )
+        logits = sparse_paged_mqa_logits(
+            query,
+            cache,
+            local,
+            local_req,
+            block_table,
+            block_size=local.block_size,
+            implementation=implementation,
+        )
+        columns = topk(logits, local.valid_lens, k, implementation=implementation)
+        picked = jnp.take_along_axis(logits, jnp.maximum(columns, 0), axis=1)
+        positions = sparse_columns_to_positions(columns, local, local.block_size)
+        return _merge_gathered(picked, positions, k, axis, world, rank, interleave)
     logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
     gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)
     member_blocks = candidate_member(table.blocks, -(-(logits.shape[1] * world) // b))
     member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
-    return _dcp_topk(
-        logits, local_rows, config.index_topk, member, axis, world, rank, interleave, implementation
+    return _dcp_topk(logits, local_rows, k, member, axis, world, rank, interleave, implementation)
+
+
+def _spread_evenly(b: int, world: int, interleave: int) -> bool:
+    """Every global block's runs of I positions spread evenly over the devices (B / W each)."""
+    return interleave % b != 0 and b % interleave == 0 and (b // interleave) % world == 0
+
+
+def _local_block_size(b: int, world: int, interleave: int) -> int:
+    """The size of one global block's part on a device, when every part has one size."""
+    if interleave % b == 0:
+        return b  # a block lies inside one run of I positions: whole on one device
+    return b // world if _spread_evenly(b, world, interleave) else 1
+
+
+def _local_table(
+    table, local_rows, next_n, block_table, world, rank, interleave, page_size, implementation
+) -> CandidateTable:
+    """This device's part of the published (global) blocks as a CandidateTable over its own
+    positions: local block ids of `_local_block_size`, its own page table's slots. A global
+    block's positions on one device are one contiguous local run (consecutive runs of I on a
+    device are consecutive locally), so every case is a set of local blocks."""
+    b, w, i = table.block_size, world, interleave
+    lb = _local_block_size(b, w, i)
+    real = table.blocks != INT32_MAX
+    if _spread_evenly(b, w, i):
+        selected = jnp.where(real, table.blocks, -1)  # local block j holds global block j's part
+    else:
+        t = jnp.arange(b if lb == 1 else 1, dtype=jnp.int32)
+        g = (jnp.where(real, table.blocks, 0) * b)[:, :, None] + t[None, None]
+        local = (g // (i * w)) * i + g % i
+        on_me = real[:, :, None] & ((g // i) % w == rank)
+        selected = jnp.where(on_me, local // lb, -1).reshape(table.blocks.shape[0], -1)
+    return sort_candidate_blocks(
+        selected,
+        local_rows,
+        row_block_table(block_table, next_n),
+        block_size=lb,
+        page_size=page_size,
+        implementation=implementation,
     )
+
+
+def _merge_gathered(scores, local, k, axis, world, rank, interleave) -> jax.Array:
+    """All-gather each device's local top-k (scores, local positions; -1 padding) with global
+    ids and re-select the k best exactly."""
+    ids = dcp_local_to_global(local, world, rank, interleave)
+    all_scores = lax.all_gather(jnp.where(local >= 0, scores, -jnp.inf), axis, axis=1, tiled=True)
+    all_ids = lax.all_gather(ids, axis, axis=1, tiled=True)
+    return _merge_topk(all_scores, all_ids, k)

@@ -138,6 +138,72 @@ def test_dcp_equals_unsharded(rng, w, interleave, exchange):
     assert_dcp_equal(got, want_idx, want_table, want_sel)
 
 
+@pytest.mark.parametrize("w", [2, 4, 8])
+@pytest.mark.parametrize("interleave", [1, 2, 3, 4, 8])
+def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
+    """The consumer scoring only its device's part of the candidate blocks (a local table of
+    blocks of B, of B / W, or of single positions, by the layout) selects what the unsharded
+    consumer does, bitwise."""
+    from dsv41_jax.sharding import _local_block_size
+
+    mesh = mesh_of(w)
+    batch, global_pages = 5, 12
+    cap = global_pages * 16
+    lens = np.array([0, 5, min(w * interleave * 7 + 1, cap), 101, cap], np.int32)
+    global_keys = [tied_keys(rng, cap, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    q, ctx = queries(rng, batch), jnp.asarray(lens)
+    want_idx, want_table = dj.publish(q, cache, ctx, bt, CFG)
+    q2 = queries(rng, batch)
+    want_sel = dj.select(q2, cache, ctx, bt, want_table, CFG)
+    pages_local = -(-global_pages // w) + 1
+    local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
+    step = dcp_step(mesh, CFG, interleave=interleave, path="sparse")
+    got = step(q, local_caches, local_tables, ctx, q2)
+    assert_dcp_equal(got, want_idx, want_table, want_sel)
+    b = CFG.candidate_block_size
+    want_b = (
+        b
+        if interleave % b == 0
+        else (b // w if b % interleave == 0 and b // interleave % w == 0 else 1)
+    )
+    assert _local_block_size(b, w, interleave) == want_b
+
+
+def test_dcp_local_table_is_each_devices_part_of_the_blocks():
+    """For every layout, a device's local table holds exactly its positions (below its length)
+    whose global block is published, in local blocks of the size the layout gives."""
+    from dsv41_jax.sharding import _local_table
+
+    rng = np.random.default_rng(7)
+    for b in (1, 4, 8):
+        for w in (1, 2, 3, 4, 8):
+            for i in (1, 2, 3, 4, 8, 16):
+                length = int(rng.integers(1, 300))
+                nb = -(-length // b)
+                pick = np.sort(rng.choice(nb, min(6, nb), replace=False))
+                blocks = np.full((1, 6), dj.INT32_MAX, np.int32)
+                blocks[0, : len(pick)] = pick
+                tbl = dj.CandidateTable(
+                    jnp.asarray(blocks),
+                    jnp.array([len(pick)]),
+                    jnp.array([0]),
+                    jnp.full((1, 6), -1),
+                    block_size=b,
+                )
+                for r in range(w):
+                    n = int(sharding.dcp_local_length(jnp.array([length]), w, r, i)[0])
+                    bt = jnp.arange(-(-max(n, 1) // 16), dtype=jnp.int32)[None]
+                    loc = _local_table(tbl, jnp.array([n]), 1, bt, w, r, i, 16, None)
+                    cols = np.arange(int(loc.valid_lens[0]))
+                    lb = loc.block_size
+                    got = np.asarray(loc.blocks)[0, cols // lb] * lb + cols % lb
+                    j = np.arange(n)
+                    g = ((j // i) * w + r) * i + j % i
+                    want = j[np.isin(g // b, pick)]
+                    np.testing.assert_array_equal(got, want, err_msg=f"B={b} W={w} I={i} r={r}")
+
+
 def test_dcp_position_maps_round_trip():
     for w, i in ((2, 1), (4, 3), (8, 2)):
         g = np.arange(500)
