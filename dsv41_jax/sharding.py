@@ -33,7 +33,6 @@ from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import publish, select
-from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.rows import row_block_table, row_lengths
@@ -342,9 +341,9 @@ def dcp_select(
     the all-gathered candidates are re-selected exactly. `path="mask"` scores every local
     position and masks; `path="sparse"` scores only the local part of the candidate blocks (a
     local table over this device's positions: blocks of B when I is a multiple of B, of B / W
-    when B / I is a multiple of W, of single positions otherwise). `"auto"`: sparse where the
-    GPU has a sparse logits kernel for the local table, else mask (the CPU reference included).
-    Every path returns the unsharded result bitwise.
+    when B / I is a multiple of W, of single positions otherwise). `"auto"` takes the mask
+    path: the sparse one has run on host devices only (its GPU kernels through a local table
+    have not run under DCP yet). Every path returns the unsharded result bitwise.
     """
     _checks.positive_int(interleave, "interleave")
     if path not in ("auto", "mask", "sparse"):
@@ -353,12 +352,6 @@ def dcp_select(
     table.check_block_size(b, "config.candidate_block_size")
     world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
     k = config.index_topk
-    if path == "auto":
-        local_b = _local_block_size(b, world, interleave)
-        width = table.num_candidates * (b if local_b == 1 else 1)  # the local table's entries
-        declines = logits_ffi.sparse_kernel_declines(query, cache, width, local_b)
-        impl = shared(implementation)
-        path = "sparse" if declines is None and (impl is None or "ffi" in impl) else "mask"
     if path == "sparse":
         local = _local_table(
             table,
@@ -385,7 +378,7 @@ def dcp_select(
         positions = sparse_columns_to_positions(columns, local, local.block_size)
         return _merge_gathered(picked, positions, k, axis, world, rank, interleave)
     logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
-    gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)
+    gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)  # the mask path
     member_blocks = candidate_member(table.blocks, -(-(logits.shape[1] * world) // b))
     member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
     return _dcp_topk(logits, local_rows, k, member, axis, world, rank, interleave, implementation)
