@@ -11,6 +11,9 @@ Two layouts (docs/multi_device.md), both bitwise equal to the unsharded result:
   order; candidate blocks come from each device's local top-C of its block maxima (global ids),
   all-gathered and re-selected (or, with `exchange="pmax"`, from the all-reduced maxima of every
   block). `dcp_publish` / `dcp_select` run inside the caller's `shard_map`.
+- **Prefill context parallel (PCP)**: the packed prefill keys are split into equal chunks over
+  the ranks and each rank scores its own query rows against the all-gathered buffer
+  (`pcp_publish_prefill` / `pcp_select_prefill`, inside the caller's `shard_map`).
 
 Exactness of the merge: a position in the global top-k has at most k - 1 positions above it
 anywhere, hence on its own device, so it is in its device's local top-k.
@@ -32,12 +35,12 @@ from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.indexer import publish, select
+from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
-from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
+from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
 
@@ -431,3 +434,61 @@ def _merge_gathered(scores, local, k, axis, world, rank, interleave) -> jax.Arra
     all_scores = lax.all_gather(jnp.where(local >= 0, scores, -jnp.inf), axis, axis=1, tiled=True)
     all_ids = lax.all_gather(ids, axis, axis=1, tiled=True)
     return _merge_topk(all_scores, all_ids, k)
+
+
+# ----------------------------------------------------------------------------- prefill CP
+def pcp_keys(keys: KeyBuffer, *, axis: str) -> KeyBuffer:
+    """The whole packed key buffer from each rank's chunk (prefill context parallelism); call
+    inside `shard_map` over `axis`.
+
+    Padding rule: the packed keys are split into W equal chunks of `ceil(T / W)` tokens in
+    order, rank r holding tokens `[r·ceil(T/W), (r+1)·ceil(T/W))`, the last chunk zero-padded.
+    Every rank then contributes the same all-gather shape, and the gathered buffer is the
+    original one followed by padding no row sees (`ends <= T`), so positions need no remapping.
+    One all-gather of `T·(D + 4)` bytes (fp8) per layer.
+    """
+    if not isinstance(keys, KeyBuffer):
+        raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
+    gather = functools.partial(lax.all_gather, axis_name=axis, axis=0, tiled=True)
+    return KeyBuffer(gather(keys.values), gather(keys.scales), keys.format)
+
+
+def pcp_publish_prefill(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    config: IndexerConfig,
+    *,
+    axis: str,
+    row_chunk: int | None = None,
+    implementation: Implementation = None,
+) -> tuple[jax.Array, CandidateTable]:
+    """`publish_prefill` with the key buffer split over `axis` (`pcp_keys`' padding rule) and
+    each rank scoring its own query rows (`query`, `starts`, `ends`: this rank's rows, ranges in
+    global key positions); call inside `shard_map`. Equal, row for row, to `publish_prefill` on
+    one device."""
+    full = pcp_keys(keys, axis=axis)
+    return publish_prefill(
+        query, full, starts, ends, config, row_chunk=row_chunk, implementation=implementation
+    )
+
+
+def pcp_select_prefill(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    *,
+    axis: str,
+    row_chunk: int | None = None,
+    implementation: Implementation = None,
+) -> jax.Array:
+    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`; `table`:
+    this rank's rows of the published table)."""
+    full = pcp_keys(keys, axis=axis)
+    return select_prefill(
+        query, full, starts, ends, table, config, row_chunk=row_chunk, implementation=implementation
+    )

@@ -214,3 +214,52 @@ def test_dcp_position_maps_round_trip():
             np.testing.assert_array_equal(back, g[owner == d])
             counts = np.asarray(sharding.dcp_local_length(jnp.arange(501), w, d, i))
             np.testing.assert_array_equal(counts, np.concatenate([[0], np.cumsum(owner == d)]))
+
+
+# ----------------------------------------------------------------------------- prefill CP
+@pytest.mark.parametrize("w", [2, 4, 8])
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])
+def test_pcp_prefill_equals_one_device(rng, w, fmt):
+    """Keys split over W ranks by the padding rule (equal chunks, the last zero-padded), query
+    rows split over the ranks too: every rank's publish and select equal one device's rows."""
+    from functools import partial
+
+    from factories import query
+    from jax.sharding import PartitionSpec as P
+
+    mesh = mesh_of(w)
+    cfg = small_config(cache_format=fmt)
+    t, rows = 90, 2 * w
+    raw = rng.standard_normal((t, cfg.head_dim)).astype(np.float32)
+    keys = dj.quantize_keys(jnp.asarray(raw), fmt)
+    starts = rng.integers(0, t + 1, rows).astype(np.int32)
+    ends = np.array([rng.integers(s, t + 1) for s in starts], np.int32)
+    starts[:2], ends[:2] = [0, 30], [t, 30]  # the whole buffer, an empty row
+    st, en = jnp.asarray(starts), jnp.asarray(ends)
+    q = query(rng, rows, 1, cfg.num_heads, cfg.head_dim, fmt)
+    q2 = query(rng, rows, 1, cfg.num_heads, cfg.head_dim, fmt)
+    want_idx, want_table = dj.publish_prefill(q, keys, st, en, cfg)
+    want_sel = dj.select_prefill(q2, keys, st, en, want_table, cfg)
+
+    chunk = -(-t // w)  # the padding rule: W equal chunks, the last zero-padded
+    pad = lambda x: jnp.pad(x, [(0, chunk * w - t)] + [(0, 0)] * (x.ndim - 1))  # noqa: E731
+    padded = dj.KeyBuffer(pad(keys.values), pad(keys.scales), fmt)
+
+    @jax.jit
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    def step(qa, qb, mine, st, en):
+        idx, table = sharding.pcp_publish_prefill(qa, mine, st, en, cfg, axis="x")
+        sel = sharding.pcp_select_prefill(qb, mine, st, en, table, cfg, axis="x")
+        return idx, table.blocks, table.count, table.valid_lens, table.physical, sel
+
+    got = step(q, q2, padded, st, en)
+    want = (
+        want_idx,
+        want_table.blocks,
+        want_table.count,
+        want_table.valid_lens,
+        want_table.physical,
+        want_sel,
+    )
+    for name, g, x in zip(("top-k", "blocks", "count", "valid", "physical", "select"), got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(x), err_msg=name)
