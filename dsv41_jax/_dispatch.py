@@ -10,6 +10,7 @@ reason) so a slow path is never silent.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +24,15 @@ logger = logging.getLogger("dsv41_jax")
 Implementation = str | Sequence[str] | None
 KNOWN = frozenset({"ffi", "pallas", "reference"})  # every implementation name of every op
 _logged: set[tuple[str, str, str]] = set()
+# While `dsv41_jax.info.explain` traces a function: every op's choice, in call order.
+recording: contextvars.ContextVar[list | None] = contextvars.ContextVar("recording", default=None)
+
+
+def record(op: str, implementation: str, declined: Sequence[tuple[str, str]] = ()) -> None:
+    """Note a dispatch decision for `dsv41_jax.info.explain` (nothing when it is not tracing)."""
+    choices = recording.get()
+    if choices is not None:
+        choices.append((op, implementation, tuple(declined)))
 
 
 class Op:
@@ -62,14 +72,18 @@ class Op:
         reasons = []
         for n in names:
             try:
-                return self.impls[n](*args, **kwargs)
+                out = self.impls[n](*args, **kwargs)
             except NotImplementedError as e:
-                reasons.append(f"{n}: {e}")
+                reasons.append((n, str(e)))
                 if len(names) > 1:
                     _log_fallback(self.name, n, str(e))
+                continue
+            record(self.name, n, reasons)
+            return out
         # ExtensionUnavailable (a NotImplementedError): "this path is not available here".
         raise ExtensionUnavailable(
-            f"{self.name}: no implementation accepted the inputs ({'; '.join(reasons)})"
+            f"{self.name}: no implementation accepted the inputs "
+            f"({'; '.join(f'{n}: {why}' for n, why in reasons)})"
         )
 
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation, shared
+from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
@@ -198,6 +198,7 @@ def _select(
     # step published holds every block, so the dense top-k is the answer, without the mask.
     fits = block_table.shape[1] * cache.page_size <= table.num_candidates * b
     if path == "auto" and fits and published_here:
+        record("select: consumer path", "dense (every block is a candidate)")
         return _dense_select(query, cache, context_lens, block_table, k, implementation)
     if path == "auto" and fits:
         path = "mask"
@@ -216,6 +217,7 @@ def _select(
             f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
             "the slow sparse reference"
         )
+    record("select: consumer path", path)
     if path == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation

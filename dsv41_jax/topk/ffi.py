@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import _checks, _ext
+from dsv41_jax import _checks, _dispatch, _ext
 
 TARGET = "dsv41_logical_to_physical"
 
@@ -136,12 +136,14 @@ def algorithm_for(scores, k: int, members, block_size: int) -> str:
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
     _ext.require_gpu(SHORT_TOPK)  # before the policy reads the device
     algorithm = algorithm_for(scores, k, candidates, block_size)
+    _dispatch.record("topk: CUDA select", algorithm)
     return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
     _ext.require_gpu(SHORT_TOPK)
     algorithm = algorithm_for(block_scores, num_candidates, None, block_size)
+    _dispatch.record("select_candidate_blocks: CUDA select", algorithm)
     return radix_topk(
         block_scores,
         lengths,

@@ -1,0 +1,73 @@
+"""dsv41_jax.info: which implementation each op takes on this machine, and why others decline."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import dsv41_jax as dj
+from dsv41_jax import _ext, info
+
+
+def sds(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def test_explain_names_the_choice_and_the_declines_on_cpu():
+    if jax.default_backend() == "gpu":
+        pytest.skip("CPU view")
+    (choice,) = info.explain(dj.topk, sds((8, 4096), jnp.float32), sds((8,), jnp.int32), 64)
+    assert choice.op == "topk" and choice.implementation == "reference"
+    assert [name for name, _ in choice.declined] == ["ffi", "pallas"]
+    assert "CUDA GPU" in choice.declined[0][1] and "topk: reference" in str(choice)
+    # A name given explicitly: only it, nothing declined.
+    (only,) = info.explain(
+        dj.topk, sds((2, 64), jnp.float32), sds((2,), jnp.int32), 4, implementation="reference"
+    )
+    assert only.implementation == "reference" and only.declined == ()
+
+
+def test_explain_a_decode_step():
+    choices = info.decode_step(batch=2, context=20000)
+    ops = [c.op for c in choices]
+    assert ops[:2] == ["paged_mqa_logits", "topk"]
+    assert "select_candidate_blocks" in ops and "sort_candidate_blocks" in ops
+    # Four consumers, each reporting its path (mask on CPU: no sparse kernel here).
+    paths = [c.implementation for c in choices if c.op == "select: consumer path"]
+    assert len(paths) == 4
+    short = info.decode_step(batch=1, context=16384)  # every block is a candidate
+    assert [c.implementation for c in short if c.op == "select: consumer path"] == [
+        "dense (every block is a candidate)"
+    ] * 4
+
+
+@pytest.mark.skipif(not _ext.available(), reason="needs the built extension")
+def test_explain_reports_the_cuda_select_on_a_simulated_gpu(monkeypatch):
+    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
+    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
+    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    monkeypatch.setattr(_ext, "short_topk_max_clusters", lambda c: 15)
+    choices = info.explain(
+        lambda s, n: dj.topk(s, n, 512, implementation="ffi"),
+        sds((8, 131072), jnp.float32),
+        sds((8,), jnp.int32),
+    )
+    assert [(c.op, c.implementation) for c in choices] == [
+        ("topk: CUDA select", "short"),
+        ("topk", "ffi"),
+    ]
+
+
+def test_info_command_runs():
+    done = subprocess.run(
+        [sys.executable, "-m", "dsv41_jax", "info", "--batch", "1", "--context", "4096"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "backend:" in done.stdout and "topk:" in done.stdout
