@@ -118,11 +118,16 @@ def dcp_layout(rng, global_keys: list[np.ndarray], w: int, interleave: int, page
 @pytest.mark.parametrize("interleave", [1, 2, 3])
 @pytest.mark.parametrize("exchange", ["topc", "pmax"])
 def test_dcp_equals_unsharded(rng, w, interleave, exchange):
+    check_dcp(rng, w, interleave, exchange=exchange)
+
+
+def check_dcp(rng, w, interleave, **step_kw):
+    """DCP publish + select over W host devices equals one device, bitwise."""
     mesh = mesh_of(w)
     batch, global_pages = 6, 12
     cap = global_pages * 16
     # Lengths off multiples of W·I, below k, and one at capacity.
-    lens = np.array([0, 5, 11, w * interleave * 7 + 1, 101, cap], np.int32)
+    lens = np.array([0, 5, 11, min(w * interleave * 7 + 1, cap), 101, cap], np.int32)
     global_keys = [tied_keys(rng, cap, 64) for _ in range(batch)]
     cache, bt = paged(rng, global_keys, global_pages)
     q, ctx = queries(rng, batch), jnp.asarray(lens)
@@ -133,7 +138,7 @@ def test_dcp_equals_unsharded(rng, w, interleave, exchange):
     pages_local = -(-global_pages // w) + 1
     local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
 
-    step = dcp_step(mesh, CFG, interleave=interleave, exchange=exchange)
+    step = dcp_step(mesh, CFG, interleave=interleave, **step_kw)
     got = step(q, local_caches, local_tables, ctx, q2)
     assert_dcp_equal(got, want_idx, want_table, want_sel)
 
@@ -146,21 +151,7 @@ def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
     consumer does, bitwise."""
     from dsv41_jax.sharding import _local_block_size
 
-    mesh = mesh_of(w)
-    batch, global_pages = 5, 12
-    cap = global_pages * 16
-    lens = np.array([0, 5, min(w * interleave * 7 + 1, cap), 101, cap], np.int32)
-    global_keys = [tied_keys(rng, cap, 64) for _ in range(batch)]
-    cache, bt = paged(rng, global_keys, global_pages)
-    q, ctx = queries(rng, batch), jnp.asarray(lens)
-    want_idx, want_table = dj.publish(q, cache, ctx, bt, CFG)
-    q2 = queries(rng, batch)
-    want_sel = dj.select(q2, cache, ctx, bt, want_table, CFG)
-    pages_local = -(-global_pages // w) + 1
-    local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
-    step = dcp_step(mesh, CFG, interleave=interleave, path="sparse")
-    got = step(q, local_caches, local_tables, ctx, q2)
-    assert_dcp_equal(got, want_idx, want_table, want_sel)
+    check_dcp(rng, w, interleave, path="sparse")
     b = CFG.candidate_block_size
     want_b = (
         b
