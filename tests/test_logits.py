@@ -90,7 +90,10 @@ def test_sparse_paged_logits_equal_dense_at_candidate_positions(rng, fmt, d):
                 assert sparse[r, j] == -np.inf
             else:
                 pos = blocks[r, j // b] * b + j % b
-                np.testing.assert_allclose(sparse[r, j], dense[r, pos], rtol=1e-6, atol=1e-6)
+                # The two reference programs contract their dot products in other shapes, and
+                # XLA's CPU code may round them an ulp apart (seen: 2.5e-6 on a logit of 0.03
+                # summed from terms of order 1): equal up to that, not bitwise.
+                np.testing.assert_allclose(sparse[r, j], dense[r, pos], rtol=1e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt,d", [("fp8", 64), ("mxfp4", 64)])
