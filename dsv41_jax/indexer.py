@@ -73,14 +73,6 @@ def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
         )
 
 
-def _check_keys(keys) -> None:
-    if not isinstance(keys, KeyBuffer):
-        raise ValueError(
-            f"keys must be a KeyBuffer (make one with dsv41_jax.quantize_keys), got "
-            f"{type(keys).__name__}"
-        )
-
-
 def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     indices = topk(logits, lens, config.index_topk, implementation=implementation)
@@ -280,9 +272,8 @@ def publish_prefill(
     scores and selects that many rows at a time instead (same result, one chunk's logits in
     memory).
     """
-    _check_keys(keys)
+    starts, ends = check_ragged(query, keys, starts, ends)  # keys a KeyBuffer before it is read
     _check_config(config, query, keys.head_dim, keys.format)
-    starts, ends = check_ragged(query, keys, starts, ends)
     implementation = shared(implementation)
 
     def run(q, s, e):
@@ -309,9 +300,8 @@ def select_prefill(
 ) -> jax.Array:
     """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`.
     `row_chunk`: as in `publish_prefill`."""
-    _check_keys(keys)
+    starts, ends = check_ragged(query, keys, starts, ends)  # keys a KeyBuffer before it is read
     _check_config(config, query, keys.head_dim, keys.format)
-    starts, ends = check_ragged(query, keys, starts, ends)
     _check_table(table, query, config)
     implementation = shared(implementation)
 
@@ -365,9 +355,8 @@ def select_plain_prefill(
 ) -> jax.Array:
     """`select_plain` for ragged prefill rows; positions relative to `starts[i]`. `row_chunk`:
     as in `publish_prefill`."""
-    _check_keys(keys)
+    starts, ends = check_ragged(query, keys, starts, ends)  # keys a KeyBuffer before it is read
     _check_config(config, query, keys.head_dim, keys.format)
-    starts, ends = check_ragged(query, keys, starts, ends)
     implementation = shared(implementation)
 
     def run(q, s, e):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _dispatch, _ext
+from dsv41_jax.types import _row_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +75,7 @@ def decode_step(batch: int = 8, context: int = 131072, config=None) -> list[Choi
 
     cfg = config or dj.IndexerConfig()
     pages = -(-context // cfg.page_size)
-    row = cfg.head_dim + 4 if cfg.cache_format == "fp8" else cfg.head_dim // 2 + 4
+    row = _row_bytes(cfg.cache_format, cfg.head_dim)
     cache = dj.PagedIndexCache(
         jax.ShapeDtypeStruct((batch * pages, cfg.page_size, 1, row), jnp.uint8), cfg.cache_format
     )

@@ -191,7 +191,10 @@ def check_ragged(query: QueryBundle, keys: KeyBuffer, starts, ends) -> tuple[jax
     """The ragged prefill inputs: one query row per token, `[rows]` integer ranges inside the
     key buffer (checked when known at trace time). Returns (starts, ends) as arrays."""
     if not isinstance(keys, KeyBuffer):
-        raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
+        raise ValueError(
+            f"keys must be a KeyBuffer (make one with dsv41_jax.quantize_keys), got "
+            f"{type(keys).__name__}"
+        )
     check_query(query, keys.head_dim, keys.format, "keys")
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")
