@@ -7,7 +7,8 @@
 # (pytest -k); SANITIZE_MEMCHECK / SANITIZE_SECTIONS name the memcheck / racecheck sections
 # (default: all of scripts/sanitize_run.py).
 # The build goes to build/device (ignored by git), so a later call on the same warm machine
-# reuses it.
+# reuses it. DSV41_PREBUILT=<dir> (an extension built elsewhere for CPython 3.12, carried in an
+# ignored folder) skips the build when it imports on this machine.
 # Full logs go to $OUT; a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,9 @@ note() { summary+=("$1"); echo "== $1"; }
 # sgl-deep-gemm is carried as a wheel (.whl/, made by scripts/fetch_wheels.sh): headers only.
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 BUILD=${BUILD_DIR:-$PWD/build/device}
+if [ -n "${DSV41_PREBUILT:-}" ] && PYTHONPATH=$DSV41_PREBUILT $PY -c "import _dsv41_jax_ext" 2>/dev/null; then
+  BUILD=$(cd "$DSV41_PREBUILT" && pwd); STEPS=${STEPS//build/}; note "prebuilt extension from $DSV41_PREBUILT"
+fi
 export PYTHONPATH=$BUILD:/tmp/site:$PWD
 # Multi-GPU machines: NVLink multicast stays off (shared hosts).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

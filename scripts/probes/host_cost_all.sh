@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# host_cost.py under several XLA_FLAGS settings, interleaved (one process per setting and round),
+# then one --vlog run (command-buffer updates per call) and one --trace run (host µs per thunk).
+# Variants: HOST_COST_FLAGS, '|'-separated (an empty entry = XLA's defaults). Logs under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/dsv41_out}
+P=scripts/probes/host_cost.py
+IFS='|' read -r -a variants <<< "${HOST_COST_FLAGS:-|--xla_gpu_enable_command_buffer=}"
+for round in ${HOST_COST_ROUNDS:-1 2}; do
+  for flags in "${variants[@]}"; do
+    XLA_FLAGS="$flags" python3 $P --rounds 2 ${HOST_COST_ARGS:-} 2>>"$OUT/host_cost.err" |
+      tee -a "$OUT/host_cost.log" | grep '^ROW'
+  done
+done
+if [ -z "${HOST_COST_SKIP_VLOG:-}" ]; then
+  TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=command_buffer_thunk=3 python3 $P --vlog \
+    --rows micro,step ${HOST_COST_VLOG_ARGS:-} 2>"$OUT/host_cost_vlog.err" >/dev/null
+  python3 $P --parse-vlog "$OUT/host_cost_vlog.err"
+  python3 $P --trace --rows step --shapes 1x16384 2>>"$OUT/host_cost.err" | grep '^TRACE' | head -50
+fi
