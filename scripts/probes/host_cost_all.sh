@@ -6,6 +6,15 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/dsv41_out}
 P=scripts/probes/host_cost.py
+# The FFI Record API probe first (a small library of its own; built here unless carried).
+R=scripts/probes/ffi_record
+if [ -z "${HOST_COST_SKIP_RECORD:-}" ]; then
+  RD=${RECORD_PROBE_DIR:-/tmp/record_probe}
+  [ -f "$RD/record_probe.so" ] || bash $R/build.sh "$RD" >"$OUT/record_build.log" 2>&1 || tail -5 "$OUT/record_build.log"
+  TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=custom_call_thunk=5,record_ffi=5 python3 $R/record_probe.py "$RD" \
+    2>"$OUT/record_probe.err" | tee "$OUT/record_probe.log" | grep -E '^(OK|FAIL|TIME)'
+  grep -m5 -i -E "record|fallback" "$OUT/record_probe.err" | cut -c1-300
+fi
 IFS='|' read -r -a variants <<< "${HOST_COST_FLAGS:-|--xla_gpu_enable_command_buffer=}"
 for round in ${HOST_COST_ROUNDS:-1 2}; do
   for flags in "${variants[@]}"; do
