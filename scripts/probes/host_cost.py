@@ -104,12 +104,24 @@ def micro_rows():
         g = jax.jit(f)
         return lambda: g(x)
 
+    def fan(n, one, arg):
+        g = jax.jit(lambda a: [one(a, i) for i in range(n)])
+        return lambda: g(arg)
+
+    sc = jnp.asarray(np.random.default_rng(2).standard_normal((8, 16384)).astype(np.float32))
+    lens = jnp.full((8,), 16384, jnp.int32)
     trivial = jax.jit(lambda v: v + 1)
     rows = {"jit(x + 1) [8, 16K]": lambda: trivial(x)}
     for n in (1, 4, 16):
         rows[f"{n} chained custom calls"] = ffi_chain(n)
     for n in (4, 16):
         rows[f"{n} chained XLA kernels"] = xla_chain(n)
+    # Five independent calls, five outputs: what updating one command of each kind costs.
+    rows["5 topk -> 5 outputs"] = fan(5, lambda a, i: dj.topk(a + i, lens, 512), sc)
+    rows["5 page transforms -> 5 outputs"] = fan(
+        5, lambda a, i: call(a + i, bt, page_size=np.int32(64)), idx
+    )
+    rows["5 XLA kernels -> 5 outputs"] = fan(5, lambda a, i: jnp.sin(a + i), x)
     return rows
 
 
@@ -185,6 +197,24 @@ def vlog(rows):
             print(f"== end {name} keep={keep}", file=sys.stderr, flush=True)
 
 
+def parse_vlog_detail(text):
+    """Which commands XLA updates per call (TF_CPP_VMODULE=command_executor=3)."""
+    for m in re.finditer(r"== start (.*?) keep=(\w+)\n(.*?)== end", text, re.S):
+        body = m.group(3)
+        upd = re.findall(r"Updated (\d+) commands in (\d+) .s \(skipped (\d+)", body)
+        if not upd:
+            continue
+        n = len(upd)
+        total = statistics.median(int(u[0]) for u in upd)
+        us = statistics.median(int(u[1]) for u in upd)
+        skipped = statistics.median(int(u[2]) for u in upd)
+        print(
+            f"UPDATE | {m.group(1)} | keep={m.group(2)} | updates {n}/20 calls | commands "
+            f"{total:.0f} | updated {total - skipped:.0f} | {us} µs",
+            flush=True,
+        )
+
+
 def parse_vlog(text):
     for m in re.finditer(r"== start (.*?) keep=(\w+)\n(.*?)== end", text, re.S):
         body = m.group(3)
@@ -237,7 +267,9 @@ def main():
     ap.add_argument("--parse-vlog", help="a --vlog run's stderr: print its summary and exit")
     a = ap.parse_args()
     if a.parse_vlog:
-        return parse_vlog(open(a.parse_vlog).read())
+        text = open(a.parse_vlog).read()
+        parse_vlog(text)
+        return parse_vlog_detail(text)
     which = a.rows.split(",")
     rows = micro_rows() if "micro" in which else {}
     for shape in a.shapes.split(","):

@@ -23,8 +23,17 @@ for round in ${HOST_COST_ROUNDS:-1 2}; do
   done
 done
 if [ -z "${HOST_COST_SKIP_VLOG:-}" ]; then
-  TF_CPP_MIN_LOG_LEVEL=0 TF_CPP_VMODULE=command_buffer_thunk=3 python3 $P --vlog \
-    --rows micro,step ${HOST_COST_VLOG_ARGS:-} 2>"$OUT/host_cost_vlog.err" >/dev/null
-  python3 $P --parse-vlog "$OUT/host_cost_vlog.err"
-  python3 $P --trace --rows step --shapes 1x16384 2>>"$OUT/host_cost.err" | grep '^TRACE' | head -50
+  IFS='|' read -r -a vflags <<< "${HOST_COST_VLOG_FLAGS:-}"
+  i=0
+  for flags in "${vflags[@]:-}"; do
+    i=$((i + 1))
+    XLA_FLAGS="$flags" TF_CPP_MIN_LOG_LEVEL=0 \
+      TF_CPP_VMODULE=command_buffer_thunk=3,command_executor=3,command_buffer_conversion_pass=3 \
+      python3 $P --vlog --rows micro,step ${HOST_COST_VLOG_ARGS:-} 2>"$OUT/host_cost_vlog$i.err" >/dev/null
+    echo "VLOG flags: ${flags:-defaults}"
+    python3 $P --parse-vlog "$OUT/host_cost_vlog$i.err"
+  done
+fi
+if [ -n "${HOST_COST_TRACE:-}" ]; then
+  python3 $P --trace --rows step --shapes 1x16384 2>>"$OUT/host_cost.err" | grep '^TRACE' | head -60
 fi
