@@ -151,6 +151,9 @@ def op_rows(bs, ctx, which):
         qd, cd = dict(zip(LAYERS, qs)), dict(zip(LAYERS, caches))
         step = jax.jit(lambda *a: ix.decode(*a))
         rows[f"step {s}"] = lambda: step(qd, cd, lens, bt)
+        # The same arrays as a flat list: what building the StepResult pytree costs.
+        step_l = jax.jit(lambda *a: jax.tree.leaves(ix.decode(*a)))
+        rows[f"step {s}, flat outputs"] = lambda: step_l(qd, cd, lens, bt)
         # The outputs written by one XLA fusion instead of the custom calls themselves.
         int_max = lambda x: jnp.maximum(x, -1) if x.dtype == jnp.int32 else x  # noqa: E731
         step_f = jax.jit(lambda *a: jax.tree.map(int_max, ix.decode(*a)))
