@@ -785,8 +785,8 @@ def main() -> None:
     ap.add_argument(
         "ops",
         nargs="*",
-        help="what to run: logits sort amax topk select step prefill sharded (default: all"
-        " single-GPU ones); same as --only",
+        help="what to run: logits sort amax topk select step loop prefill sharded (default:"
+        " all single-GPU ones); same as --only",
     )
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
     ap.add_argument("--plots", default="", help="write the step plots (PNG) into this folder")
@@ -797,7 +797,9 @@ def main() -> None:
         " it) instead of measuring; needs no GPU",
     )
     ap.add_argument(
-        "--only", default="", help="comma list: logits,sort,amax,topk,select,step,prefill,sharded"
+        "--only",
+        default="",
+        help="comma list: logits,sort,amax,topk,select,step,loop,prefill,sharded",
     )
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
@@ -826,6 +828,7 @@ def main() -> None:
         "topk",
         "select",
         "step",
+        "loop",
         "prefill",
     }
     if args.breakdown:
@@ -847,6 +850,11 @@ def main() -> None:
         if name in only:
             print(f"bench: {name} ...", flush=True)
             rows += bench(rng, bw, args.quick)
+    if "loop" in only:
+        from dsv41_jax.bench_loop import bench_loop
+
+        print("bench: loop ...", flush=True)
+        rows += bench_loop(rng, bw, args.quick, Row)
     if "sharded" in only:
         print("bench: sharded ...", flush=True)
         rows += bench_sharded(rng, bw)

@@ -11,13 +11,13 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _checks
+from dsv41_jax import _checks, fused
 from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
-from dsv41_jax.logits.api import check_ragged
+from dsv41_jax.logits.api import check_paged, check_ragged
 from dsv41_jax.ordering import num_blocks
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
@@ -122,9 +122,19 @@ def publish(
       (int32 `[batch·next_n, k]` top-k logical positions, ascending, -1 padded; the table).
     """
     _check_paged_config(config, query, cache)
-    implementation = shared(implementation)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
+    return _publish(query, cache, context_lens, block_table, config, shared(implementation))
+
+
+def _publish(query, cache, context_lens, block_table, config, implementation, share=None):
+    """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers)."""
+    if (why := fused.declines(query, cache, block_table, implementation)) is None:
+        check_paged(query, cache, context_lens, block_table)
+        record("publish: layer", "fused (one custom call)")
+        share = share or fused.Shared.of(context_lens, block_table, query.next_n)
+        return fused.publish(query, cache, block_table, share, config)
+    record("publish: layer", "op by op", [("fused", why)])
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
@@ -166,17 +176,27 @@ def select(
 
     Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
     """
-    return _select(
-        query, cache, context_lens, block_table, table, config, path, implementation, False
-    )
+    return _select(query, cache, context_lens, block_table, table, config, path, implementation)
 
 
 def _select(
-    query, cache, context_lens, block_table, table, config, path, implementation, published_here
+    query,
+    cache,
+    context_lens,
+    block_table,
+    table,
+    config,
+    path,
+    implementation,
+    *,
+    published_here=False,
+    share=None,
+    sparse_share=None,
 ):
     """`select`; `published_here`: the table was published by this step from the same
     `context_lens` and `block_table` (so, when the page table fits in C·B positions, it holds
-    every block of every row and the dense top-k is the answer)."""
+    every block of every row and the dense top-k is the answer); `share` / `sparse_share`: the
+    step's lengths and schedules for the fused layers (computed here when None)."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -191,7 +211,7 @@ def _select(
     fits = block_table.shape[1] * cache.page_size <= table.num_candidates * b
     if path == "auto" and fits and published_here:
         record("select: consumer path", "dense (every block is a candidate)")
-        return _dense_select(query, cache, context_lens, block_table, k, implementation)
+        return _dense_select(query, cache, context_lens, block_table, k, implementation, share)
     if path == "auto" and fits:
         path = "mask"
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
@@ -210,6 +230,18 @@ def _select(
             "the slow sparse reference"
         )
     record("select: consumer path", path)
+    why = fused.declines(query, cache, block_table, implementation)
+    if why is None and path == "sparse":
+        why = fused.sparse_declines(query, cache, table)
+    if why is None:
+        check_paged(query, cache, context_lens, block_table)
+        record("select: layer", "fused (one custom call)")
+        if path == "sparse":
+            sparse_share = sparse_share or fused.SparseShared.of(table)
+            return fused.sparse_select(query, cache, table, sparse_share, k)
+        share = share or fused.Shared.of(context_lens, block_table, query.next_n)
+        return fused.dense_select(query, cache, block_table, share, k, table.blocks, b)
+    record("select: layer", "op by op", [("fused", why)])
     if path == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
@@ -319,7 +351,14 @@ def select_prefill(
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends, table)
 
 
-def _dense_select(query, cache, context_lens, block_table, k, implementation) -> jax.Array:
+def _dense_select(query, cache, context_lens, block_table, k, implementation, share=None):
+    """The top-k over a layer's whole context (`share`: as in `_select`)."""
+    if (why := fused.declines(query, cache, block_table, implementation)) is None:
+        check_paged(query, cache, context_lens, block_table)
+        record("select: layer", "fused (one custom call)")
+        share = share or fused.Shared.of(context_lens, block_table, query.next_n)
+        return fused.dense_select(query, cache, block_table, share, k)
+    record("select: layer", "op by op", [("fused", why)])
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
@@ -338,6 +377,8 @@ def select_plain(
     """A plain indexer layer of a decode step (no candidate table): the top-k over its whole
     context, `[batch·next_n, k]` logical positions, ascending, -1 padded."""
     _check_paged_config(config, query, cache)
+    context_lens = _checks.array(context_lens, "context_lens")
+    block_table = _checks.array(block_table, "block_table")
     return _dense_select(
         query, cache, context_lens, block_table, config.index_topk, shared(implementation)
     )

@@ -15,26 +15,33 @@ from collections.abc import Mapping, Sequence
 
 import jax
 
-from dsv41_jax import _checks, _ext
+from dsv41_jax import _checks, _ext, fused
 from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import (
     Path,
+    _check_paged_config,
+    _dense_select,
+    _publish,
     _select,
-    publish,
     publish_prefill,
-    select_plain,
     select_plain_prefill,
     select_prefill,
 )
 from dsv41_jax.rows import row_block_table
 from dsv41_jax.topk import logical_to_physical
-from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
+from dsv41_jax.types import (
+    CandidateTable,
+    KeyBuffer,
+    PagedIndexCache,
+    QueryBundle,
+    register_output_pytree,
+)
 
 _static = dict(static=True)
 
 
-@jax.tree_util.register_dataclass
+@register_output_pytree
 @dataclasses.dataclass(frozen=True)
 class StepResult:
     """What one step returns.
@@ -112,11 +119,22 @@ class TwoLevelIndexer:
         self._inputs(queries, caches, "caches")
         physical = _checks.boolean(physical, "physical")
         cfg, impl = self.config, self.implementation
+        context_lens = _checks.array(context_lens, "context_lens")
+        block_table = _checks.array(block_table, "block_table")
+        # The lengths, DeepGEMM's schedules and the compact page table, once for every layer
+        # (the fused layers read them; built only when the first layer runs fused).
+        first = self.layers[0]
+        share = sparse_share = None
+        if fused.declines(queries[first], caches[first], block_table, impl) is None:
+            share = fused.Shared.of(context_lens, block_table, queries[first].next_n)
         src, table, selections = self.source_layer, None, {}
         if src is not None:
-            selections[src], table = publish(
-                queries[src], caches[src], context_lens, block_table, cfg, implementation=impl
+            _check_paged_config(cfg, queries[src], caches[src])
+            selections[src], table = _publish(
+                queries[src], caches[src], context_lens, block_table, cfg, impl, share
             )
+            if share is not None and self.consumer_layers:
+                sparse_share = fused.SparseShared.of(table)
         for layer in self.consumer_layers:  # the table is this step's own: see indexer._select
             selections[layer] = _select(
                 queries[layer],
@@ -127,11 +145,20 @@ class TwoLevelIndexer:
                 cfg,
                 self.path,
                 impl,
-                True,
+                published_here=True,
+                share=share,
+                sparse_share=sparse_share,
             )
         for layer in self.plain_layers:
-            selections[layer] = select_plain(
-                queries[layer], caches[layer], context_lens, block_table, cfg, implementation=impl
+            _check_paged_config(cfg, queries[layer], caches[layer])
+            selections[layer] = _dense_select(
+                queries[layer],
+                caches[layer],
+                context_lens,
+                block_table,
+                cfg.index_topk,
+                impl,
+                share,
             )
         slots = None
         if physical:

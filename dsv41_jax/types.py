@@ -22,6 +22,35 @@ def _check_not_a_list(x, name: str) -> None:
         raise ValueError(f"{name} must be an array, got {type(x).__name__}")
 
 
+def register_output_pytree(cls):
+    """Register a frozen dataclass (fields with `metadata=_static` are static) as a pytree
+    whose unflatten skips `__init__` and its checks. A jitted step rebuilds the objects it
+    returns on every call, on the host's critical path: the dataclass constructor costs several
+    µs there (measured on the H200's host); unflatten also sees placeholder leaves, which the
+    checks would refuse. Flatten stays as `register_dataclass` would do it."""
+    fields = dataclasses.fields(cls)
+    data = tuple(f.name for f in fields if not f.metadata.get("static"))
+    meta = tuple(f.name for f in fields if f.metadata.get("static"))
+    keys = tuple(jax.tree_util.GetAttrKey(n) for n in data)
+
+    def flatten_with_keys(obj):
+        return [(k, getattr(obj, n)) for k, n in zip(keys, data)], tuple(
+            getattr(obj, n) for n in meta
+        )
+
+    def flatten(obj):
+        return [getattr(obj, n) for n in data], tuple(getattr(obj, n) for n in meta)
+
+    def unflatten(aux, children):
+        obj = object.__new__(cls)
+        obj.__dict__.update(zip(data, children))
+        obj.__dict__.update(zip(meta, aux))
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    return cls
+
+
 def _row_bytes(fmt: str, head_dim: int) -> int:
     return head_dim + 4 if fmt == "fp8" else head_dim // 2 + 4
 
@@ -206,7 +235,7 @@ class QueryBundle:
         return d if self.format == "fp8" else 2 * d
 
 
-@jax.tree_util.register_dataclass
+@register_output_pytree
 @dataclasses.dataclass(frozen=True)
 class CandidateTable:
     """What the candidate source layer publishes for the consumer layers, per query row.

@@ -14,6 +14,7 @@
 #include "smxx_short_topk.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "smxx_sort_blocks.cuh"
+#include "topk.h"
 
 namespace dsv41 {
 cudaError_t PreparePagedMqaLogitsSm90();
@@ -21,6 +22,10 @@ cudaError_t PrepareMqaLogitsSm90();
 XLA_FFI_DECLARE_HANDLER_SYMBOL(GatherCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaScheduleSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(DenseSelectSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(PublishSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SparseSelectSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
@@ -57,12 +62,20 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["short_topk_max_cluster"] = dsv41::kShortMaxCluster;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
   limits["topk_mode_candidate_blocks"] = static_cast<int32_t>(dsv41::TopkMode::kCandidateBlocks);
+  // The `select` attribute of the fused layers (dsv41::Select).
+  limits["select_cluster"] = static_cast<int32_t>(dsv41::Select::kCluster);
+  limits["select_filter"] = static_cast<int32_t>(dsv41::Select::kFilter);
+  limits["select_short"] = static_cast<int32_t>(dsv41::Select::kShort);
   m.attr("LIMITS") = limits;
   m.def("registrations", []() {
     pybind11::dict d;
     d["dsv41_gather_candidate_blocks"] = Capsule(dsv41::GatherCandidateBlocksFFI);
     d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
     d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
+    d["dsv41_sm90_paged_mqa_schedule"] = Capsule(dsv41::PagedMqaScheduleSm90FFI);
+    d["dsv41_sm90_dense_select"] = Capsule(dsv41::DenseSelectSm90FFI);
+    d["dsv41_sm90_publish"] = Capsule(dsv41::PublishSm90FFI);
+    d["dsv41_sm90_sparse_select"] = Capsule(dsv41::SparseSelectSm90FFI);
     d["dsv41_sm90_mqa_logits"] = Capsule(dsv41::MqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);

@@ -1,14 +1,19 @@
 // dsv41_sm90_paged_mqa_logits <-> PagedMqaLogitsSm90FFI <-> dsv41_jax.paged_mqa_logits("ffi")
 //
+// dsv41_sm90_paged_mqa_schedule <-> PagedMqaScheduleSm90FFI <-> the fused layers' schedule
+//
 // DeepGEMM's SM90 FP8 paged MQA logits (dense), instantiated ahead of time from the installed
 // sgl-deep-gemm headers: the schedule-metadata kernel, then the main kernel, on XLA's stream.
 // The launch recipe (threads, split, TMA boxes, shared memory) follows DeepGEMM's own launcher.
+// The schedule depends only on the lengths, so the fused layers (sm90_indexer_layers.cu) take
+// one computed per step. Positions on a page id outside the cache read the scales' TMA
+// out-of-bounds fill, NaN: every logit there is NaN (the kernel multiplies its head sum by the
+// scale), as the contract asks, with no pass of its own.
 #include <deep_gemm/impls/sm90_fp8_paged_mqa_logits.cuh>
 #include <deep_gemm/scheduler/sm90_paged_mqa_logits.cuh>
 
 #include "common.h"
 #include "sm90_paged_mqa_logits.h"
-#include "smxx_page_transform.cuh"
 #include "tma.h"
 
 namespace dsv41 {
@@ -82,83 +87,122 @@ bool ScheduleForSMs(cudaStream_t stream, uint32_t batch, uint32_t next_n, const 
   return true;
 }
 
+}  // namespace
+
+ffi::Error LaunchSm90Schedule(const char* op, cudaStream_t stream, int64_t batch, int64_t next_n,
+                              const int32_t* lens, int32_t* schedule) {
+  // No set-up calls here: they are illegal while XLA captures the stream into a CUDA graph.
+  const int num_sms = g_num_sms.Current();
+  if (num_sms == 0) {
+    return ffi::Error::Internal(std::string(op) + ": device not prepared (dsv41_jax._ext.prepare)");
+  }
+  bool scheduled = false;
+  switch (num_sms) {
+    case 132: scheduled = ScheduleForSMs<132>(stream, batch, next_n, lens, schedule); break;
+    case 114: scheduled = ScheduleForSMs<114>(stream, batch, next_n, lens, schedule); break;
+    case 78: scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens, schedule); break;
+    default: return InvalidArgument(op, "no schedule instantiated for " + std::to_string(num_sms) + " SMs");
+  }
+  if (!scheduled) return InvalidArgument(op, "batch above 1024 requests");
+  return LastCudaError(op);
+}
+
+ffi::ErrorOr<Sm90PagedLogits> Sm90PagedLogitsOf(const char* op, const ffi::AnyBuffer& q,
+                                                const Buffer<ffi::F32>& weights,
+                                                const Buffer<ffi::U8>& kv,
+                                                const Buffer<ffi::S32>& block_table,
+                                                float* logits, int64_t logits_rows, int64_t cols) {
+  if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(op, "q must be float8_e4m3fn");
+  const auto qd = q.dimensions(), kd = kv.dimensions(), bd = block_table.dimensions();
+  if (qd.size() != 4 || kd.size() != 4 || bd.size() != 2) {
+    return InvalidArgument(op, "expected q [b, n, h, d], kv [pages, P, 1, d + 4], "
+                               "block_table [b, pages]");
+  }
+  const int64_t batch = qd[0], next_n = qd[1], heads = qd[2];
+  if (qd[3] != kHeadDim || kd[1] != kPageSize || kd[2] != 1 || kd[3] != kHeadDim + 4) {
+    return InvalidArgument(op, "needs head_dim 128 and an fp8 cache of 64-token pages");
+  }
+  if ((heads != 32 && heads != 64) || (next_n != 1 && next_n != 2)) {
+    return InvalidArgument(op, "needs 32 or 64 heads and next_n 1 or 2");
+  }
+  if (bd[0] != batch || logits_rows != batch * next_n || cols % kSplitKV != 0 ||
+      cols < bd[1] * kPageSize || weights.element_count() != batch * next_n * heads) {
+    return InvalidArgument(op, "inconsistent shapes (logits columns must cover the page table "
+                               "and be a multiple of 256)");
+  }
+  if (batch > 1024) return InvalidArgument(op, "batch above 1024 requests");
+  if (batch > 0 && (kd[0] == 0 || bd[1] == 0)) return InvalidArgument(op, "empty cache or page table");
+  return Sm90PagedLogits{q.untyped_data(), weights.typed_data(), kv.typed_data(),
+                         block_table.typed_data(), logits, batch, next_n, heads, kd[0], bd[1],
+                         cols};
+}
+
+ffi::Error LaunchSm90PagedLogits(const char* op, cudaStream_t stream, const Sm90PagedLogits& c,
+                                 const int32_t* lens, const int32_t* schedule) {
+  if (c.batch == 0) return ffi::Error::Success();
+  const int num_sms = g_num_sms.Current();
+  if (num_sms == 0) {
+    return ffi::Error::Internal(std::string(op) + ": device not prepared (dsv41_jax._ext.prepare)");
+  }
+  // TMA maps (DeepGEMM's): q [b·n·h, d] 128B-swizzled; kv values [pages, P, d] inside each
+  // page; kv scales [pages, P] right after the page's values (out of bounds: NaN); weights
+  // [b·n, h].
+  const uint8_t* kv_base = c.kv;
+  const uint64_t page_bytes = kPageSize * (kHeadDim + 4);
+  CUtensorMap q_map, kv_map, sc_map, w_map;
+  const bool ok =
+      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, c.q,
+                  {kHeadDim, uint64_t(c.batch * c.next_n * c.heads)}, {kHeadDim},
+                  {kHeadDim, uint32_t(c.next_n * c.heads)}, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, kv_base,
+                  {kHeadDim, kPageSize, uint64_t(c.num_pages)}, {kHeadDim, page_bytes},
+                  {kHeadDim, kPageSize, 1}, CU_TENSOR_MAP_SWIZZLE_128B) &&
+      EncodeTiled(&sc_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kv_base + kPageSize * kHeadDim,
+                  {kPageSize, uint64_t(c.num_pages)}, {page_bytes}, {kPageSize, 1},
+                  CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA) &&
+      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.weights,
+                  {uint64_t(c.heads), uint64_t(c.batch * c.next_n)}, {uint64_t(c.heads * 4)},
+                  {uint32_t(c.heads), uint32_t(c.next_n)}, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (!ok) return ffi::Error::Internal(std::string(op) + ": cuTensorMapEncodeTiled failed");
+  using MainFn = decltype(&LaunchMain<1, 32>);
+  const MainFn main = c.next_n == 1 ? (c.heads == 32 ? LaunchMain<1, 32> : LaunchMain<1, 64>)
+                                    : (c.heads == 32 ? LaunchMain<2, 32> : LaunchMain<2, 64>);
+  return CudaStatus(op, main(stream, num_sms, c.batch, c.cols, c.max_pages, lens, c.logits,
+                             c.block_table, schedule, q_map, kv_map, sc_map, w_map));
+}
+
+namespace {
+
 ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                               Buffer<ffi::U8> kv, Buffer<ffi::S32> lens,
                               Buffer<ffi::S32> block_table, Result<ffi::F32> logits,
                               Result<ffi::S32> schedule) {
   constexpr const char* kOp = "dsv41_sm90_paged_mqa_logits";
-  if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(kOp, "q must be float8_e4m3fn");
-  const auto qd = q.dimensions(), kd = kv.dimensions(), bd = block_table.dimensions();
   const auto ld = logits->dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || bd.size() != 2 || ld.size() != 2) {
-    return InvalidArgument(kOp, "expected q [b, n, h, d], kv [pages, P, 1, d + 4], "
-                                "block_table [b, pages], logits [b * n, cols]");
+  if (ld.size() != 2) return InvalidArgument(kOp, "expected logits [b * n, cols]");
+  auto call = Sm90PagedLogitsOf(kOp, q, weights, kv, block_table, logits->typed_data(), ld[0], ld[1]);
+  if (call.has_error()) return call.error();
+  if (lens.element_count() != call->batch || schedule->element_count() != 2 * kSm90ScheduleRows) {
+    return InvalidArgument(kOp, "inconsistent shapes (lens [b], schedule [257, 2])");
   }
-  const int64_t batch = qd[0], next_n = qd[1], heads = qd[2], cols = ld[1];
-  if (qd[3] != kHeadDim || kd[1] != kPageSize || kd[2] != 1 || kd[3] != kHeadDim + 4) {
-    return InvalidArgument(kOp, "needs head_dim 128 and an fp8 cache of 64-token pages");
+  if (call->batch == 0) return ffi::Error::Success();
+  if (auto e = LaunchSm90Schedule(kOp, stream, call->batch, call->next_n, lens.typed_data(),
+                                  schedule->typed_data());
+      e.failure()) {
+    return e;
   }
-  if ((heads != 32 && heads != 64) || (next_n != 1 && next_n != 2)) {
-    return InvalidArgument(kOp, "needs 32 or 64 heads and next_n 1 or 2");
-  }
-  if (bd[0] != batch || lens.element_count() != batch || ld[0] != batch * next_n ||
-      cols % kSplitKV != 0 || cols < bd[1] * kPageSize ||
-      schedule->element_count() != 2 * kSm90ScheduleRows || weights.element_count() != batch * next_n * heads) {
-    return InvalidArgument(kOp, "inconsistent shapes (logits columns must cover the page table "
-                                "and be a multiple of 256)");
-  }
-  if (batch == 0) return ffi::Error::Success();
-  if (kd[0] == 0 || bd[1] == 0) return InvalidArgument(kOp, "empty cache or page table");
+  return LaunchSm90PagedLogits(kOp, stream, *call, lens.typed_data(), schedule->typed_data());
+}
 
-  // No set-up calls here: they are illegal while XLA captures the stream into a CUDA graph.
-  const int num_sms = g_num_sms.Current();
-  if (num_sms == 0) {
-    return ffi::Error::Internal(std::string(kOp) + ": device not prepared (dsv41_jax._ext.prepare)");
+ffi::Error PagedMqaScheduleSm90(cudaStream_t stream, Buffer<ffi::S32> lens,
+                                Result<ffi::S32> schedule, int32_t next_n) {
+  constexpr const char* kOp = "dsv41_sm90_paged_mqa_schedule";
+  if (schedule->element_count() != 2 * kSm90ScheduleRows || (next_n != 1 && next_n != 2)) {
+    return InvalidArgument(kOp, "expected lens [b], schedule [257, 2], next_n 1 or 2");
   }
-
-  // TMA maps (DeepGEMM's): q [b·n·h, d] 128B-swizzled; kv values [pages, P, d] inside each
-  // page; kv scales [pages, P] right after the page's values; weights [b·n, h].
-  const uint8_t* kv_base = kv.typed_data();
-  const uint64_t page_bytes = kPageSize * (kHeadDim + 4);
-  CUtensorMap q_map, kv_map, sc_map, w_map;
-  const bool ok =
-      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q.untyped_data(),
-                  {kHeadDim, uint64_t(batch * next_n * heads)}, {kHeadDim},
-                  {kHeadDim, uint32_t(next_n * heads)}, CU_TENSOR_MAP_SWIZZLE_128B) &&
-      EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, kv_base,
-                  {kHeadDim, kPageSize, uint64_t(kd[0])}, {kHeadDim, page_bytes},
-                  {kHeadDim, kPageSize, 1}, CU_TENSOR_MAP_SWIZZLE_128B) &&
-      EncodeTiled(&sc_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kv_base + kPageSize * kHeadDim,
-                  {kPageSize, uint64_t(kd[0])}, {page_bytes}, {kPageSize, 1},
-                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
-      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, weights.typed_data(),
-                  {uint64_t(heads), uint64_t(batch * next_n)}, {uint64_t(heads * 4)},
-                  {uint32_t(heads), uint32_t(next_n)}, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
-
-  int32_t* sched = schedule->typed_data();
-  bool scheduled = false;
-  switch (num_sms) {
-    case 132: scheduled = ScheduleForSMs<132>(stream, batch, next_n, lens.typed_data(), sched); break;
-    case 114: scheduled = ScheduleForSMs<114>(stream, batch, next_n, lens.typed_data(), sched); break;
-    case 78: scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens.typed_data(), sched); break;
-    default: return InvalidArgument(kOp, "no schedule instantiated for " + std::to_string(num_sms) + " SMs");
-  }
-  if (!scheduled) return InvalidArgument(kOp, "batch above 1024 requests");
-  if (auto e = LastCudaError(kOp); e.failure()) return e;
-
-  using MainFn = decltype(&LaunchMain<1, 32>);
-  const MainFn main = next_n == 1 ? (heads == 32 ? LaunchMain<1, 32> : LaunchMain<1, 64>)
-                                  : (heads == 32 ? LaunchMain<2, 32> : LaunchMain<2, 64>);
-  const cudaError_t err = main(stream, num_sms, batch, cols, bd[1], lens.typed_data(),
-                               logits->typed_data(), block_table.typed_data(), sched, q_map,
-                               kv_map, sc_map, w_map);
-  if (err != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
-
-  // Positions on invalid page ids read TMA's zero fill: NaN them (never selected).
-  LaunchMarkInvalidPages(logits->typed_data(), cols, lens.typed_data(), block_table.typed_data(),
-                         batch, bd[1], kd[0], int32_t(next_n), kPageSize, stream);
-  return LastCudaError(kOp);
+  if (lens.element_count() == 0) return ffi::Error::Success();
+  return LaunchSm90Schedule(kOp, stream, lens.element_count(), next_n, lens.typed_data(),
+                            schedule->typed_data());
 }
 
 }  // namespace
@@ -183,6 +227,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI, PagedMqaLogitsSm90,
                                   .Arg<Buffer<ffi::S32>>()   // block_table [batch, max_pages]
                                   .Ret<Buffer<ffi::F32>>()   // logits [batch * next_n, cols]
                                   .Ret<Buffer<ffi::S32>>(),  // schedule workspace [257, 2]
+                              kCmdBuffer);
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaScheduleSm90FFI, PagedMqaScheduleSm90,
+                              ffi::Ffi::Bind()
+                                  .Ctx<Stream>()
+                                  .Arg<Buffer<ffi::S32>>()   // lens [batch], clamped
+                                  .Ret<Buffer<ffi::S32>>()   // schedule [257, 2]
+                                  .Attr<int32_t>("next_n"),
                               kCmdBuffer);
 
 }  // namespace dsv41

@@ -33,11 +33,14 @@ inline EncodeTiledFn TensorMapEncoder() {
 }
 
 // A tiled map over a row-major tensor: `dims` innermost first (elements), `strides_bytes` for
-// dims 1.. (bytes), `box` innermost first. Returns false when the driver rejects it.
+// dims 1.. (bytes), `box` innermost first; boxes past the tensor read zeros, or NaN with
+// CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA (float types). Returns false when the
+// driver rejects it.
 inline bool EncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, const void* base,
                         std::initializer_list<uint64_t> dims,
                         std::initializer_list<uint64_t> strides_bytes,
-                        std::initializer_list<uint32_t> box, CUtensorMapSwizzle swizzle) {
+                        std::initializer_list<uint32_t> box, CUtensorMapSwizzle swizzle,
+                        CUtensorMapFloatOOBfill oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) {
   auto encode = TensorMapEncoder();
   if (encode == nullptr) return false;
   const uint32_t rank = static_cast<uint32_t>(dims.size());
@@ -52,7 +55,7 @@ inline bool EncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, const void*
   for (i = 0; i < rank; ++i) e[i] = 1;
   return encode(map, dtype, rank, const_cast<void*>(base), d, s, b, e,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                oob_fill) == CUDA_SUCCESS;
 }
 
 // DeepGEMM's SM100 MXFP4 query maps, the same for its dense, ragged and sparse logits kernels:

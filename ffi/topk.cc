@@ -4,24 +4,53 @@
 // Same operands, attributes and output; the filter-first kernel takes k <= kFilterMaxK and a
 // candidate mask whose bitmap and block list fit kFilterMaskSmem, the short-row kernel rows of
 // at most kShortMaxCluster * kShortChunk scores.
-#include "common.h"
+#include "topk.h"
+
 #include "smxx_filter_topk.cuh"
-#include "smxx_radix_topk.cuh"
 #include "smxx_short_topk.cuh"
 
 namespace dsv41 {
 
-using TopkLauncher = cudaError_t (*)(const TopkArgs&, cudaStream_t);
+ffi::Error CheckTopk(const char* op, Select select, int64_t n, int64_t num_members,
+                     bool has_members, int32_t k, int32_t block_size, int32_t mode) {
+  if (k <= 0 || block_size <= 0 || (mode != 0 && mode != 1)) {
+    return InvalidArgument(op, "k and block_size must be positive, mode 0 or 1");
+  }
+  if (has_members && (num_members < 1 || mode != 0)) {
+    return InvalidArgument(op, "has_members needs mode 0 and members [rows, m >= 1]");
+  }
+  if (select == Select::kFilter && k > kFilterMaxK) {
+    return InvalidArgument(op, "k must be <= " + std::to_string(kFilterMaxK));
+  }
+  if (select == Select::kFilter && has_members &&
+      FilterTopkMaskBytes(n, block_size, num_members) > kFilterMaskSmem) {
+    return InvalidArgument(op, "candidate mask too large for shared memory (see LIMITS)");
+  }
+  if (select == Select::kShort && n > kShortMaxCluster * kShortChunk) {
+    return InvalidArgument(op, "rows must have at most " +
+                                   std::to_string(kShortMaxCluster * kShortChunk) + " scores");
+  }
+  if (n >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
+    return InvalidArgument(op, "rows must be shorter than 2^31 positions");
+  }
+  return ffi::Error::Success();
+}
 
-enum class Select { kCluster, kFilter, kShort };
+cudaError_t LaunchTopk(Select select, const TopkArgs& args, cudaStream_t stream) {
+  switch (select) {
+    case Select::kCluster: return LaunchRadixTopk(args, stream);
+    case Select::kFilter: return LaunchFilterTopk(args, stream);
+    case Select::kShort: return LaunchShortTopk(args, stream);
+  }
+  return cudaErrorInvalidValue;
+}
 
-template <TopkLauncher kLaunch, Select kSelect>
+template <Select kSelect>
 static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
                            Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
                            int32_t k, int32_t block_size, int32_t mode, bool has_starts,
                            bool has_members) {
-  constexpr bool kFilter = kSelect == Select::kFilter;
-  constexpr const char* kOp = kFilter                      ? "dsv41_filter_topk"
+  constexpr const char* kOp = kSelect == Select::kFilter  ? "dsv41_filter_topk"
                               : kSelect == Select::kShort ? "dsv41_short_topk"
                                                           : "dsv41_radix_topk";
   const auto sd = scores.dimensions(), md = members.dimensions(), od = out->dimensions();
@@ -37,24 +66,9 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
       od[0] != rows || od[1] != k) {
     return InvalidArgument(kOp, "inconsistent shapes");
   }
-  if (k <= 0 || block_size <= 0 || (mode != 0 && mode != 1)) {
-    return InvalidArgument(kOp, "k and block_size must be positive, mode 0 or 1");
-  }
-  if (has_members && (md[1] < 1 || mode != 0)) {
-    return InvalidArgument(kOp, "has_members needs mode 0 and members [rows, m >= 1]");
-  }
-  if (kFilter && k > kFilterMaxK) {
-    return InvalidArgument(kOp, "k must be <= " + std::to_string(kFilterMaxK));
-  }
-  if (kFilter && has_members && FilterTopkMaskBytes(sd[1], block_size, md[1]) > kFilterMaskSmem) {
-    return InvalidArgument(kOp, "candidate mask too large for shared memory (see LIMITS)");
-  }
-  if (kSelect == Select::kShort && sd[1] > kShortMaxCluster * kShortChunk) {
-    return InvalidArgument(kOp, "rows must have at most " +
-                                    std::to_string(kShortMaxCluster * kShortChunk) + " scores");
-  }
-  if (sd[1] >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
-    return InvalidArgument(kOp, "rows must be shorter than 2^31 positions");
+  if (auto e = CheckTopk(kOp, kSelect, sd[1], md[1], has_members, k, block_size, mode);
+      e.failure()) {
+    return e;
   }
   const TopkArgs args{scores.untyped_data(),
                       lens.typed_data(),
@@ -68,10 +82,7 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
                       block_size,
                       static_cast<TopkMode>(mode),
                       bf16};
-  if (cudaError_t err = kLaunch(args, stream); err != cudaSuccess) {
-    return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
+  return CudaStatus(kOp, LaunchTopk(kSelect, args, stream));
 }
 
 #define DSV41_TOPK_BINDING                                                                   \
@@ -88,12 +99,12 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
       .Attr<bool>("has_starts")                                                              \
       .Attr<bool>("has_members")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, (TopkImpl<LaunchRadixTopk, Select::kCluster>),
-                              DSV41_TOPK_BINDING, kCmdBuffer);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, (TopkImpl<LaunchFilterTopk, Select::kFilter>),
-                              DSV41_TOPK_BINDING, kCmdBuffer);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ShortTopkFFI, (TopkImpl<LaunchShortTopk, Select::kShort>),
-                              DSV41_TOPK_BINDING, kCmdBuffer);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, TopkImpl<Select::kCluster>, DSV41_TOPK_BINDING,
+                              kCmdBuffer);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, TopkImpl<Select::kFilter>, DSV41_TOPK_BINDING,
+                              kCmdBuffer);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ShortTopkFFI, TopkImpl<Select::kShort>, DSV41_TOPK_BINDING,
+                              kCmdBuffer);
 
 #undef DSV41_TOPK_BINDING
 

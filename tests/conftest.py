@@ -54,3 +54,19 @@ def simt_topk(tmp_path_factory):
     from selection import build_emulator
 
     return build_emulator(tmp_path_factory.mktemp("simt"))
+
+
+@pytest.fixture
+def simulated_h200(monkeypatch):
+    """Trace as on an H200 on any machine: the GPU backend, compute capability 9.0, the
+    measured short-select occupancy. Needs the built extension (its limits and target names);
+    nothing runs, so use it with abstract tracing or cross-platform lowering only."""
+    from dsv41_jax import _ext
+
+    if not _ext.available():
+        pytest.skip("needs the built CUDA extension")
+    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
+    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
+    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    monkeypatch.setattr(_ext, "short_topk_max_clusters", lambda c: 15)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")

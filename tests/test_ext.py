@@ -376,7 +376,11 @@ def test_limits_come_from_the_extension():
         "short_topk_max_cluster",
         "topk_mode_positions",
         "topk_mode_candidate_blocks",
+        "select_cluster",
+        "select_filter",
+        "select_short",
     }
     assert all(isinstance(v, int) for v in limits.values())
+    assert len({limits[f"select_{s}"] for s in ("cluster", "filter", "short")}) == 3
     assert limits["topk_mode_positions"] != limits["topk_mode_candidate_blocks"]
     assert _ext.limit("sm90_schedule_rows") == limits["sm90_schedule_rows"]

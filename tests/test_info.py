@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, info
+from dsv41_jax import info
 
 
 def sds(shape, dtype):
@@ -34,7 +34,10 @@ def test_explain_names_the_choice_and_the_declines_on_cpu():
 def test_explain_a_decode_step():
     choices = info.decode_step(batch=2, context=20000)
     ops = [c.op for c in choices]
-    assert ops[:2] == ["paged_mqa_logits", "topk"]
+    # On CPU every layer runs op by op, saying why the fused layer declined.
+    assert (choices[0].op, choices[0].implementation) == ("publish: layer", "op by op")
+    assert choices[0].declined[0][0] == "fused" and "CUDA GPU" in choices[0].declined[0][1]
+    assert ops[1:3] == ["paged_mqa_logits", "topk"]
     assert "select_candidate_blocks" in ops and "sort_candidate_blocks" in ops
     # Four consumers, each reporting its path (mask on CPU: no sparse kernel here).
     paths = [c.implementation for c in choices if c.op == "select: consumer path"]
@@ -45,12 +48,7 @@ def test_explain_a_decode_step():
     ] * 4
 
 
-@pytest.mark.skipif(not _ext.available(), reason="needs the built extension")
-def test_explain_reports_the_cuda_select_on_a_simulated_gpu(monkeypatch):
-    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
-    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
-    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
-    monkeypatch.setattr(_ext, "short_topk_max_clusters", lambda c: 15)
+def test_explain_reports_the_cuda_select_on_a_simulated_gpu(simulated_h200):
     choices = info.explain(
         lambda s, n: dj.topk(s, n, 512, implementation="ffi"),
         sds((8, 131072), jnp.float32),
@@ -60,6 +58,17 @@ def test_explain_reports_the_cuda_select_on_a_simulated_gpu(monkeypatch):
         ("topk: CUDA select", "short"),
         ("topk", "ffi"),
     ]
+
+
+def test_a_decode_step_runs_fused_layers_on_a_simulated_h200(simulated_h200):
+    for batch, context, path in ((8, 131072, "sparse"), (1, 16384, "dense")):
+        choices = info.decode_step(batch=batch, context=context)
+        layers = [(c.op, c.implementation) for c in choices if c.op.endswith(": layer")]
+        assert layers == [("publish: layer", "fused (one custom call)")] + [
+            ("select: layer", "fused (one custom call)")
+        ] * 4, (batch, context)
+        paths = [c.implementation for c in choices if c.op == "select: consumer path"]
+        assert all(p.startswith(path) for p in paths) and len(paths) == 4
 
 
 def test_info_command_runs():

@@ -55,21 +55,8 @@ def paged_mqa_logits(
     if _on_sm100():
         return paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     max_pages = block_table.shape[1]
-    _decline(
-        TARGET,
-        [
-            (cache.format != "fp8", "needs the fp8 cache"),
-            (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
-            (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
-            (query.next_n not in (1, 2), "needs next_n 1 or 2"),
-            (
-                num_columns % 256 or num_columns < max_pages * 64,
-                "needs num_columns a multiple of 256 covering the page table",
-            ),
-            (query.batch > 1024, "needs at most 1024 requests"),
-            (query.batch == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
-        ],
-    )
+    if why := sm90_paged_declines(query, cache, max_pages, num_columns):
+        raise NotImplementedError(f"{TARGET}: {why}")
     # The kernel trusts lengths: clamp them to the page table so nothing is read past it.
     lens = jnp.clip(_checks.int32(context_lens), 0, max_pages * 64)
     out = (
@@ -80,6 +67,23 @@ def paged_mqa_logits(
         query.values, query.weights, cache.data, lens, _checks.int32(block_table)
     )
     return logits
+
+
+def sm90_paged_declines(query, cache, max_pages: int, num_columns: int) -> str | None:
+    """Why DeepGEMM's SM90 paged kernel cannot score these inputs (None: it can)."""
+    checks = [
+        (cache.format != "fp8", "needs the fp8 cache"),
+        (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
+        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+        (query.next_n not in (1, 2), "needs next_n 1 or 2"),
+        (
+            num_columns % 256 or num_columns < max_pages * 64,
+            "needs num_columns a multiple of 256 covering the page table",
+        ),
+        (query.batch > 1024, "needs at most 1024 requests"),
+        (query.batch == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
+    ]
+    return next((why for bad, why in checks if bad), None)
 
 
 def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns):
@@ -156,6 +160,12 @@ def _sm100_sparse_unsupported(query, cache, num_candidates, block_size) -> list[
         (query.num_heads != 32, "needs 32 heads"),
         (num_candidates != 2048 or block_size != 8, "needs C 2048 blocks of 8"),
     ]
+
+
+def sm90_sparse_declines(query, cache, num_candidates: int, block_size: int) -> str | None:
+    """Why the SM90 sparse path (gather + DeepGEMM's paged kernel) cannot take these inputs."""
+    checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
+    return "; ".join(why for bad, why in checks if bad) or None
 
 
 def sparse_kernel_declines(query, cache, num_candidates: int, block_size: int) -> str | None:

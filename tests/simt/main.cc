@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "smxx_block_ops.cuh"
 #include "smxx_filter_topk.cuh"
 #include "smxx_gather_blocks.cuh"
 #include "smxx_page_transform.cuh"
@@ -100,6 +101,10 @@ static int RunSort(const char* case_path, const char* out_path) {
 //           [batch * next_n, stride] (in/out); int32 lens [batch], block_table [batch, max_pages]
 //   ragged: h = {rows, rows_padded, cols}; int32 starts [rows], ends [rows] -> float logits
 //           [rows, cols] (poisoned), then uint32 ranges [2 * rows_padded]
+//   amax:   h = {rows, stride, n, nb, block_size, pin_newest}; float scores [rows, stride], int32
+//           lens [rows] -> float out [rows, nb]
+//   cols:   h = {rows, k, c, block_size}; int32 columns [rows, k], blocks [rows, c] -> int32
+//           out [rows, k]
 static int RunPageKernel(const std::string& which, const char* case_path, const char* out_path) {
   std::FILE* f = std::fopen(case_path, "rb");
   if (!f) return 2;
@@ -145,6 +150,22 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
                reinterpret_cast<uint8_t*>(logits.data() + logits.size()));
     out.insert(out.end(), reinterpret_cast<uint8_t*>(ranges.data()),
                reinterpret_cast<uint8_t*>(ranges.data() + ranges.size()));
+  } else if (which == "amax") {
+    std::vector<float> scores, result(h[0] * h[3]);
+    std::vector<int32_t> lens;
+    if (!Read(f, scores, h[0] * h[1]) || !Read(f, lens, h[0])) return 2;
+    std::memset(result.data(), 0x7e, result.size() * 4);
+    dsv41::LaunchBlockAmax(scores.data(), h[1], h[2], lens.data(), h[0], int32_t(h[4]), h[5] != 0,
+                           result.data(), h[3], nullptr);
+    out.assign(reinterpret_cast<uint8_t*>(result.data()),
+               reinterpret_cast<uint8_t*>(result.data() + result.size()));
+  } else if (which == "cols") {
+    std::vector<int32_t> columns, blocks, result(h[0] * h[1], 0x7e7e7e7e);
+    if (!Read(f, columns, h[0] * h[1]) || !Read(f, blocks, h[0] * h[2])) return 2;
+    dsv41::LaunchColumnsToPositions(columns.data(), blocks.data(), h[0], h[1], h[2],
+                                    int32_t(h[3]), result.data(), nullptr);
+    out.assign(reinterpret_cast<uint8_t*>(result.data()),
+               reinterpret_cast<uint8_t*>(result.data() + result.size()));
   } else {
     return 2;
   }
@@ -161,7 +182,8 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
-  if (which == "gather" || which == "l2p" || which == "mark" || which == "ragged") {
+  if (which == "gather" || which == "l2p" || which == "mark" || which == "ragged" ||
+      which == "amax" || which == "cols") {
     return RunPageKernel(which, argv[2], argv[3]);
   }
   std::FILE* f = std::fopen(argv[2], "rb");

@@ -1,0 +1,143 @@
+"""What a serving loop sees: `python -m dsv41_jax.bench loop` (part of the default run).
+
+A loop issues the jitted step back to back and drops each call's outputs when it issues the
+next (`out = step(...)`). Per call it pays the host's dispatch (the host wall: N calls, one
+sync, / N) and the GPU's span (first kernel start to last kernel end over those N calls, / N,
+read from CUPTI through torch.profiler): the span is the kernel sum when the GPU never waits
+for the host, and the host wall when it does. Every row is the median of interleaved rounds
+(variants alternate, so the shared host's noise falls on all of them), beside a trivial jit's
+host wall of the same rounds. The same loop with every call's outputs kept alive (fresh output
+buffers on every call) is the worst case for XLA's command buffers and is reported too.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax import fused, testing
+
+LAYERS = (20, 24, 28, 32, 36)
+LOOP_SHAPES_QUICK = ((1, 16384), (8, 16384), (8, 131072))
+LOOP_SHAPES = (*LOOP_SHAPES_QUICK, (64, 131072), (8, 1 << 20))
+
+
+def host_wall_us(fn: Callable[[], object], calls: int, keep: bool = False) -> float:
+    """Host µs per call over `calls` back-to-back calls and one sync at the end."""
+    t = time.perf_counter()
+    if keep:
+        out = [fn() for _ in range(calls)]
+    else:
+        for _ in range(calls):
+            out = fn()
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def gpu_span_us(fn: Callable[[], object], calls: int, keep: bool = False) -> dict[str, float]:
+    """{span, sum, kernels} per call of `calls` back-to-back calls, from CUPTI."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        host_wall_us(fn, calls, keep)
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    kinds = ("kernel", "gpu_memcpy", "gpu_memset")
+    k = [e for e in events if e.get("ph") == "X" and e.get("cat") in kinds]
+    if not k:
+        return dict(span=0.0, sum=0.0, kernels=0.0)
+    span = max(e["ts"] + e["dur"] for e in k) - min(e["ts"] for e in k)
+    return dict(span=span / calls, sum=sum(e["dur"] for e in k) / calls, kernels=len(k) / calls)
+
+
+def measure(
+    variants: dict[str, tuple[Callable[[], object], bool]],
+    rounds: int = 5,
+    calls: int = 50,
+) -> dict[str, dict[str, float]]:
+    """Medians over interleaved rounds: host wall every round, GPU span every other round.
+    `variants`: name -> (zero-argument call, keep every call's outputs alive)."""
+    for fn, _ in variants.values():
+        for _ in range(3):
+            jax.block_until_ready(fn())
+    host: dict[str, list[float]] = {name: [] for name in variants}
+    gpu: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, (fn, keep) in variants.items():
+            host[name].append(host_wall_us(fn, calls, keep))
+            if r % 2 == 0:
+                gpu[name].append(gpu_span_us(fn, calls, keep))
+    return {
+        name: dict(
+            host=statistics.median(host[name]),
+            **{key: statistics.median(g[key] for g in gpu[name]) for key in gpu[name][0]},
+        )
+        for name in variants
+    }
+
+
+def bench_loop(rng, bw: float, quick: bool, row: Callable) -> list:
+    """Span, host wall and kernel sum of the decode step (fused layers and op by op), publish and
+    one select, with a trivial jit's host wall of the same rounds, per shape."""
+    import dsv41_jax as dj
+
+    cfg = dj.IndexerConfig()
+    rows = []
+    x = jnp.ones((8, 16384), jnp.float32)
+    trivial = jax.jit(lambda v: v + 1)
+    for bs, ctx in LOOP_SHAPES_QUICK if quick else LOOP_SHAPES:
+        caches, qs, lens, bt = testing.decode_inputs(
+            rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
+        )
+        shape = f"bs{bs} x {ctx // 1024}K"
+        floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)
+        qd, cd = dict(zip(LAYERS, qs)), dict(zip(LAYERS, caches))
+        ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=LAYERS[1:])
+        step = jax.jit(lambda *a: ix.decode(*a))
+        op_by_op = jax.jit(lambda *a: ix.decode(*a))
+        with fused.unfused():  # traced by this first call, inside the block
+            jax.block_until_ready(op_by_op(qd, cd, lens, bt))
+        publish = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))
+        _, table = publish(qs[0], caches[0], lens, bt)
+        select = jax.jit(lambda q, c, n, b, t: dj.select(q, c, n, b, t, cfg))
+        variants = {
+            "step": (lambda: step(qd, cd, lens, bt), False),
+            "step op by op": (lambda: op_by_op(qd, cd, lens, bt), False),
+            "step, outputs kept": (lambda: step(qd, cd, lens, bt), True),
+            "publish": (lambda: publish(qs[0], caches[0], lens, bt), False),
+            "select": (lambda: select(qs[1], caches[1], lens, bt, table), False),
+            "trivial": (lambda: trivial(x), False),
+        }
+        m = measure(variants)
+        auto = "auto path (default)"
+        for name, label in (
+            ("step", auto),
+            ("step op by op", "op by op"),
+            ("step, outputs kept", f"{auto}, outputs kept"),
+        ):
+            rows.append(row("decode step span (pipelined)", shape, label, m[name]["span"], floor))
+            rows.append(row("decode step host wall", shape, label, m[name]["host"], 0.0))
+            rows.append(
+                row("decode step kernel sum (same loop)", shape, label, m[name]["sum"], floor)
+            )
+        for name, op in (("publish", "publish (layer 20)"), ("select", "select (consumer layer)")):
+            rows.append(row(f"{op} span (pipelined)", shape, auto, m[name]["span"], 0.0))
+            rows.append(row(f"{op} host wall", shape, auto, m[name]["host"], 0.0))
+        trivial_host = m["trivial"]["host"]
+        rows.append(row("trivial jit host wall", shape, "jit(x + 1) [8, 16K]", trivial_host, 0.0))
+        print(
+            f"bench: loop {shape}: kernels/call step {m['step']['kernels']:.0f}, op by op "
+            f"{m['step op by op']['kernels']:.0f}",
+            flush=True,
+        )
+    return rows
