@@ -129,6 +129,23 @@ def amax():
     return float(jnp.where(jnp.isfinite(out), out, 0).sum())
 
 
+def fused():
+    # The fused layers under jit (lengths past the page table, a -1 page): the step with the
+    # top-C table and sparse consumers, the mask path, a plain layer, and a step whose page
+    # table holds every block (no block scores).
+    cfg = dj.IndexerConfig(index_topk=64, candidate_topk_blocks=32, next_n=2)
+    total = 0
+    for path, table_pages in (("auto", pages), ("mask", pages), ("auto", 4)):
+        ix = dj.make_two_level_indexer(
+            cfg, source_layer=20, consumer_layers=(24,), plain_layers=(1,), path=path
+        )
+        layers = {20: q, 24: q, 1: q}
+        step = jax.jit(lambda a, b, c, d, ix=ix: ix.decode(a, b, c, d, physical=True))
+        out = step(layers, dict.fromkeys(layers, cache), lens, bt[:, :table_pages])
+        total += sum(int(x.sum()) for x in jax.tree.leaves(out))
+    return total
+
+
 SECTIONS = dict(
     logits=logits,
     sort=sort,
@@ -140,6 +157,7 @@ SECTIONS = dict(
     sparse=sparse,
     prefill=prefill,
     amax=amax,
+    fused=fused,
 )
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def _inputs(rng, cfg, pages, batch=12, bad_pages=False):
     q = query(rng, batch, cfg.next_n, cfg.num_heads, 128)
     capacity = pages * 64
     edges = [0, 1, 7, 8, 9, 255, 256, 257, capacity - 1, capacity]
-    lens = (edges + rng.integers(0, capacity + 1, batch).tolist())[:batch]
+    lens = np.minimum(edges + rng.integers(0, capacity + 1, batch).tolist(), capacity)[:batch]
     bt = np.asarray(bt).copy()
     if bad_pages:  # page ids outside the cache: their positions are NaN, never selected
         bt[2, 0], bt[9, -1], bt[10, 1] = -1, cache.num_pages + 5, 2**31 - 1
