@@ -192,12 +192,23 @@ def _select(
     if path == "auto" and fits and published_here:
         record("select: consumer path", "dense (every block is a candidate)")
         return _dense_select(query, cache, context_lens, block_table, k, implementation)
-    if path == "auto" and fits:
-        path = "mask"
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
+    why_not_sparse: list[tuple[str, str]] = []  # for dsv41_jax.info: why auto took the mask path
     if path == "auto":
         ffi_allowed = implementation is None or "ffi" in implementation
-        path = "sparse" if declines is None and ffi_allowed else "mask"
+        if fits:
+            why = (
+                f"the page table holds at most C·B = {table.num_candidates * b} positions a row "
+                "(the sparse row would be the whole row)"
+            )
+        elif declines is not None:
+            why = declines
+        elif not ffi_allowed:
+            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
+        else:
+            why = ""
+        path = "mask" if why else "sparse"
+        why_not_sparse = [("sparse", why)] if why else []
     elif (
         path == "sparse"
         and declines is not None
@@ -209,7 +220,7 @@ def _select(
             f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
             "the slow sparse reference"
         )
-    record("select: consumer path", path)
+    record("select: consumer path", path, why_not_sparse)
     if path == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation

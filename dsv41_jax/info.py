@@ -101,8 +101,18 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m dsv41_jax info", description=__doc__)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--context", type=int, default=131072)
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=8,
+        help="requests in the decode step whose dispatch is shown (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--context",
+        type=int,
+        default=131072,
+        help="positions of context per request (default: %(default)s)",
+    )
     args = ap.parse_args(argv)
     for key, value in device().items():
         print(f"{key}: {value}")

@@ -32,8 +32,12 @@ def _has_sm100() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     gpu, sm100 = _has_gpu(), _has_sm100()
-    no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine)")
-    no_sm100 = pytest.mark.skip(reason="needs an SM100 (Blackwell) GPU")
+    no_gpu = pytest.mark.skip(
+        reason="needs an NVIDIA GPU (JAX CUDA backend) with the CUDA extension built; none here"
+    )
+    no_sm100 = pytest.mark.skip(
+        reason="needs an SM100 (Blackwell) NVIDIA GPU with the CUDA extension built; none here"
+    )
     for item in items:
         if "sm100" in item.keywords and not sm100:
             item.add_marker(no_sm100)

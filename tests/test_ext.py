@@ -14,7 +14,11 @@ import pytest
 import dsv41_jax
 from dsv41_jax import _ext
 
-needs_ext = pytest.mark.skipif(not _ext.available(), reason="extension not built (no nvcc)")
+needs_ext = pytest.mark.skipif(
+    not _ext.available(),
+    reason="the CUDA extension is not built (installed without nvcc >= 12.9, or with "
+    "DSV41_BUILD_CUDA=OFF)",
+)
 
 
 def test_extension_is_built_where_nvcc_is():

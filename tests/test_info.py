@@ -24,6 +24,8 @@ def test_explain_names_the_choice_and_the_declines_on_cpu():
     assert choice.op == "topk" and choice.implementation == "reference"
     assert [name for name, _ in choice.declined] == ["ffi", "pallas"]
     assert "CUDA GPU" in choice.declined[0][1] and "topk: reference" in str(choice)
+    # No public function takes interpret mode: the Pallas decline names what is missing only.
+    assert choice.declined[1][1] == "topk pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
     # A name given explicitly: only it, nothing declined.
     (only,) = info.explain(
         dj.topk, sds((2, 64), jnp.float32), sds((2,), jnp.int32), 4, implementation="reference"
@@ -36,16 +38,51 @@ def test_explain_a_decode_step():
     ops = [c.op for c in choices]
     assert ops[:2] == ["paged_mqa_logits", "topk"]
     assert "select_candidate_blocks" in ops and "sort_candidate_blocks" in ops
-    # Four consumers, each reporting its path (mask on CPU: no sparse kernel here).
-    paths = [c.implementation for c in choices if c.op == "select: consumer path"]
+    # Four consumers, each reporting its path: mask on CPU, with the reason the sparse one
+    # declined (no sparse kernel here).
+    paths = [c for c in choices if c.op == "select: consumer path"]
     assert len(paths) == 4
+    if jax.default_backend() != "gpu":
+        for c in paths:
+            assert c.implementation == "mask"
+            ((name, why),) = c.declined
+            assert name == "sparse" and ("CUDA" in why), why
+            assert f"sparse declined: {why}" in str(c)
     short = info.decode_step(batch=1, context=16384)  # every block is a candidate
     assert [c.implementation for c in short if c.op == "select: consumer path"] == [
         "dense (every block is a candidate)"
     ] * 4
+    # A table not published by this step, over a page table of at most C·B positions: mask.
+    cfg = dj.IndexerConfig()
+    q = dj.QueryBundle(
+        sds((1, 1, 32, 128), jnp.float8_e4m3fn), sds((1, 1, 32), jnp.float32), None, "fp8"
+    )
+    cache = dj.PagedIndexCache(sds((256, 64, 1, 132), jnp.uint8), "fp8")
+    n = cfg.candidate_topk_blocks
+    table = dj.CandidateTable(
+        sds((1, n), jnp.int32),
+        sds((1,), jnp.int32),
+        sds((1,), jnp.int32),
+        sds((1, n), jnp.int32),
+        block_size=cfg.candidate_block_size,
+    )
+    (choice,) = [
+        c
+        for c in info.explain(
+            lambda *a: dj.select(*a, cfg),
+            q,
+            cache,
+            sds((1,), jnp.int32),
+            sds((1, 256), jnp.int32),
+            table,
+        )
+        if c.op == "select: consumer path"
+    ]
+    assert choice.implementation == "mask"
+    assert "at most C·B = 16384 positions" in choice.declined[0][1]
 
 
-@pytest.mark.skipif(not _ext.available(), reason="needs the built extension")
+@pytest.mark.skipif(not _ext.available(), reason="needs the CUDA extension built")
 def test_explain_reports_the_cuda_select_on_a_simulated_gpu(monkeypatch):
     monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
     monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
@@ -71,3 +108,11 @@ def test_info_command_runs():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "backend:" in done.stdout and "topk:" in done.stdout
+
+
+def test_info_options_have_help(capsys):
+    with pytest.raises(SystemExit):
+        info.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--batch BATCH requests in the decode step" in out
+    assert "--context CONTEXT positions of context per request" in out
