@@ -15,6 +15,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _summary import pytest_terminal_summary  # noqa: E402, F401 - skips grouped by reason
 
 jax.config.update("jax_enable_x64", False)
 
