@@ -12,6 +12,8 @@ import jax.numpy as jnp
 from dsv41_jax import _dispatch, _ext
 from dsv41_jax.types import _row_bytes
 
+__all__ = ["Choice", "decode_step", "device", "explain"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Choice:

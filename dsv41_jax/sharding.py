@@ -42,6 +42,18 @@ from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
+__all__ = [
+    "dcp_local_length",
+    "dcp_local_to_global",
+    "dcp_publish",
+    "dcp_select",
+    "pcp_keys",
+    "pcp_publish_prefill",
+    "pcp_select_prefill",
+    "publish_row_sharded",
+    "select_row_sharded",
+]
+
 logger = logging.getLogger("dsv41_jax")
 
 
