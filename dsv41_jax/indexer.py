@@ -6,7 +6,8 @@ that `publish` returned, so XLA schedules it after the source layer; nothing els
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,7 @@ def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt:
             )
 
 
-def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
+def _check_paged_config(config: IndexerConfig, query: QueryBundle, cache: PagedIndexCache) -> None:
     if not isinstance(cache, PagedIndexCache):
         raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
     cache.check_one_layer("cache")
@@ -58,7 +59,7 @@ def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
         )
 
 
-def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
+def _check_table(table: CandidateTable, query: QueryBundle, config: IndexerConfig) -> None:
     """A consumer's table: a CandidateTable of the query's rows, published with the config's
     block size."""
     if not isinstance(table, CandidateTable):
@@ -73,7 +74,13 @@ def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
         )
 
 
-def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
+def _publish_from_logits(
+    logits: jax.Array,
+    lens: jax.Array,
+    bt: jax.Array,
+    config: IndexerConfig,
+    implementation: Implementation,
+) -> tuple[jax.Array, CandidateTable]:
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     indices = topk(logits, lens, config.index_topk, implementation=implementation)
     nb = -(-logits.shape[1] // b)
@@ -172,8 +179,16 @@ def select(
 
 
 def _select(
-    query, cache, context_lens, block_table, table, config, path, implementation, published_here
-):
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    path: Path,
+    implementation: Implementation,
+    published_here: bool,
+) -> jax.Array:
     """`select`; `published_here`: the table was published by this step from the same
     `context_lens` and `block_table` (so, when the page table fits in C·B positions, it holds
     every block of every row and the dense top-k is the answer)."""
@@ -241,7 +256,7 @@ def _select(
         return sparse_columns_to_positions(columns, table, b)
 
 
-def by_row_chunks(fn, row_chunk: int | None, *row_args):
+def by_row_chunks(fn: Callable[..., Any], row_chunk: int | None, *row_args: Any) -> Any:
     """`fn(*row_args)` computed over chunks of `row_chunk` query rows, one chunk after another
     (`lax.map`), so only one chunk's `[row_chunk, T]` logits are alive at a time; the results
     are concatenated along rows. Every leaf of `row_args` and of the result has the rows first.
@@ -253,7 +268,7 @@ def by_row_chunks(fn, row_chunk: int | None, *row_args):
     chunks = -(-rows // row_chunk)
     pad = chunks * row_chunk - rows
 
-    def split(x):
+    def split(x: jax.Array) -> jax.Array:
         x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
         return x.reshape(chunks, row_chunk, *x.shape[1:])
 
@@ -261,7 +276,7 @@ def by_row_chunks(fn, row_chunk: int | None, *row_args):
     return jax.tree.map(lambda x: x.reshape(chunks * row_chunk, *x.shape[2:])[:rows], out)
 
 
-def _row_chunk(row_chunk) -> int | None:
+def _row_chunk(row_chunk: int | None) -> int | None:
     return None if row_chunk is None else _checks.positive_int(row_chunk, "row_chunk")
 
 
@@ -287,7 +302,7 @@ def publish_prefill(
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
 
-    def run(q, s, e):
+    def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> tuple[jax.Array, CandidateTable]:
         # Relative layout: row i's position p sits at column p, as the selection contract counts.
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         pages = -(-logits.shape[1] // config.page_size)
@@ -316,7 +331,7 @@ def select_prefill(
     _check_table(table, query, config)
     implementation = shared(implementation)
 
-    def run(q, s, e, t):
+    def run(q: QueryBundle, s: jax.Array, e: jax.Array, t: CandidateTable) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         return topk(
             logits,
@@ -330,7 +345,14 @@ def select_prefill(
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends, table)
 
 
-def _dense_select(query, cache, context_lens, block_table, k, implementation) -> jax.Array:
+def _dense_select(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    k: int,
+    implementation: Implementation,
+) -> jax.Array:
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
@@ -370,7 +392,7 @@ def select_plain_prefill(
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
 
-    def run(q, s, e):
+    def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         lens = prefill_lengths(s, e)
         return topk(logits, lens, config.index_topk, implementation=implementation)

@@ -15,7 +15,7 @@ INT32_MAX = 2**31 - 1  # padding of CandidateTable.blocks (sorts after every blo
 _static = dict(static=True)
 
 
-def _check_not_a_list(x, name: str) -> None:
+def _check_not_a_list(x: object, name: str) -> None:
     # Lists and Python numbers are user mistakes; other leaves (arrays, tracers, the placeholders
     # of pytree transformations) pass.
     if isinstance(x, (list, tuple, int, float)):
