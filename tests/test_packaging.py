@@ -63,3 +63,11 @@ def test_pure_python_wheel_without_the_extension(tmp_path):
     assert f"{info}/licenses/LICENSE" in names
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_readme_describes_the_test_extra():
+    """README's "Extras:" names every package of the `test` extra."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    extras = readme[readme.index("Extras: `test`") :].split("`bench`")[0]
+    for req in PYPROJECT["project"]["optional-dependencies"]["test"]:
+        assert re.split(r"[=<>\[]", req)[0] in extras, req
