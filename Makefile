@@ -10,9 +10,13 @@ PYTHON312 ?= $(shell for p in $$(command -v python3.12) \
 # On a machine with an NVIDIA GPU, JAX's CUDA 13 build (the `cuda13` extra); else plain jax (CPU).
 # Override with `make JAX_EXTRA=` (force CPU) or `make JAX_EXTRA=cuda13`.
 JAX_EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda13)
-# CUDA=0 skips the CUDA extension even where nvcc is on PATH (a CPU-only install in seconds).
+# CUDA=0 skips the CUDA extension even where nvcc is on PATH (a pure-Python install in seconds):
+# DSV41_BUILD_CUDA=OFF, read by the build (pyproject.toml: no CMake at all) and by the tests.
 CUDA ?= 1
-CUDA_FLAGS := $(if $(filter 0,$(CUDA)),--config-settings=cmake.define.DSV41_BUILD_CUDA=OFF)
+ifeq ($(CUDA),0)
+export DSV41_BUILD_CUDA := OFF
+endif
+NVCC := $(shell command -v nvcc)
 comma := ,
 EXTRAS := test$(if $(JAX_EXTRA),$(comma)$(JAX_EXTRA))
 say = @echo "[dsv41_jax] $(1)"
@@ -21,7 +25,7 @@ BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard ffi/* cuda/*)
 STAMP := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -37,17 +41,25 @@ $(PY):
 # headers from sgl-deep-gemm (never imported: its torch extension does not load with every torch).
 $(STAMP): $(PY) $(BUILD_INPUTS)
 	$(call say,2/4 installing build tools and jax 0.11.2 ($(if $(JAX_EXTRA),CUDA 13 build: a GPU was found,CPU build: no GPU found)))
-	@$(PY) -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12" \
+	@$(PY) -m pip install -q "scikit-build-core>=1.1" "pybind11>=2.12" \
 	  "jax$(if $(JAX_EXTRA),[$(JAX_EXTRA)])==0.11.2" "jaxlib==0.11.2"
 	$(call say,3/4 installing sgl-deep-gemm 0.2.5 (DeepGEMM's kernel headers; never imported))
 	@$(PY) -m pip install -q --no-deps "sgl-deep-gemm==0.2.5"
-	$(call say,4/4 building and installing dsv41_jax[$(EXTRAS)]: $(if $(filter 0,$(CUDA)),pure Python (CUDA=0),$(if $(shell command -v nvcc),the CUDA extension with $(shell command -v nvcc) (1-3 min; CUDA=0 skips it),pure Python (no nvcc on PATH))))
-	@$(PY) -m pip install -q --no-build-isolation $(CUDA_FLAGS) ".[$(EXTRAS)]"
-	@$(PY) -c "import jax; from dsv41_jax import _ext; print('[dsv41_jax] installed; CUDA extension:', 'built' if _ext.available() else 'not built (no nvcc)', '| jax backend:', jax.default_backend())"
+	$(call say,4/4 building and installing dsv41_jax[$(EXTRAS)]: $(if $(filter 0,$(CUDA)),pure Python (CUDA=0),$(if $(NVCC),the CUDA extension with $(NVCC): about 1-2 min on a quiet machine$(comma) one line per compiled file below (CUDA=0 skips it),pure Python (no nvcc on PATH))))
+	@start=$$(date +%s); set -o pipefail; \
+	$(PY) -m pip install -v --no-build-isolation ".[$(EXTRAS)]" 2>&1 | tee $(VENV)/install.log \
+	  | { grep --line-buffered -E '^ *\[[0-9]+/[0-9]+\] ' || true; } \
+	  | sed -u -E 's#^ *(\[[0-9]+/[0-9]+\]) Building [A-Z]+ object CMakeFiles/[^/]+\.dir/(.*)\.o$$#\1 \2#; s#^ *#[dsv41_jax]     #' \
+	  || { echo "[dsv41_jax] install failed; the end of $(VENV)/install.log:"; tail -40 $(VENV)/install.log; exit 1; }; \
+	echo "[dsv41_jax] 4/4 done in $$(( $$(date +%s) - start )) s (full log: $(VENV)/install.log)"
+	@$(PY) -c "import jax; from dsv41_jax import _ext; print('[dsv41_jax] installed; CUDA extension:', 'built' if _ext.available() else 'not built ($(if $(filter 0,$(CUDA)),CUDA=0,needs nvcc >= 12.9 on PATH))', '| jax backend:', jax.default_backend())"
 	@touch $@
 
+# One line per test file as it runs, then the skipped tests by reason (tests/_summary.py). A CPU-only
+# machine takes 15-20 min (README); the GPU tests skip there.
 test: install
-	$(PY) -m pytest -q tests
+	$(call say,running the test suite (CPU-only: 15-20 min; one line per file; GPU tests skip))
+	$(PY) -m pytest tests
 
 demo: install
 	$(PY) examples/decode_step.py
@@ -56,5 +68,9 @@ lint: install
 	$(PY) -m pip install -q ruff
 	$(PY) -m ruff check dsv41_jax tests examples
 
+# mypy -p dsv41_jax with [tool.mypy] of pyproject.toml (tests/test_types.py runs it too).
+typecheck: install
+	$(PY) -m mypy -p dsv41_jax
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache

@@ -1,5 +1,7 @@
 """dsv41_jax: exact, deterministic DeepSeek-V4.1 sparse-attention indexer selection for JAX."""
 
+# info and sharding: submodules with public names of their own (`dsv41_jax.info.explain`, ...).
+from dsv41_jax import info, sharding
 from dsv41_jax._ext import ExtensionUnavailable, register_ffi_targets
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
@@ -24,7 +26,7 @@ from dsv41_jax.topk import (
 )
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one version source: pyproject.toml reads it ([[tool.dynamic-metadata]])
 
 __all__ = [
     "INT32_MAX",
@@ -37,6 +39,7 @@ __all__ = [
     "StepResult",
     "TwoLevelIndexer",
     "block_amax",
+    "info",
     "logical_to_physical",
     "make_two_level_indexer",
     "mqa_logits",
@@ -54,6 +57,7 @@ __all__ = [
     "select_plain_prefill",
     "select_prefill",
     "selection_overlap",
+    "sharding",
     "sort_candidate_blocks",
     "sparse_columns_to_positions",
     "sparse_paged_mqa_logits",

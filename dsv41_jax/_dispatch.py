@@ -25,7 +25,10 @@ Implementation = str | Sequence[str] | None
 KNOWN = frozenset({"ffi", "pallas", "reference"})  # every implementation name of every op
 _logged: set[tuple[str, str, str]] = set()
 # While `dsv41_jax.info.explain` traces a function: every op's choice, in call order.
-recording: contextvars.ContextVar[list | None] = contextvars.ContextVar("recording", default=None)
+Choice = tuple[str, str, tuple[tuple[str, str], ...]]  # (op, implementation, declined)
+recording: contextvars.ContextVar[list[Choice] | None] = contextvars.ContextVar(
+    "recording", default=None
+)
 
 
 def record(op: str, implementation: str, declined: Sequence[tuple[str, str]] = ()) -> None:

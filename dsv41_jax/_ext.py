@@ -15,16 +15,33 @@ class ExtensionUnavailable(NotImplementedError):
     """The CUDA extension (or a GPU to run it on) is missing; the reference path still works."""
 
 
+# How to build the extension into an existing environment (what `make install` does): the build
+# reads jaxlib's and DeepGEMM's headers from that environment, hence no build isolation.
+BUILD_COMMAND = (
+    "pip install 'scikit-build-core>=1.1' 'pybind11>=2.12' && "
+    "pip install --no-deps sgl-deep-gemm==0.2.5 && "
+    "pip install --no-build-isolation --no-deps ."
+)
+
+
+def _missing_message(error: ImportError) -> str:
+    if isinstance(error, ModuleNotFoundError) and error.name == EXTENSION:
+        return (
+            f"the dsv41_jax CUDA extension ({EXTENSION}) is not installed: it is built only when "
+            "nvcc (CUDA >= 12.9) is on PATH at install time and DSV41_BUILD_CUDA is not OFF "
+            "(`make CUDA=0` and `-C dsv41.cuda=false` turn it off). To build it, on a machine "
+            "with nvcc >= 12.9, from a checkout of dsv41_jax: `make install` (its own .venv), "
+            f"or into the current environment: `{BUILD_COMMAND}`."
+        )
+    return f"the dsv41_jax CUDA extension ({EXTENSION}) is installed but failed to load: {error}"
+
+
 @functools.cache
 def _load() -> ModuleType | str:
     try:
         return importlib.import_module(EXTENSION)
     except ImportError as e:
-        return (
-            f"dsv41_jax was installed without its CUDA extension ({EXTENSION}: {e}). It is built "
-            "only when nvcc (CUDA >= 12.9) is on PATH at install time: reinstall with "
-            "`make install` (or `pip install --no-build-isolation .`) on a machine with nvcc."
-        )
+        return _missing_message(e)
 
 
 def limit(name: str) -> int:
@@ -72,7 +89,7 @@ def register_ffi_targets() -> tuple[str, ...]:
     happen before (not during) a CUDA-graph capture. Returns the target names.
 
     Raises:
-      ExtensionUnavailable: the package was installed without its CUDA extension.
+      ExtensionUnavailable: the CUDA extension is not installed (or does not load).
     """
     names = register_targets()
     if jax.default_backend() == "gpu":

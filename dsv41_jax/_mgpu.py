@@ -12,7 +12,7 @@ TILES = (256, 128, 64)  # rows of one TMA box (both box dims must stay <= 256)
 def require_gpu(op: str, interpret: bool) -> None:
     """Decline (NotImplementedError) off the GPU unless the kernel runs in interpret mode."""
     if not interpret and jax.default_backend() != "gpu":
-        raise NotImplementedError(f"{op} pallas: needs a GPU (or interpret=True)")
+        raise NotImplementedError(f"{op} pallas: the Mosaic GPU kernel needs a CUDA GPU backend")
 
 
 def require_float32(x: jax.Array, op: str) -> None:

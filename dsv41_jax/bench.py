@@ -10,8 +10,10 @@ floor: the bytes it must move over the copy bandwidth measured in the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
+import io
 import itertools
 import json
 import os
@@ -658,21 +660,61 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
     return paths
 
 
-def read_table(path: str) -> tuple[list[Row], str]:
-    """The rows of a table this module wrote (`--out`), and a title from its "Device:" line."""
-    rows, title = [], path
-    for line in open(path).read().splitlines():
-        if line.startswith("Device:"):
-            title = (
-                "V4.1 indexer step, "
-                + line.removeprefix("Device: ").split(";")[0]
-                + ", "
-                + (line.split("commit ")[1].split(";")[0] if "commit " in line else "")
-            )
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[3].replace(".", "", 1).isdigit():
-            floor = float(cells[4]) if cells[4].replace(".", "", 1).isdigit() else 0.0
-            rows.append(Row(cells[0], cells[1], cells[2], float(cells[3]), floor))
+def read_runs(path: str) -> list[tuple[str, list[Row]]]:
+    """Every benchmark table of a markdown file (as `--out` writes it, or BENCHMARKS.md, which
+    holds one per run): (label, rows) in file order. The label is the heading above the table
+    and the "Device:" line under that heading, if any."""
+    runs: list[tuple[str, list[Row]]] = []
+    heading, device = "", ""
+    current: list[Row] | None = None  # the rows of the benchmark table being read
+    with contextlib.redirect_stdout(io.StringIO()):  # a Row prints a progress line
+        for line in open(path).read().splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("#"):
+                heading, device = line.lstrip("#").strip(), ""
+            elif line.startswith("Device:"):
+                device = line
+            elif cells == TABLE_HEADER:
+                current = []
+                runs.append((" / ".join(filter(None, (heading, device))), current))
+            elif current is not None and len(cells) == 6 and _number(cells[3]):
+                floor = float(cells[4]) if _number(cells[4]) else 0.0
+                current.append(Row(cells[0], cells[1], cells[2], float(cells[3]), floor))
+            if not line.startswith("|"):
+                current = None  # a table ends at its first non-table line
+    return [run for run in runs if run[1]]
+
+
+TABLE_HEADER = ["op", "shape", "implementation", "device µs", "floor µs", "vs floor"]
+
+
+def _number(cell: str) -> bool:
+    return cell.replace(".", "", 1).isdigit()
+
+
+def read_table(path: str, section: str | None = None) -> tuple[list[Row], str]:
+    """The rows of one run in a saved file and a plot title for them: the run whose label
+    (`read_runs`) contains `section` (e.g. a commit id), or by default the newest (last) run
+    with decode-step rows. ValueError when no run, or more than one, matches."""
+    runs = read_runs(path)
+    if section:
+        chosen = [r for r in runs if section in r[0]]
+        if len(chosen) != 1:
+            labels = "\n  ".join(label for label, _ in (chosen or runs))
+            what = "several runs match" if chosen else "no run matches"
+            raise ValueError(f"{path}: {what} {section!r}:\n  {labels}")
+    else:
+        chosen = [r for r in runs if any(x.op.startswith("decode step") for x in r[1])][-1:]
+        if not chosen:
+            raise ValueError(f"{path}: no table with decode-step rows")
+    label, rows = chosen[0]
+    device = next((part for part in label.split(" / ") if part.startswith("Device:")), "")
+    if device:
+        where = device.removeprefix("Device: ").split(";")[0]
+        commit = device.split("commit ")[1].split(";")[0] if "commit " in device else ""
+        title = ", ".join(filter(None, ("V4.1 indexer step", where, commit)))
+    else:
+        title = f"V4.1 indexer step, {label}"
     return rows, title
 
 
@@ -780,38 +822,91 @@ def bench_sharded(rng, bw) -> list[Row]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description="dsv41_jax device-time benchmarks")
+OPS = ("logits", "sort", "amax", "topk", "select", "step", "loop", "prefill", "sharded")
+DEFAULT_OPS = tuple(op for op in OPS if op != "sharded")  # the single-GPU ones
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m dsv41_jax.bench",
+        description="dsv41_jax device-time benchmarks. Measuring needs an NVIDIA GPU (JAX's "
+        "CUDA backend, the CUDA extension built for the FFI rows) and torch (the bench extra: "
+        "pip install 'dsv41_jax[bench]'): kernel time is read through torch.profiler (CUPTI) "
+        "and torch gives the baselines. Plotting a saved table (--plots-from) needs neither, "
+        "only matplotlib.",
+    )
     ap.add_argument(
         "ops",
         nargs="*",
-        help="what to run: logits sort amax topk select step loop prefill sharded (default:"
-        " all single-GPU ones); same as --only",
+        help=f"what to run, any of: {' '.join(OPS)} (default: all but sharded); same as --only",
     )
     ap.add_argument("--quick", action="store_true", help="the short set (device check)")
-    ap.add_argument("--plots", default="", help="write the step plots (PNG) into this folder")
+    ap.add_argument(
+        "--plots",
+        default="",
+        metavar="DIR",
+        help="write the step plots (PNG) into DIR (bench_plots/ holds the tracked figures)",
+    )
     ap.add_argument(
         "--plots-from",
         default="",
-        help="make the --plots folder's step plots from a saved table (markdown, as --out writes"
-        " it) instead of measuring; needs no GPU",
+        metavar="FILE",
+        help="instead of measuring, plot one run of a saved table (markdown, as --out writes it, "
+        "or BENCHMARKS.md) into --plots DIR (required); needs no GPU",
     )
     ap.add_argument(
-        "--only",
+        "--section",
         default="",
-        help="comma list: logits,sort,amax,topk,select,step,loop,prefill,sharded",
+        metavar="TEXT",
+        help="with --plots-from: the run whose heading or Device line contains TEXT (e.g. a "
+        "commit id; default: the newest run with decode-step rows)",
     )
+    ap.add_argument("--only", default="", help=f"comma list of ops: {','.join(OPS)}")
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
     ap.add_argument("--out", default="", help="write the markdown table here")
-    args = ap.parse_args()
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, set[str]]:
+    """The options and the ops to run; argparse's usage error (exit 2) for unknown ops and for
+    options that need each other."""
+    ap = parser()
+    args = ap.parse_args(argv)
+    asked = set(filter(None, (x.strip() for x in args.only.split(",")))) | set(args.ops)
+    unknown = sorted(asked - set(OPS))
+    if unknown:
+        ap.error(f"unknown op(s): {', '.join(unknown)} (choose from {', '.join(OPS)})")
+    if args.plots_from and not args.plots:
+        ap.error(
+            "--plots-from needs --plots DIR: where to write the plots (pass --plots bench_plots "
+            "to replace the tracked figures)"
+        )
+    if args.section and not args.plots_from:
+        ap.error("--section selects a run of --plots-from FILE")
+    return args, asked or set(DEFAULT_OPS)
+
+
+def plots_from(args: argparse.Namespace) -> None:
+    try:
+        saved, title = read_table(args.plots_from, args.section or None)
+    except ValueError as e:
+        raise SystemExit(f"dsv41_jax.bench --plots-from: {e}") from None
+    print(f"plotting {title} ({len(saved)} rows)")
+    for path in plot_step(saved, args.plots, title):
+        print("plot:", path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, only = parse_args(argv)
     if args.plots_from:
-        rows, title = read_table(args.plots_from)
-        for path in plot_step(rows, args.plots or "bench_plots", title):
-            print("plot:", path)
+        plots_from(args)
         return
     if jax.default_backend() != "gpu":
-        raise SystemExit("dsv41_jax.bench needs a GPU")
+        raise SystemExit(
+            f"dsv41_jax.bench measures on an NVIDIA GPU; JAX's backend here is "
+            f"{jax.default_backend()!r} (--plots-from FILE --plots DIR needs no GPU)"
+        )
     try:
         import torch  # noqa: F401 - CUPTI timing (torch.profiler) and the torch baselines
     except ImportError:
@@ -821,16 +916,6 @@ def main() -> None:
         ) from None
     rng = np.random.default_rng(0)
     bw = copy_bandwidth_gbs()
-    only = set(filter(None, args.only.split(","))) | set(args.ops) or {
-        "logits",
-        "sort",
-        "amax",
-        "topk",
-        "select",
-        "step",
-        "loop",
-        "prefill",
-    }
     if args.breakdown:
         os.environ["DSV41_BENCH_BREAKDOWN"] = "1"
     rows: list[Row] = []

@@ -6,7 +6,8 @@ that `publish` returned, so XLA schedules it after the source layer; nothing els
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,7 @@ def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt:
             )
 
 
-def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
+def _check_paged_config(config: IndexerConfig, query: QueryBundle, cache: PagedIndexCache) -> None:
     if not isinstance(cache, PagedIndexCache):
         raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
     cache.check_one_layer("cache")
@@ -58,7 +59,7 @@ def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
         )
 
 
-def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
+def _check_table(table: CandidateTable, query: QueryBundle, config: IndexerConfig) -> None:
     """A consumer's table: a CandidateTable of the query's rows, published with the config's
     block size."""
     if not isinstance(table, CandidateTable):
@@ -73,7 +74,13 @@ def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
         )
 
 
-def _publish_from_logits(logits, lens, bt, config: IndexerConfig, implementation):
+def _publish_from_logits(
+    logits: jax.Array,
+    lens: jax.Array,
+    bt: jax.Array,
+    config: IndexerConfig,
+    implementation: Implementation,
+) -> tuple[jax.Array, CandidateTable]:
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     indices = topk(logits, lens, config.index_topk, implementation=implementation)
     nb = -(-logits.shape[1] // b)
@@ -127,7 +134,15 @@ def publish(
     return _publish(query, cache, context_lens, block_table, config, shared(implementation))
 
 
-def _publish(query, cache, context_lens, block_table, config, implementation, share=None):
+def _publish(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    implementation: Implementation,
+    share: fused.Shared | None = None,
+) -> tuple[jax.Array, CandidateTable]:
     """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers)."""
     if (why := fused.declines(query, cache, block_table, implementation)) is None:
         check_paged(query, cache, context_lens, block_table)
@@ -180,19 +195,19 @@ def select(
 
 
 def _select(
-    query,
-    cache,
-    context_lens,
-    block_table,
-    table,
-    config,
-    path,
-    implementation,
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    path: Path,
+    implementation: Implementation,
     *,
-    published_here=False,
-    share=None,
-    sparse_share=None,
-):
+    published_here: bool = False,
+    share: fused.Shared | None = None,
+    sparse_share: fused.SparseShared | None = None,
+) -> jax.Array:
     """`select`; `published_here`: the table was published by this step from the same
     `context_lens` and `block_table` (so, when the page table fits in C·B positions, it holds
     every block of every row and the dense top-k is the answer); `share` / `sparse_share`: the
@@ -212,12 +227,23 @@ def _select(
     if path == "auto" and fits and published_here:
         record("select: consumer path", "dense (every block is a candidate)")
         return _dense_select(query, cache, context_lens, block_table, k, implementation, share)
-    if path == "auto" and fits:
-        path = "mask"
     declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
+    why_not_sparse: list[tuple[str, str]] = []  # for dsv41_jax.info: why auto took the mask path
     if path == "auto":
         ffi_allowed = implementation is None or "ffi" in implementation
-        path = "sparse" if declines is None and ffi_allowed else "mask"
+        if fits:
+            why = (
+                f"the page table holds at most C·B = {table.num_candidates * b} positions a row "
+                "(the sparse row would be the whole row)"
+            )
+        elif declines is not None:
+            why = declines
+        elif not ffi_allowed:
+            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
+        else:
+            why = ""
+        path = "mask" if why else "sparse"
+        why_not_sparse = [("sparse", why)] if why else []
     elif (
         path == "sparse"
         and declines is not None
@@ -229,11 +255,11 @@ def _select(
             f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
             "the slow sparse reference"
         )
-    record("select: consumer path", path)
-    why = fused.declines(query, cache, block_table, implementation)
-    if why is None and path == "sparse":
-        why = fused.sparse_declines(query, cache, table)
-    if why is None:
+    record("select: consumer path", path, why_not_sparse)
+    unfused = fused.declines(query, cache, block_table, implementation)
+    if unfused is None and path == "sparse":
+        unfused = fused.sparse_declines(query, cache, table)
+    if unfused is None:
         check_paged(query, cache, context_lens, block_table)
         record("select: layer", "fused (one custom call)")
         if path == "sparse":
@@ -241,7 +267,7 @@ def _select(
             return fused.sparse_select(query, cache, table, sparse_share, k)
         share = share or fused.Shared.of(context_lens, block_table, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k, table.blocks, b)
-    record("select: layer", "op by op", [("fused", why)])
+    record("select: layer", "op by op", [("fused", unfused)])
     if path == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
@@ -262,7 +288,7 @@ def _select(
         return sparse_columns_to_positions(columns, table, b)
 
 
-def by_row_chunks(fn, row_chunk: int | None, *row_args):
+def by_row_chunks(fn: Callable[..., Any], row_chunk: int | None, *row_args: Any) -> Any:
     """`fn(*row_args)` computed over chunks of `row_chunk` query rows, one chunk after another
     (`lax.map`), so only one chunk's `[row_chunk, T]` logits are alive at a time; the results
     are concatenated along rows. Every leaf of `row_args` and of the result has the rows first.
@@ -274,7 +300,7 @@ def by_row_chunks(fn, row_chunk: int | None, *row_args):
     chunks = -(-rows // row_chunk)
     pad = chunks * row_chunk - rows
 
-    def split(x):
+    def split(x: jax.Array) -> jax.Array:
         x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
         return x.reshape(chunks, row_chunk, *x.shape[1:])
 
@@ -282,7 +308,7 @@ def by_row_chunks(fn, row_chunk: int | None, *row_args):
     return jax.tree.map(lambda x: x.reshape(chunks * row_chunk, *x.shape[2:])[:rows], out)
 
 
-def _row_chunk(row_chunk) -> int | None:
+def _row_chunk(row_chunk: int | None) -> int | None:
     return None if row_chunk is None else _checks.positive_int(row_chunk, "row_chunk")
 
 
@@ -308,7 +334,7 @@ def publish_prefill(
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
 
-    def run(q, s, e):
+    def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> tuple[jax.Array, CandidateTable]:
         # Relative layout: row i's position p sits at column p, as the selection contract counts.
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         pages = -(-logits.shape[1] // config.page_size)
@@ -337,7 +363,7 @@ def select_prefill(
     _check_table(table, query, config)
     implementation = shared(implementation)
 
-    def run(q, s, e, t):
+    def run(q: QueryBundle, s: jax.Array, e: jax.Array, t: CandidateTable) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         return topk(
             logits,
@@ -351,7 +377,15 @@ def select_prefill(
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends, table)
 
 
-def _dense_select(query, cache, context_lens, block_table, k, implementation, share=None):
+def _dense_select(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    k: int,
+    implementation: Implementation,
+    share: fused.Shared | None = None,
+) -> jax.Array:
     """The top-k over a layer's whole context (`share`: as in `_select`)."""
     if (why := fused.declines(query, cache, block_table, implementation)) is None:
         check_paged(query, cache, context_lens, block_table)
@@ -400,7 +434,7 @@ def select_plain_prefill(
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
 
-    def run(q, s, e):
+    def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         lens = prefill_lengths(s, e)
         return topk(logits, lens, config.index_topk, implementation=implementation)

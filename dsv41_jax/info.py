@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _dispatch, _ext
+from dsv41_jax.config import IndexerConfig
 from dsv41_jax.types import _row_bytes
+
+__all__ = ["Choice", "decode_step", "device", "explain"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +31,7 @@ class Choice:
         return f"{self.op}: {self.implementation}{why}"
 
 
-def explain(fn: Callable, *args, **kwargs) -> list[Choice]:
+def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice]:
     """Trace `fn(*args, **kwargs)` abstractly (`jax.eval_shape`: nothing runs, arguments may
     be `jax.ShapeDtypeStruct`s; Python numbers, strings and None stay static) and return every
     op's choice inside it, in call order.
@@ -38,11 +42,11 @@ def explain(fn: Callable, *args, **kwargs) -> list[Choice]:
     """
     static = {i: a for i, a in enumerate(args) if isinstance(a, (int, float, str, type(None)))}
 
-    def call(*traced):
+    def call(*traced: Any) -> object:
         it = iter(traced)
         return fn(*(static[i] if i in static else next(it) for i in range(len(args))), **kwargs)
 
-    choices: list = []
+    choices: list[_dispatch.Choice] = []
     token = _dispatch.recording.set(choices)
     try:
         jax.eval_shape(call, *(a for i, a in enumerate(args) if i not in static))
@@ -68,27 +72,31 @@ def device() -> dict[str, object]:
     return facts
 
 
-def decode_step(batch: int = 8, context: int = 131072, config=None) -> list[Choice]:
+def _abstract(shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """A `jax.ShapeDtypeStruct` where the pytrees hold arrays (traced abstractly)."""
+    return cast(jax.Array, jax.ShapeDtypeStruct(shape, dtype))
+
+
+def decode_step(
+    batch: int = 8, context: int = 131072, config: IndexerConfig | None = None
+) -> list[Choice]:
     """The choices of one V4.1 decode step (publish at layer 20 + four consumers) at
     `batch` requests of `context` positions, traced abstractly."""
     import dsv41_jax as dj
 
-    cfg = config or dj.IndexerConfig()
+    cfg = config or IndexerConfig()
     pages = -(-context // cfg.page_size)
     row = _row_bytes(cfg.cache_format, cfg.head_dim)
     cache = dj.PagedIndexCache(
-        jax.ShapeDtypeStruct((batch * pages, cfg.page_size, 1, row), jnp.uint8), cfg.cache_format
+        _abstract((batch * pages, cfg.page_size, 1, row), jnp.uint8), cfg.cache_format
     )
     shape = (batch, cfg.next_n, cfg.num_heads)
     if cfg.cache_format == "fp8":
-        values = jax.ShapeDtypeStruct((*shape, cfg.head_dim), jnp.float8_e4m3fn)
-        scales = None
+        values, scales = _abstract((*shape, cfg.head_dim), jnp.float8_e4m3fn), None
     else:
-        values = jax.ShapeDtypeStruct((*shape, cfg.head_dim // 2), jnp.uint8)
-        scales = jax.ShapeDtypeStruct((*shape, cfg.head_dim // 32), jnp.uint8)
-    query = dj.QueryBundle(
-        values, jax.ShapeDtypeStruct(shape, jnp.float32), scales, cfg.cache_format
-    )
+        values = _abstract((*shape, cfg.head_dim // 2), jnp.uint8)
+        scales = _abstract((*shape, cfg.head_dim // 32), jnp.uint8)
+    query = dj.QueryBundle(values, _abstract(shape, jnp.float32), scales, cfg.cache_format)
     layers = (20, 24, 28, 32, 36)
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:])
     lens = jax.ShapeDtypeStruct((batch,), jnp.int32)
@@ -101,8 +109,18 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m dsv41_jax info", description=__doc__)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--context", type=int, default=131072)
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=8,
+        help="requests in the decode step whose dispatch is shown (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--context",
+        type=int,
+        default=131072,
+        help="positions of context per request (default: %(default)s)",
+    )
     args = ap.parse_args(argv)
     for key, value in device().items():
         print(f"{key}: {value}")

@@ -24,7 +24,9 @@ def row_block_table(block_table: jax.Array, next_n: int) -> jax.Array:
     return jnp.repeat(_checks.int32(block_table), next_n, axis=0)
 
 
-def shift_rows(scores: jax.Array, starts: jax.Array | None, lengths: jax.Array):
+def shift_rows(
+    scores: jax.Array, starts: jax.Array | None, lengths: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """(row values at logical positions `p` = column `starts + p`, lengths clamped to the row)."""
     n = scores.shape[1]
     if starts is None:

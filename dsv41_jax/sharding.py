@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -42,11 +43,25 @@ from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
+__all__ = [
+    "dcp_local_length",
+    "dcp_local_to_global",
+    "dcp_publish",
+    "dcp_select",
+    "pcp_keys",
+    "pcp_publish_prefill",
+    "pcp_select_prefill",
+    "publish_row_sharded",
+    "select_row_sharded",
+]
+
 logger = logging.getLogger("dsv41_jax")
 
 
 # ----------------------------------------------------------------------------- row sharding
-def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
+def _row_sharded(
+    fn: Callable[..., Any], mesh: Mesh, axis: str, batch: int, args: tuple[Any, ...]
+) -> Any:
     """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0).
 
     The public entry points call it under `jax.jit`, so the shard_map is traced once rather
@@ -70,7 +85,7 @@ def _row_sharded(fn, mesh: Mesh, axis: str, batch: int, args: tuple):
         return jax.tree.map(lambda x: lax.with_sharding_constraint(x, replicated), fn(*args))
     per = batch // world
 
-    def body(*local_args):
+    def body(*local_args: Any) -> Any:
         start = lax.axis_index(axis) * per
         sliced = jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, start, per, 0), local_args[0])
         out = fn(sliced, *local_args[1:])
@@ -110,8 +125,19 @@ def publish_row_sharded(
 
 
 @functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
-def _publish_row_sharded(query, cache, context_lens, block_table, config, mesh, axis, impl):
-    def fn(per_request, cache):
+def _publish_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    mesh: Mesh,
+    axis: str,
+    impl: Implementation,
+) -> tuple[jax.Array, CandidateTable]:
+    def fn(
+        per_request: tuple[QueryBundle, jax.Array, jax.Array], cache: PagedIndexCache
+    ) -> tuple[jax.Array, CandidateTable]:
         q, lens, bt = per_request
         return publish(q, cache, lens, bt, config, implementation=impl)
 
@@ -148,12 +174,24 @@ def select_row_sharded(
 
 @functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9))
 def _select_row_sharded(
-    query, cache, context_lens, block_table, table, config, mesh, axis, path, implementation
-):
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    mesh: Mesh,
+    axis: str,
+    path: Literal["auto", "mask", "sparse"],
+    implementation: Implementation,
+) -> jax.Array:
     n = query.next_n
     rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
 
-    def fn(per_request, cache):
+    def fn(
+        per_request: tuple[QueryBundle, jax.Array, jax.Array, CandidateTable],
+        cache: PagedIndexCache,
+    ) -> jax.Array:
         q, lens, bt, tbl = per_request
         tbl = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbl)
         return select(q, cache, lens, bt, tbl, config, path=path, implementation=implementation)
@@ -164,7 +202,9 @@ def _select_row_sharded(
 
 
 # ----------------------------------------------------------------------------- DCP
-def dcp_local_length(global_lens: jax.Array, world: int, rank, interleave: int) -> jax.Array:
+def dcp_local_length(
+    global_lens: jax.Array, world: int, rank: int | jax.Array, interleave: int
+) -> jax.Array:
     """Positions `g < L` that live on `rank`: `(g // I) % W == rank`."""
     cycle = world * interleave
     lens = jnp.maximum(_checks.int32(global_lens), 0)
@@ -172,7 +212,9 @@ def dcp_local_length(global_lens: jax.Array, world: int, rank, interleave: int) 
     return (lens // cycle) * interleave + partial
 
 
-def dcp_local_to_global(local: jax.Array, world: int, rank, interleave: int) -> jax.Array:
+def dcp_local_to_global(
+    local: jax.Array, world: int, rank: int | jax.Array, interleave: int
+) -> jax.Array:
     """Local position `j` on `rank` -> global position; -1 stays -1."""
     g = ((local // interleave) * world + rank) * interleave + local % interleave
     return jnp.where(local >= 0, g, -1).astype(jnp.int32)
@@ -184,14 +226,26 @@ def _merge_topk(scores: jax.Array, ids: jax.Array, k: int) -> jax.Array:
     return ordered_select(scores, ids >= 0, k, ids=ids)
 
 
-def _dcp_topk(logits, local_lens, k, member, axis, world, rank, interleave, implementation):
+def _dcp_topk(
+    logits: jax.Array,
+    local_lens: jax.Array,
+    k: int,
+    member: jax.Array | None,
+    axis: str,
+    world: int,
+    rank: jax.Array,
+    interleave: int,
+    implementation: Implementation,
+) -> jax.Array:
     scores = logits if member is None else jnp.where(member, logits, -jnp.inf)
     local = topk(scores, local_lens, k, implementation=implementation)
     picked = jnp.take_along_axis(scores, jnp.maximum(local, 0), axis=1)
     return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
 
-def _dcp_rows(query: QueryBundle, global_context_lens, axis, interleave):
+def _dcp_rows(
+    query: QueryBundle, global_context_lens: jax.Array, axis: str, interleave: int
+) -> tuple[int, jax.Array, jax.Array, jax.Array, jax.Array]:
     world, rank = lax.axis_size(axis), lax.axis_index(axis)
     global_rows = row_lengths(global_context_lens, query.next_n)
     local_rows = dcp_local_length(global_rows, world, rank, interleave)
@@ -200,7 +254,9 @@ def _dcp_rows(query: QueryBundle, global_context_lens, axis, interleave):
     return world, rank, global_rows, local_rows, local_requests
 
 
-def _local_global_blocks(n_local: int, world, rank, interleave, block_size) -> jax.Array:
+def _local_global_blocks(
+    n_local: int, world: int, rank: jax.Array, interleave: int, block_size: int
+) -> jax.Array:
     """Global block id of every local position column."""
     return (
         dcp_local_to_global(jnp.arange(n_local, dtype=jnp.int32), world, rank, interleave)
@@ -214,7 +270,14 @@ def _local_global_blocks(n_local: int, world, rank, interleave, block_size) -> j
 TOPC_MIN_BLOCKS_PER_CANDIDATE = 32
 
 
-def _exchange_top_c(local_max, global_rows, c, b, axis, implementation) -> jax.Array:
+def _exchange_top_c(
+    local_max: jax.Array,
+    global_rows: jax.Array,
+    c: int,
+    b: int,
+    axis: str,
+    implementation: Implementation,
+) -> jax.Array:
     """The global top-C blocks from each device's local top-C, exactly.
 
     A block of the global top-C is in the local top-C of the device that holds its maximum: the
@@ -400,7 +463,15 @@ def _local_block_size(b: int, world: int, interleave: int) -> int:
 
 
 def _local_table(
-    table, local_rows, next_n, block_table, world, rank, interleave, page_size, implementation
+    table: CandidateTable,
+    local_rows: jax.Array,
+    next_n: int,
+    block_table: jax.Array,
+    world: int,
+    rank: jax.Array,
+    interleave: int,
+    page_size: int,
+    implementation: Implementation,
 ) -> CandidateTable:
     """This device's part of the published (global) blocks as a CandidateTable over its own
     positions: local block ids of `_local_block_size`, its own page table's slots. A global
@@ -427,7 +498,15 @@ def _local_table(
     )
 
 
-def _merge_gathered(scores, local, k, axis, world, rank, interleave) -> jax.Array:
+def _merge_gathered(
+    scores: jax.Array,
+    local: jax.Array,
+    k: int,
+    axis: str,
+    world: int,
+    rank: jax.Array,
+    interleave: int,
+) -> jax.Array:
     """All-gather each device's local top-k (scores, local positions; -1 padding) with global
     ids and re-select the k best exactly."""
     ids = dcp_local_to_global(local, world, rank, interleave)

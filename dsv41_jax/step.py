@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any, overload
 
 import jax
 
@@ -91,7 +92,7 @@ class TwoLevelIndexer:
         source = () if self.source_layer is None else (self.source_layer,)
         return tuple(sorted((*source, *self.consumer_layers, *self.plain_layers)))
 
-    def _inputs(self, queries: Mapping, keys: Mapping, what: str) -> None:
+    def _inputs(self, queries: Mapping[int, Any], keys: Mapping[int, Any], what: str) -> None:
         for name, m in (("queries", queries), (what, keys)):
             if not isinstance(m, Mapping):
                 raise ValueError(f"{name} must map layer id -> value, got {type(m).__name__}")
@@ -136,6 +137,7 @@ class TwoLevelIndexer:
             if share is not None and self.consumer_layers:
                 sparse_share = fused.SparseShared.of(table)
         for layer in self.consumer_layers:  # the table is this step's own: see indexer._select
+            assert table is not None  # consumer layers imply a source layer (checked at build)
             selections[layer] = _select(
                 queries[layer],
                 caches[layer],
@@ -190,6 +192,7 @@ class TwoLevelIndexer:
                 queries[src], keys[src], starts, ends, cfg, row_chunk=row_chunk, implementation=impl
             )
         for layer in self.consumer_layers:
+            assert table is not None  # consumer layers imply a source layer (checked at build)
             selections[layer] = select_prefill(
                 queries[layer],
                 keys[layer],
@@ -213,6 +216,30 @@ class TwoLevelIndexer:
         return StepResult(selections, table, None)
 
 
+@overload
+def make_two_level_indexer(
+    config: IndexerConfig,
+    *,
+    source_layer: int,
+    consumer_layers: Sequence[int] = (),
+    plain_layers: Sequence[int] = (),
+    path: Path = "auto",
+    implementation: Implementation = None,
+) -> TwoLevelIndexer: ...
+
+
+@overload
+def make_two_level_indexer(
+    config: IndexerConfig,
+    *,
+    source_layer: None,
+    consumer_layers: Sequence[int] = (),
+    plain_layers: Sequence[int] = (),
+    path: Path = "auto",
+    implementation: Implementation = None,
+) -> TwoLevelIndexer | None: ...
+
+
 def make_two_level_indexer(
     config: IndexerConfig,
     *,
@@ -226,7 +253,8 @@ def make_two_level_indexer(
 
     V4.1: `make_two_level_indexer(IndexerConfig(), source_layer=20, consumer_layers=(24, 28, 32,
     36))`. A model with plain indexer layers only (no candidate source, e.g. V3.2-style):
-    `source_layer=None, plain_layers=(...)`; its steps return no table.
+    `source_layer=None, plain_layers=(...)`; its steps return no table. Typed accordingly: an
+    int `source_layer` returns a TwoLevelIndexer, `source_layer=None` a TwoLevelIndexer or None.
 
     Raises:
       ValueError: a layer listed twice, a non-int layer id, a bad path or implementation.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,33 +16,33 @@ INT32_MAX = 2**31 - 1  # padding of CandidateTable.blocks (sorts after every blo
 _static = dict(static=True)
 
 
-def _check_not_a_list(x, name: str) -> None:
+def _check_not_a_list(x: object, name: str) -> None:
     # Lists and Python numbers are user mistakes; other leaves (arrays, tracers, the placeholders
     # of pytree transformations) pass.
     if isinstance(x, (list, tuple, int, float)):
         raise ValueError(f"{name} must be an array, got {type(x).__name__}")
 
 
-def register_output_pytree(cls):
+def register_output_pytree[T](cls: type[T]) -> type[T]:
     """Register a frozen dataclass (fields with `metadata=_static` are static) as a pytree
     whose unflatten skips `__init__` and its checks. A jitted step rebuilds the objects it
     returns on every call, on the host's critical path: the dataclass constructor costs several
     µs there (measured on the H200's host); unflatten also sees placeholder leaves, which the
     checks would refuse. Flatten stays as `register_dataclass` would do it."""
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # a dataclass by contract
     data = tuple(f.name for f in fields if not f.metadata.get("static"))
     meta = tuple(f.name for f in fields if f.metadata.get("static"))
     keys = tuple(jax.tree_util.GetAttrKey(n) for n in data)
 
-    def flatten_with_keys(obj):
+    def flatten_with_keys(obj: T) -> tuple[list[tuple[Any, Any]], tuple[Any, ...]]:
         return [(k, getattr(obj, n)) for k, n in zip(keys, data)], tuple(
             getattr(obj, n) for n in meta
         )
 
-    def flatten(obj):
+    def flatten(obj: T) -> tuple[list[Any], tuple[Any, ...]]:
         return [getattr(obj, n) for n in data], tuple(getattr(obj, n) for n in meta)
 
-    def unflatten(aux, children):
+    def unflatten(aux: tuple[Any, ...], children: Any) -> T:
         obj = object.__new__(cls)
         obj.__dict__.update(zip(data, children))
         obj.__dict__.update(zip(meta, aux))

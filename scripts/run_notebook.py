@@ -32,6 +32,11 @@ def execute(path: Path, timeout: int = 900):
     return nb
 
 
+def default_output(path: Path) -> Path:
+    """Where the executed notebook goes without --out / --in-place (git ignores it)."""
+    return path.with_suffix(".executed.ipynb")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("notebook", nargs="?", default="examples/quickstart.ipynb")
@@ -42,7 +47,7 @@ def main() -> None:
     import nbformat
 
     path = Path(args.notebook)
-    out = path if args.in_place else Path(args.out or path.with_suffix(".executed.ipynb"))
+    out = path if args.in_place else Path(args.out) if args.out else default_output(path)
     nb = execute(path)
     nbformat.write(nb, out)
     cells = sum(c.cell_type == "code" for c in nb.cells)

@@ -15,6 +15,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from _summary import pytest_terminal_summary  # noqa: E402, F401 - skips grouped by reason
 
 jax.config.update("jax_enable_x64", False)
 
@@ -32,8 +33,12 @@ def _has_sm100() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     gpu, sm100 = _has_gpu(), _has_sm100()
-    no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine)")
-    no_sm100 = pytest.mark.skip(reason="needs an SM100 (Blackwell) GPU")
+    no_gpu = pytest.mark.skip(
+        reason="needs an NVIDIA GPU (JAX CUDA backend) with the CUDA extension built; none here"
+    )
+    no_sm100 = pytest.mark.skip(
+        reason="needs an SM100 (Blackwell) NVIDIA GPU with the CUDA extension built; none here"
+    )
     for item in items:
         if "sm100" in item.keywords and not sm100:
             item.add_marker(no_sm100)

@@ -4,7 +4,12 @@ and its stored outputs come from the current code (scripts/run_notebook.py store
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
@@ -28,3 +33,17 @@ def test_quickstart_notebook_runs_under_a_real_kernel():
     for c in stored["cells"]:
         if c["cell_type"] == "code" and "plt.show()" in "".join(c["source"]):
             assert any("image/png" in o.get("data", {}) for o in c["outputs"])
+
+
+def test_run_notebook_default_output_is_ignored_by_git():
+    """README: `python scripts/run_notebook.py` leaves its executed copy untracked and ignored."""
+    root = EXAMPLES.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    sys.path.insert(0, str(root / "scripts"))
+    from run_notebook import default_output
+
+    out = default_output(Path("examples/quickstart.ipynb"))
+    assert out == Path("examples/quickstart.executed.ipynb")
+    done = subprocess.run(["git", "check-ignore", "-q", str(out)], cwd=root)
+    assert done.returncode == 0, f"{out} is not ignored by .gitignore"

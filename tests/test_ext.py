@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -14,21 +15,47 @@ import pytest
 import dsv41_jax
 from dsv41_jax import _ext
 
-needs_ext = pytest.mark.skipif(not _ext.available(), reason="extension not built (no nvcc)")
+needs_ext = pytest.mark.skipif(
+    not _ext.available(),
+    reason="the CUDA extension is not built (installed without nvcc >= 12.9, or with "
+    "DSV41_BUILD_CUDA=OFF)",
+)
 
 
 def test_extension_is_built_where_nvcc_is():
     if shutil.which("nvcc") is None:
         pytest.skip("no nvcc on this machine: a pure-Python install is expected")
+    if os.environ.get("DSV41_BUILD_CUDA", "").lower() in ("off", "0", "false", "no", "n", "f"):
+        pytest.skip("DSV41_BUILD_CUDA=OFF (make CUDA=0): a pure-Python install is expected")
     assert _ext.available(), _ext._load()
 
 
 def test_missing_extension_error_names_what_is_missing(monkeypatch):
-    monkeypatch.setattr(_ext, "_load", lambda: "dsv41_jax was installed without its CUDA extension")
-    with pytest.raises(_ext.ExtensionUnavailable, match="without its CUDA extension"):
+    monkeypatch.setattr(_ext, "_load", lambda: "the dsv41_jax CUDA extension is not installed")
+    with pytest.raises(_ext.ExtensionUnavailable, match="extension is not installed"):
         _ext.extension()
     with pytest.raises(NotImplementedError):
         _ext.require_gpu("some_op")
+
+
+def test_missing_extension_message_says_when_it_is_built_and_how():
+    """Not built: both conditions (nvcc >= 12.9 at install time, the switch not OFF) and a build
+    command whose tools are exactly the build requirements the environment lacks."""
+    import tomllib
+
+    missing = ModuleNotFoundError(f"No module named '{_ext.EXTENSION}'", name=_ext.EXTENSION)
+    text = _ext._missing_message(missing)
+    assert "is not installed" in text and "nvcc (CUDA >= 12.9) is on PATH" in text
+    assert "DSV41_BUILD_CUDA is not OFF" in text and "`make install`" in text
+    assert _ext.BUILD_COMMAND in text and "--no-build-isolation" in _ext.BUILD_COMMAND
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    runtime = {r.split("=")[0] for r in pyproject["project"]["dependencies"]}
+    for req in pyproject["build-system"]["requires"]:
+        name = re.split(r"[=<>]", req)[0]
+        assert name in runtime or f"'{req}'" in _ext.BUILD_COMMAND or req in _ext.BUILD_COMMAND
+    # Built, but the loader refuses it (e.g. another jaxlib): no claim that it was not built.
+    broken = _ext._missing_message(ImportError("undefined symbol: XlaFfi"))
+    assert "installed but failed to load: undefined symbol" in broken and "nvcc" not in broken
 
 
 @needs_ext

@@ -24,7 +24,7 @@ IMPLS = [None, ("ffi", "reference"), ("pallas", "ffi", "reference"), "reference"
 def gpu_mesh() -> Mesh:
     devices = jax.devices("gpu")
     if len(devices) < 2:
-        pytest.skip("needs 2 or more GPUs (device kind nvidia-h200-x2)")
+        pytest.skip(f"needs 2 or more NVIDIA GPUs on one host ({len(devices)} here)")
     return Mesh(np.array(devices), ("x",))
 
 

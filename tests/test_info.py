@@ -24,6 +24,8 @@ def test_explain_names_the_choice_and_the_declines_on_cpu():
     assert choice.op == "topk" and choice.implementation == "reference"
     assert [name for name, _ in choice.declined] == ["ffi", "pallas"]
     assert "CUDA GPU" in choice.declined[0][1] and "topk: reference" in str(choice)
+    # No public function takes interpret mode: the Pallas decline names what is missing only.
+    assert choice.declined[1][1] == "topk pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
     # A name given explicitly: only it, nothing declined.
     (only,) = info.explain(
         dj.topk, sds((2, 64), jnp.float32), sds((2,), jnp.int32), 4, implementation="reference"
@@ -39,13 +41,48 @@ def test_explain_a_decode_step():
     assert choices[0].declined[0][0] == "fused" and "CUDA GPU" in choices[0].declined[0][1]
     assert ops[1:3] == ["paged_mqa_logits", "topk"]
     assert "select_candidate_blocks" in ops and "sort_candidate_blocks" in ops
-    # Four consumers, each reporting its path (mask on CPU: no sparse kernel here).
-    paths = [c.implementation for c in choices if c.op == "select: consumer path"]
+    # Four consumers, each reporting its path: mask on CPU, with the reason the sparse one
+    # declined (no sparse kernel here).
+    paths = [c for c in choices if c.op == "select: consumer path"]
     assert len(paths) == 4
+    if jax.default_backend() != "gpu":
+        for c in paths:
+            assert c.implementation == "mask"
+            ((name, why),) = c.declined
+            assert name == "sparse" and ("CUDA" in why), why
+            assert f"sparse declined: {why}" in str(c)
     short = info.decode_step(batch=1, context=16384)  # every block is a candidate
     assert [c.implementation for c in short if c.op == "select: consumer path"] == [
         "dense (every block is a candidate)"
     ] * 4
+    # A table not published by this step, over a page table of at most C·B positions: mask.
+    cfg = dj.IndexerConfig()
+    q = dj.QueryBundle(
+        sds((1, 1, 32, 128), jnp.float8_e4m3fn), sds((1, 1, 32), jnp.float32), None, "fp8"
+    )
+    cache = dj.PagedIndexCache(sds((256, 64, 1, 132), jnp.uint8), "fp8")
+    n = cfg.candidate_topk_blocks
+    table = dj.CandidateTable(
+        sds((1, n), jnp.int32),
+        sds((1,), jnp.int32),
+        sds((1,), jnp.int32),
+        sds((1, n), jnp.int32),
+        block_size=cfg.candidate_block_size,
+    )
+    (choice,) = [
+        c
+        for c in info.explain(
+            lambda *a: dj.select(*a, cfg),
+            q,
+            cache,
+            sds((1,), jnp.int32),
+            sds((1, 256), jnp.int32),
+            table,
+        )
+        if c.op == "select: consumer path"
+    ]
+    assert choice.implementation == "mask"
+    assert "at most C·B = 16384 positions" in choice.declined[0][1]
 
 
 def test_explain_reports_the_cuda_select_on_a_simulated_gpu(simulated_h200):
@@ -64,9 +101,11 @@ def test_a_decode_step_runs_fused_layers_on_a_simulated_h200(simulated_h200):
     for batch, context, path in ((8, 131072, "sparse"), (1, 16384, "dense")):
         choices = info.decode_step(batch=batch, context=context)
         layers = [(c.op, c.implementation) for c in choices if c.op.endswith(": layer")]
-        assert layers == [("publish: layer", "fused (one custom call)")] + [
-            ("select: layer", "fused (one custom call)")
-        ] * 4, (batch, context)
+        assert (
+            layers
+            == [("publish: layer", "fused (one custom call)")]
+            + [("select: layer", "fused (one custom call)")] * 4
+        ), (batch, context)
         paths = [c.implementation for c in choices if c.op == "select: consumer path"]
         assert all(p.startswith(path) for p in paths) and len(paths) == 4
 
@@ -80,3 +119,11 @@ def test_info_command_runs():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "backend:" in done.stdout and "topk:" in done.stdout
+
+
+def test_info_options_have_help(capsys):
+    with pytest.raises(SystemExit):
+        info.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--batch BATCH requests in the decode step" in out
+    assert "--context CONTEXT positions of context per request" in out

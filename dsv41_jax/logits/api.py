@@ -58,7 +58,9 @@ def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> No
         _checks.dtype(query.scales, jnp.uint8, "query.scales")
 
 
-def check_paged(query: QueryBundle, cache: PagedIndexCache, context_lens, block_table) -> None:
+def check_paged(
+    query: QueryBundle, cache: PagedIndexCache, context_lens: jax.Array, block_table: jax.Array
+) -> None:
     if not isinstance(cache, PagedIndexCache):
         raise ValueError(f"cache must be a PagedIndexCache, got {type(cache).__name__}")
     cache.check_one_layer("cache")
@@ -187,7 +189,9 @@ def mqa_logits(
     return MQA_LOGITS(implementation, query, keys, starts, ends, relative)
 
 
-def check_ragged(query: QueryBundle, keys: KeyBuffer, starts, ends) -> tuple[jax.Array, jax.Array]:
+def check_ragged(
+    query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """The ragged prefill inputs: one query row per token, `[rows]` integer ranges inside the
     key buffer (checked when known at trace time). Returns (starts, ends) as arrays."""
     if not isinstance(keys, KeyBuffer):

@@ -37,6 +37,7 @@ def _sm100_query(query: QueryBundle):
     """An MXFP4 QueryBundle as DeepGEMM's SM100 kernels take it: packed e2m1 `[rows, 32, 64]`,
     the 4 ue8m0 exponents of each head as one int32 `[rows, 32]`, bf16 weights `[rows, 32]`."""
     rows = query.num_rows
+    assert query.scales is not None  # mxfp4 queries carry their exponents (checked by the API)
     return (
         query.values.reshape(rows, 32, 64),
         jax.lax.bitcast_convert_type(query.scales.reshape(rows, 32, 4), jnp.int32),

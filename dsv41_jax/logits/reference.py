@@ -20,6 +20,7 @@ def dequantize_query(query: QueryBundle) -> jax.Array:
     """float32 `[batch, next_n, H, D]` (MXFP4 block scales applied; FP8 scale is in weights)."""
     if query.format == "fp8":
         return query.values.astype(jnp.float32)
+    assert query.scales is not None  # mxfp4 queries carry their exponents (checked by the API)
     return quant.dequantize_mxfp4(query.values, query.scales)
 
 

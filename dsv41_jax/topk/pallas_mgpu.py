@@ -173,6 +173,7 @@ def _select(scores, lengths, member, *, k, mode, group, interpret=False):
     rows, n = scores.shape
     nbg = n // group
     tb = _mgpu.whole_tile(nbg)
+    assert tb is not None  # the callers decline rows without a whole tile (_check)
     tiles = nbg // tb
     s3 = scores.reshape(rows, nbg, group)
     has_member = member is not None

@@ -1,0 +1,114 @@
+"""The benchmark CLI's arguments and its plotting of saved tables (CPU: nothing is measured)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import jax
+import pytest
+
+from dsv41_jax import bench
+
+HEADER = (
+    "| op | shape | implementation | device µs | floor µs | vs floor |\n|---|---|---|---|---|---|"
+)
+STEP = "decode step (publish + 4 selects)"
+
+
+def saved_runs(tmp_path):
+    """Two runs in one file (as BENCHMARKS.md holds them), and a table of another kind."""
+    text = f"""# Benchmarks
+
+## First run (commit aaaaaaa)
+
+Device: NVIDIA H200; measured copy bandwidth 4.30 TB/s; date 2026-11-29; commit aaaaaaa; jax 0.11.2.
+
+{HEADER}
+| {STEP} | bs1 x 16K | sparse path | 100.0 | 2.5 | 40.0x |
+| topk k=512 | [8, 16K] | ffi | 11.0 | 0.1 | 90.0x |
+
+| shape | torch µs | sparse µs | × | mask µs | × |
+|---|---|---|---|---|---|
+| bs1 x 16K | 622 | 177 | 3.5 | 191 | 3.3 |
+
+## Second run (commit bbbbbbb)
+
+Device: NVIDIA H200; measured copy bandwidth 4.28 TB/s; date 2026-12-01; commit bbbbbbb; jax 0.11.2.
+
+{HEADER}
+| {STEP} | bs1 x 16K | sparse path | 90.0 | 2.5 | 36.0x |
+| {STEP} | bs8 x 128K | sparse path | 200.0 | 48.5 | 4.1x |
+
+## Third run, no step rows (commit ccccccc)
+
+{HEADER}
+| topk k=512 | [8, 16K] | ffi | 10.0 | 0.1 | 80.0x |
+"""
+    path = tmp_path / "runs.md"
+    path.write_text(text)
+    return str(path)
+
+
+def test_usage_names_the_module_and_what_measuring_needs(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m dsv41_jax.bench ")
+    assert "Measuring needs an NVIDIA GPU" in out and "torch" in out and "dsv41_jax[bench]" in out
+
+
+def test_ops_from_positionals_and_only():
+    assert bench.parse_args([])[1] == set(bench.DEFAULT_OPS) and "sharded" not in bench.DEFAULT_OPS
+    assert bench.parse_args(["topk", "--only", "step, select"])[1] == {"topk", "step", "select"}
+    assert bench.parse_args(["sharded"])[1] == {"sharded"}
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["topk", "fast"], "unknown op(s): fast (choose from logits, sort,"),
+        (["--only", "topk,,steps"], "unknown op(s): steps"),
+        (["--plots-from", "BENCHMARKS.md"], "--plots-from needs --plots DIR"),
+        (["--section", "abc"], "--section selects a run of --plots-from FILE"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m dsv41_jax.bench") and message in err
+
+
+def test_read_table_takes_one_run(tmp_path):
+    path = saved_runs(tmp_path)
+    labels = [label for label, _ in bench.read_runs(path)]
+    assert len(labels) == 3 and "commit aaaaaaa" in labels[0]  # the other table is not a run
+    rows, title = bench.read_table(path)  # the newest run with decode-step rows
+    assert [(r.shape, r.us) for r in rows] == [("bs1 x 16K", 90.0), ("bs8 x 128K", 200.0)]
+    assert title == "V4.1 indexer step, NVIDIA H200, bbbbbbb"
+    rows, title = bench.read_table(path, "aaaaaaa")
+    assert [r.us for r in rows] == [100.0, 11.0] and title.endswith("aaaaaaa")
+    with pytest.raises(ValueError, match="no run matches 'zzz'"):
+        bench.read_table(path, "zzz")
+    with pytest.raises(ValueError, match="several runs match 'commit'"):
+        bench.read_table(path, "commit")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+def test_plots_from_writes_only_where_plots_says(tmp_path, capsys):
+    path = saved_runs(tmp_path)
+    out = tmp_path / "plots"
+    bench.main(["--plots-from", path, "--plots", str(out), "--section", "bbbbbbb"])
+    assert sorted(p.name for p in out.iterdir()) == ["step_split.png", "step_time.png"]
+    assert "plotting V4.1 indexer step, NVIDIA H200, bbbbbbb (2 rows)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no run matches"):
+        bench.main(["--plots-from", path, "--plots", str(out), "--section", "zzz"])
+
+
+def test_measuring_needs_a_gpu():
+    if jax.default_backend() == "gpu":
+        pytest.skip("a GPU is here: main() would measure")
+    with pytest.raises(SystemExit, match="measures on an NVIDIA GPU"):
+        bench.main(["topk"])

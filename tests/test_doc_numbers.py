@@ -1,0 +1,108 @@
+"""Every measured figure the README and docs/*.md state is checked against BENCHMARKS.md: each
+one is listed below with the benchmark row (or sentence) it comes from, the newest run of that
+row decides, and a figure in the docs that is not listed fails (cite it here or point to
+BENCHMARKS.md instead)."""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BENCH = (ROOT / "BENCHMARKS.md").read_text()
+# A measured figure: a number with a time, share or ratio unit (inline code is not scanned).
+FIGURE = re.compile(r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?\s?(?:µs|us\b|ms\b|%|x\b|TB/s|GB/s)")
+
+STEP, SELECT, TOPK = "decode step (publish + 4 selects)", "select (consumer layer)", "topk k=512"
+TORCH_STEP = "DeepGEMM logits + torch selection (baseline)"
+LOGITS = ("paged_mqa_logits", "bs64 x 128K", "ffi (DeepGEMM sm90)")
+
+# (document, the text stating the figure, the figure, where it comes from): a BENCHMARKS.md row
+# (op, shape, implementation) for "µs" (its device µs) or "% of floor" (floor / device µs), or
+# a sentence of BENCHMARKS.md that states it.
+CITED = [
+    ("README.md", "86 µs at bs 1 × 16K", "86", ("µs", (STEP, "bs1 x 16K", "auto path (default)"))),
+    (
+        "README.md",
+        "202 µs at bs 8 × 128K",
+        "202",
+        ("µs", (STEP, "bs8 x 128K", "auto path (default)")),
+    ),
+    ("README.md", "torch ops: 655 µs", "655", ("µs", (STEP, "bs1 x 16K", TORCH_STEP))),
+    ("README.md", "and 933 µs)", "933", ("µs", (STEP, "bs8 x 128K", TORCH_STEP))),
+    ("README.md", "sparse path (32 µs;", "32", ("µs", (SELECT, "bs8 x 128K", "sparse path"))),
+    ("README.md", "the mask path 66 µs", "66", ("µs", (SELECT, "bs8 x 128K", "mask path"))),
+    ("README.md", "[8, 16K] in 11 µs", "11", ("µs", (TOPK, "[8, 16K]", "ffi"))),
+    ("README.md", "torch.topk\n91 µs", "91", ("µs", (TOPK, "[8, 16K]", "torch.topk (baseline)"))),
+    ("README.md", "[8, 1M] in\n57 µs", "57", ("µs", (TOPK, "[8, 1024K]", "ffi"))),
+    (
+        "README.md",
+        "torch.topk 153 µs",
+        "153",
+        ("µs", (TOPK, "[8, 1024K]", "torch.topk (baseline)")),
+    ),
+    ("README.md", "at 89% of copy bandwidth", "89", ("% of floor", LOGITS)),
+    (
+        "README.md",
+        "78% of the FP8 tensor-core peak at 32K tokens",
+        "78",
+        ("sentence", "78% of the FP8 WGMMA peak at 32K tokens"),
+    ),
+]
+
+
+def bench_rows() -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(op, shape, implementation) -> (device µs, floor µs) of its newest run (the file is in
+    time order: a later table row replaces an earlier one)."""
+    rows = {}
+    for line in BENCH.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and re.fullmatch(r"\d+(\.\d+)?", cells[3]):
+            floor = float(cells[4]) if re.fullmatch(r"\d+(\.\d+)?", cells[4]) else 0.0
+            rows[cells[0], cells[1], cells[2]] = float(cells[3]), floor
+    return rows
+
+
+def rounded(value: float, like: str) -> str:
+    places = len(like.partition(".")[2])
+    step = Decimal(1).scaleb(-places)
+    return str(Decimal(repr(value)).quantize(step, rounding=ROUND_HALF_UP))
+
+
+@pytest.mark.parametrize("doc,text,figure,source", CITED, ids=[c[1] for c in CITED])
+def test_cited_figure_matches_benchmarks(doc, text, figure, source):
+    flat = " ".join((ROOT / doc).read_text().split())
+    assert " ".join(text.split()) in flat, f"{doc} no longer says {text!r}: update CITED"
+    kind, where = source
+    if kind == "sentence":
+        assert where in " ".join(BENCH.split()), f"BENCHMARKS.md does not say {where!r}"
+        return
+    us, floor = bench_rows()[where]
+    value = us if kind == "µs" else 100 * floor / us
+    assert rounded(value, figure) == figure, f"{doc}: {text!r}, but BENCHMARKS.md has {value:.1f}"
+
+
+def test_every_figure_in_the_docs_is_cited():
+    for doc in DOCS:
+        prose = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.DOTALL | re.MULTILINE)
+        flat = re.sub(r"`[^`]*`", "", " ".join(prose.split()))
+        covered = [
+            range(m.start(), m.end())
+            for cited_doc, text, _, _ in CITED
+            if ROOT / cited_doc == doc
+            for m in re.finditer(re.escape(" ".join(text.split())), flat)
+        ]
+        for m in FIGURE.finditer(flat):
+            context = flat[max(0, m.start() - 60) : m.end() + 20]
+            assert any(m.start() in r for r in covered), (
+                f"{doc.name} states {m.group()!r} ({context!r}), which no entry of"
+                " tests/test_doc_numbers.py checks against BENCHMARKS.md"
+            )
+
+
+def test_rounding():
+    assert rounded(654.5, "655") == "655" and rounded(10.94, "10.9") == "10.9"
