@@ -58,6 +58,11 @@ def _check_paged_config(config, query, cache: PagedIndexCache) -> None:
         )
 
 
+def _capacity(block_table, cache: PagedIndexCache) -> int:
+    """Positions a request's page table holds: traced lengths clamp to it (`rows.row_lengths`)."""
+    return block_table.shape[1] * cache.page_size
+
+
 def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
     """A consumer's table: a CandidateTable of the query's rows, published with the config's
     block size."""
@@ -128,7 +133,7 @@ def publish(
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
-    lens = row_lengths(context_lens, query.next_n)
+    lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
     bt = row_block_table(block_table, query.next_n)
     return _publish_from_logits(logits, lens, bt, config, implementation)
 
@@ -214,7 +219,7 @@ def _select(
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
         )
-        lens = row_lengths(context_lens, query.next_n)
+        lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
         return topk(logits, lens, k, candidates=table, block_size=b, implementation=implementation)
     if path == "sparse":
         logits = sparse_paged_mqa_logits(
@@ -281,7 +286,7 @@ def publish_prefill(
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         pages = -(-logits.shape[1] // config.page_size)
         identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
-        lens = prefill_lengths(s, e)
+        lens = prefill_lengths(s, e, keys.num_tokens)
         return _publish_from_logits(logits, lens, identity, config, implementation)
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)
@@ -309,7 +314,7 @@ def select_prefill(
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         return topk(
             logits,
-            prefill_lengths(s, e),
+            prefill_lengths(s, e, keys.num_tokens),
             config.index_topk,
             candidates=t,
             block_size=config.candidate_block_size,
@@ -323,7 +328,8 @@ def _dense_select(query, cache, context_lens, block_table, k, implementation) ->
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
-    return topk(logits, row_lengths(context_lens, query.next_n), k, implementation=implementation)
+    lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
+    return topk(logits, lens, k, implementation=implementation)
 
 
 def select_plain(
@@ -361,7 +367,7 @@ def select_plain_prefill(
 
     def run(q, s, e):
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
-        lens = prefill_lengths(s, e)
+        lens = prefill_lengths(s, e, keys.num_tokens)
         return topk(logits, lens, config.index_topk, implementation=implementation)
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)

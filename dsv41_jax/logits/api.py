@@ -104,7 +104,9 @@ def paged_mqa_logits(
       float32 `[batch·next_n, num_columns]`. Columns at or past a row's length hold -inf in the
       reference (kernels may leave them unwritten: no selection op reads past a row's length);
       positions on a page id outside `[0, num_pages)` hold NaN. Lengths are clamped to
-      `[0, num_columns]`; lengths known at trace time outside it raise ValueError.
+      `[0, min(num_columns, max_pages·page_size)]` (`rows.clamp_lengths`: the request's
+      length, before its rows are derived); lengths known at trace time outside it raise
+      ValueError.
     """
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -146,7 +148,7 @@ def sparse_paged_mqa_logits(
     _checks.shape(table.blocks, (rows, None), "table.blocks")
     for name in ("count", "valid_lens"):
         _checks.shape(getattr(table, name), (rows,), f"table.{name}")
-    lens = row_lengths(context_lens, query.next_n)
+    lens = row_lengths(context_lens, query.next_n, block_table.shape[1] * cache.page_size)
     bt = row_block_table(block_table, query.next_n)
     return SPARSE_PAGED_MQA_LOGITS(implementation, query, cache, table, lens, bt, block_size)
 
