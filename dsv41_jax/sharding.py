@@ -35,10 +35,17 @@ from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
+from dsv41_jax.indexer import (
+    _check_paged_config,
+    _check_table,
+    publish,
+    publish_prefill,
+    select,
+    select_prefill,
+)
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
-from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -191,13 +198,45 @@ def _dcp_topk(logits, local_lens, k, member, axis, world, rank, interleave, impl
     return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
 
-def _dcp_rows(query: QueryBundle, global_context_lens, axis, interleave):
-    world, rank = lax.axis_size(axis), lax.axis_index(axis)
-    global_rows = row_lengths(global_context_lens, query.next_n)
+def bound_axis(axis, fn: str) -> tuple[int, jax.Array]:
+    """(size, this device's index) of mesh axis `axis`, or a ValueError naming `fn` and the
+    axis when the call is not inside a `shard_map` over it (JAX's own NameError does not say
+    which call needs the axis)."""
+    try:
+        return lax.axis_size(axis), lax.axis_index(axis)
+    except NameError:
+        raise ValueError(
+            f"{fn} must be called inside jax.shard_map over a mesh with axis {axis!r} (axis "
+            f"{axis!r} is not bound here)"
+        ) from None
+
+
+def dcp_capacity(local_capacity: int, world: int, interleave: int) -> int:
+    """Global positions `[0, G)` that W devices of `local_capacity` positions each hold in
+    full under interleave I: whole cycles of W·I, then the part of the next cycle before the
+    first device runs out (`local_capacity % I` of its run). Traced global lengths clamp to it
+    (one device clamps to its page table's capacity the same way)."""
+    return (local_capacity // interleave) * world * interleave + local_capacity % interleave
+
+
+def _dcp_rows(query, cache, block_table, global_context_lens, axis, interleave, fn: str):
+    """(W, rank, global row lengths, this device's row lengths, its page table per row).
+
+    Each row's local length is this device's share of the row's global positions: for
+    speculative rows that is not `L_local - next_n + 1 + j` (the share of L - 1 positions may
+    equal that of L), so the logits kernels, which derive a request's rows that way, are
+    handed every row as its own request (`rows_as_requests`)."""
+    world, rank = bound_axis(axis, fn)
+    global_context_lens = _checks.array(global_context_lens, "global_context_lens")
+    _checks.shape(global_context_lens, (query.batch,), "global_context_lens")
+    _checks.integer(global_context_lens, "global_context_lens")
+    block_table = _checks.array(block_table, "block_table")
+    _checks.shape(block_table, (query.batch, None), "block_table")
+    _checks.integer(block_table, "block_table")
+    capacity = dcp_capacity(block_table.shape[1] * cache.page_size, world, interleave)
+    global_rows = row_lengths(global_context_lens, query.next_n, capacity)
     local_rows = dcp_local_length(global_rows, world, rank, interleave)
-    # The kernels score every request up to its last row's local length.
-    local_requests = dcp_local_length(global_context_lens, world, rank, interleave)
-    return world, rank, global_rows, local_rows, local_requests
+    return world, rank, global_rows, local_rows, row_block_table(block_table, query.next_n)
 
 
 def _local_global_blocks(n_local: int, world, rank, interleave, block_size) -> jax.Array:
@@ -254,7 +293,11 @@ def dcp_publish(
     Args:
       query: the layer's queries (replicated over `axis`).
       cache, block_table: this device's own paged cache and page table of its local positions.
-      global_context_lens: int `[batch]` request lengths in global positions (replicated).
+      global_context_lens: int `[batch]` request lengths in global positions (replicated);
+        traced lengths clamp to the positions the devices hold together (`dcp_capacity` of the
+        local page table's `max_pages · page_size`), as one device clamps to its page table.
+        Row `j` of a request sees `L - next_n + 1 + j` global positions, of which each device
+        scores its own share (every row passed to the logits kernel as its own request).
       interleave: I, positions per run on one device.
       exchange: how the candidate blocks are agreed. "topc" all-gathers each device's local
         top-C (block max, global id) pairs and re-selects (W·C pairs per row); "pmax" all-reduces
@@ -266,14 +309,17 @@ def dcp_publish(
       device; `valid_lens` is the global sparse length; `physical` is -1 (a block's positions are
       spread over devices: each device maps them through its own page table).
     """
-    _checks.positive_int(interleave, "interleave")
+    interleave = _checks.positive_int(interleave, "interleave")
     if exchange not in ("auto", "topc", "pmax"):
         raise ValueError(f"exchange must be 'auto', 'topc' or 'pmax', got {exchange!r}")
+    _check_paged_config(config, query, cache)
     b = config.candidate_block_size
-    world, rank, global_rows, local_rows, local_req = _dcp_rows(
-        query, global_context_lens, axis, interleave
+    world, rank, global_rows, local_rows, row_bt = _dcp_rows(
+        query, cache, block_table, global_context_lens, axis, interleave, "dcp_publish"
     )
-    logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
+    logits = paged_mqa_logits(
+        rows_as_requests(query), cache, local_rows, row_bt, implementation=implementation
+    )
     indices = _dcp_topk(
         logits, local_rows, config.index_topk, None, axis, world, rank, interleave, implementation
     )
@@ -348,31 +394,26 @@ def dcp_select(
     path: the sparse one has run on host devices only (its GPU kernels through a local table
     have not run under DCP yet). Every path returns the unsharded result bitwise.
     """
-    _checks.positive_int(interleave, "interleave")
+    interleave = _checks.positive_int(interleave, "interleave")
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    _check_paged_config(config, query, cache)
+    _check_table(table, query, config)
     b = config.candidate_block_size
-    table.check_block_size(b, "config.candidate_block_size")
-    world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
-    k = config.index_topk
+    world, rank, _, local_rows, row_bt = _dcp_rows(
+        query, cache, block_table, global_context_lens, axis, interleave, "dcp_select"
+    )
+    rows_query, k = rows_as_requests(query), config.index_topk
     if path == "sparse":
         local = _local_table(
-            table,
-            local_rows,
-            query.next_n,
-            block_table,
-            world,
-            rank,
-            interleave,
-            config.page_size,
-            implementation,
+            table, local_rows, row_bt, world, rank, interleave, config.page_size, implementation
         )
         logits = sparse_paged_mqa_logits(
-            query,
+            rows_query,
             cache,
             local,
-            local_req,
-            block_table,
+            local_rows,
+            row_bt,
             block_size=local.block_size,
             implementation=implementation,
         )
@@ -380,7 +421,7 @@ def dcp_select(
         picked = jnp.take_along_axis(logits, jnp.maximum(columns, 0), axis=1)
         positions = sparse_columns_to_positions(columns, local, local.block_size)
         return _merge_gathered(picked, positions, k, axis, world, rank, interleave)
-    logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
+    logits = paged_mqa_logits(rows_query, cache, local_rows, row_bt, implementation=implementation)
     gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)  # the mask path
     member_blocks = candidate_member(table.blocks, -(-(logits.shape[1] * world) // b))
     member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
@@ -400,7 +441,7 @@ def _local_block_size(b: int, world: int, interleave: int) -> int:
 
 
 def _local_table(
-    table, local_rows, next_n, block_table, world, rank, interleave, page_size, implementation
+    table, local_rows, row_bt, world, rank, interleave, page_size, implementation
 ) -> CandidateTable:
     """This device's part of the published (global) blocks as a CandidateTable over its own
     positions: local block ids of `_local_block_size`, its own page table's slots. A global
@@ -420,7 +461,7 @@ def _local_table(
     return sort_candidate_blocks(
         selected,
         local_rows,
-        row_block_table(block_table, next_n),
+        row_bt,
         block_size=lb,
         page_size=page_size,
         implementation=implementation,

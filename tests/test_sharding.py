@@ -185,7 +185,7 @@ def test_dcp_local_table_is_each_devices_part_of_the_blocks():
                 for r in range(w):
                     n = int(sharding.dcp_local_length(jnp.array([length]), w, r, i)[0])
                     bt = jnp.arange(-(-max(n, 1) // 16), dtype=jnp.int32)[None]
-                    loc = _local_table(tbl, jnp.array([n]), 1, bt, w, r, i, 16, None)
+                    loc = _local_table(tbl, jnp.array([n]), bt, w, r, i, 16, None)
                     cols = np.arange(int(loc.valid_lens[0]))
                     lb = loc.block_size
                     got = np.asarray(loc.blocks)[0, cols // lb] * lb + cols % lb
@@ -254,3 +254,96 @@ def test_pcp_prefill_equals_one_device(rng, w, fmt):
     )
     for name, g, x in zip(("top-k", "blocks", "count", "valid", "physical", "select"), got, want):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(x), err_msg=name)
+
+
+# ------------------------------------------- DCP with speculative rows and lengths at every edge
+def dcp_both_paths(mesh, cfg, interleave, exchange):
+    """DCP publish and both consumer paths in one shard_map body (one compile for all three)."""
+    from functools import partial
+
+    from jax.sharding import PartitionSpec as P
+
+    @partial(
+        jax.shard_map,
+        mesh=mesh,
+        in_specs=(P(), P("x"), P("x"), P(), P()),
+        out_specs=P(),
+        check_vma=False,
+    )
+    def step(q, caches, tables, ctx, q2):
+        local = dj.PagedIndexCache(caches[0])
+        kw = dict(axis="x", interleave=interleave)
+        idx, table = sharding.dcp_publish(q, local, tables[0], ctx, cfg, exchange=exchange, **kw)
+        sels = [
+            sharding.dcp_select(q2, local, tables[0], ctx, table, cfg, path=p, **kw)
+            for p in ("mask", "sparse")
+        ]
+        return idx, table.blocks, table.count, table.valid_lens, *sels
+
+    return step
+
+
+def check_dcp_edges(rng, w, interleaves, next_n, eager=False):
+    """DCP publish and both consumer paths, for each interleave, on lengths 0, 1, 2, k ± 1,
+    capacity - 1, capacity and past it: bitwise one device's publish and select with the lengths
+    clamped to the capacity the devices hold together (as one device clamps to its own)."""
+    mesh = mesh_of(w)
+    cfg = small_config(next_n=next_n)
+    k, pages_local = cfg.index_topk, 3
+    batch, global_pages = 9, -(-w * pages_local * 16 // 16)
+    global_keys = [tied_keys(rng, global_pages * 16, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    q, q2 = queries(rng, batch, next_n), queries(rng, batch, next_n)
+    wants = {}
+    for interleave in interleaves:
+        cap = sharding.dcp_capacity(pages_local * 16, w, interleave)
+        lens = np.array([0, 1, 2, k - 1, k + 1, cap - 1, cap, cap + 5, 9999], np.int32)
+        if cap not in wants:
+            clamped = jnp.asarray(np.minimum(lens, cap))
+            idx, table = dj.publish(q, cache, clamped, bt, cfg)
+            sel = dj.select(q2, cache, clamped, bt, table, cfg, path="mask")
+            wants[cap] = (idx, table.blocks, table.count, table.valid_lens, sel, sel)
+        local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
+        step = dcp_both_paths(mesh, cfg, interleave, "topc" if interleave % 2 else "pmax")
+        got = (step if eager else jax.jit(step))(
+            q, local_caches, local_tables, jnp.asarray(lens), q2
+        )
+        names = ("top-k", "blocks", "count", "valid_lens", "mask select", "sparse select")
+        for name, g, x in zip(names, got, wants[cap]):
+            np.testing.assert_array_equal(
+                np.asarray(g), np.asarray(x), err_msg=f"I={interleave} {name}"
+            )
+
+
+def test_dcp_speculative_rows_at_every_interleave_equal_one_device(rng):
+    """next_n = 2 on 2 devices, interleaves 1-8. Before the fix the logits kernels were given
+    each request's local length, so a device's row j saw `L_local - next_n + 1 + j` positions
+    instead of its own share of the row's `L - next_n + 1 + j` (I=1: a length-2 request's first
+    row lost its only position on device 0)."""
+    check_dcp_edges(rng, 2, range(1, 9), next_n=2)
+
+
+@pytest.mark.parametrize("w,interleave,next_n", [(4, 3, 2), (8, 2, 1)])
+def test_dcp_edge_lengths_on_more_devices_equal_one_device(rng, w, interleave, next_n):
+    check_dcp_edges(rng, w, [interleave], next_n)
+
+
+def test_dcp_eager_shard_map_equals_one_device(rng):
+    """Without jit: inside shard_map the lengths are still tracers, clamped the same way."""
+    check_dcp_edges(rng, 2, [3], next_n=2, eager=True)
+
+
+def test_dcp_capacity_is_what_every_device_holds():
+    for w in (1, 2, 3, 8):
+        for i in (1, 2, 3, 5, 8):
+            for local_cap in (1, 7, 16, 48):
+                g = sharding.dcp_capacity(local_cap, w, i)
+                held = [
+                    int(sharding.dcp_local_length(jnp.array([g]), w, r, i)[0]) for r in range(w)
+                ]
+                assert max(held) <= local_cap, (w, i, local_cap)
+                # One more global position would need a position past some device's capacity.
+                more = [
+                    int(sharding.dcp_local_length(jnp.array([g + 1]), w, r, i)[0]) for r in range(w)
+                ]
+                assert max(more) > local_cap, (w, i, local_cap)
