@@ -34,6 +34,7 @@ def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt:
             f"query must be a QueryBundle (make one with dsv41_jax.quantize_queries), got "
             f"{type(query).__name__}"
         )
+    query.check_one_layer("query")  # before its shape is read as [batch, next_n, H, D]
     checks = (
         ("num_heads", query.num_heads),
         ("head_dim", head_dim),
@@ -284,7 +285,8 @@ def publish_prefill(
     def run(q, s, e):
         # Relative layout: row i's position p sits at column p, as the selection contract counts.
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
-        pages = -(-logits.shape[1] // config.page_size)
+        # At least one page: with no keys every row is empty, but the table still needs one.
+        pages = max(1, -(-logits.shape[1] // config.page_size))
         identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
         lens = prefill_lengths(s, e, keys.num_tokens)
         return _publish_from_logits(logits, lens, identity, config, implementation)

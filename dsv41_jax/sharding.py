@@ -44,8 +44,9 @@ from dsv41_jax.indexer import (
     select_prefill,
 )
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
+from dsv41_jax.logits.api import check_ragged
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
-from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
+from dsv41_jax.rows import prefill_ranges, row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -490,8 +491,32 @@ def pcp_keys(keys: KeyBuffer, *, axis: str) -> KeyBuffer:
     """
     if not isinstance(keys, KeyBuffer):
         raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
+    keys.check_one_layer("keys")
+    bound_axis(axis, "pcp_keys")
     gather = functools.partial(lax.all_gather, axis_name=axis, axis=0, tiled=True)
     return KeyBuffer(gather(keys.values), gather(keys.scales), keys.format)
+
+
+def _pcp_inputs(query, keys, starts, ends, axis, num_keys, fn: str):
+    """(the gathered keys, the rows' ranges clamped to the `num_keys` real keys).
+
+    The gathered buffer ends with the padding rule's zero keys: a traced end past T would reach
+    them where one device clamps it to T, so the ranges are clamped to T first."""
+    bound_axis(axis, fn)
+    full = pcp_keys(keys, axis=axis)
+    padded = full.num_tokens
+    if num_keys is None:
+        num_keys = padded
+    num_keys = _checks.static_int(num_keys, "num_keys")
+    world = lax.axis_size(axis)
+    if not 0 <= num_keys <= padded or -(-num_keys // world) * world != padded:
+        raise ValueError(
+            f"num_keys must be the T keys before padding: {world} chunks of "
+            f"{padded // world} keys hold T in ({padded - padded // world}, {padded}], "
+            f"got {num_keys}"
+        )
+    check_ragged(query, full, starts, ends)  # names a bad argument before it is clamped
+    return full, *prefill_ranges(starts, ends, num_keys)
 
 
 def pcp_publish_prefill(
@@ -502,14 +527,21 @@ def pcp_publish_prefill(
     config: IndexerConfig,
     *,
     axis: str,
+    num_keys: int | None = None,
     row_chunk: int | None = None,
     implementation: Implementation = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish_prefill` with the key buffer split over `axis` (`pcp_keys`' padding rule) and
     each rank scoring its own query rows (`query`, `starts`, `ends`: this rank's rows, ranges in
     global key positions); call inside `shard_map`. Equal, row for row, to `publish_prefill` on
-    one device."""
-    full = pcp_keys(keys, axis=axis)
+    one device.
+
+    `num_keys`: T, the packed keys before the last chunk's zero padding (static). Traced ranges
+    are clamped to `[0, T]` as on one device; None means no padding (T = W·chunk), and then a
+    traced end past the real keys would see the padding's zero keys."""
+    full, starts, ends = _pcp_inputs(
+        query, keys, starts, ends, axis, num_keys, "pcp_publish_prefill"
+    )
     return publish_prefill(
         query, full, starts, ends, config, row_chunk=row_chunk, implementation=implementation
     )
@@ -524,12 +556,15 @@ def pcp_select_prefill(
     config: IndexerConfig,
     *,
     axis: str,
+    num_keys: int | None = None,
     row_chunk: int | None = None,
     implementation: Implementation = None,
 ) -> jax.Array:
-    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`; `table`:
-    this rank's rows of the published table)."""
-    full = pcp_keys(keys, axis=axis)
+    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`, `num_keys`
+    included; `table`: this rank's rows of the published table)."""
+    full, starts, ends = _pcp_inputs(
+        query, keys, starts, ends, axis, num_keys, "pcp_select_prefill"
+    )
     return select_prefill(
         query, full, starts, ends, table, config, row_chunk=row_chunk, implementation=implementation
     )

@@ -22,6 +22,18 @@ def _check_not_a_list(x, name: str) -> None:
         raise ValueError(f"{name} must be an array, got {type(x).__name__}")
 
 
+def _check_one_layer(x, ndim: int, name: str, what: str, plural: str) -> None:
+    """A layer's array has `ndim` dimensions; more are a model's stacked layers (docs/models.md),
+    which the ops do not take: say so rather than fail on a shape deep inside an op."""
+    got = getattr(x, "ndim", ndim)
+    if got > ndim:
+        raise ValueError(
+            f"{name} has leading dimensions {tuple(x.shape[: got - ndim])} (a stacked {what}): "
+            f"pass one layer's, e.g. jax.tree.map(lambda x: x[i], {plural}), or lax.scan over "
+            "the leading axis"
+        )
+
+
 def _row_bytes(fmt: str, head_dim: int) -> int:
     return head_dim + 4 if fmt == "fp8" else head_dim // 2 + 4
 
@@ -69,12 +81,7 @@ class PagedIndexCache:
     def check_one_layer(self, name: str) -> None:
         """ValueError naming `name` for a cache with leading (stacked) dimensions: the ops read
         one layer's cache (index it, or `lax.scan` over the leading axis)."""
-        if self.data.ndim != 4:
-            raise ValueError(
-                f"{name} has leading dimensions {tuple(self.data.shape[:-4])} (a stacked cache): "
-                "pass one layer's cache, e.g. jax.tree.map(lambda x: x[i], caches), or lax.scan "
-                "over the leading axis"
-            )
+        _check_one_layer(self.data, 4, name, "cache", "caches")
 
     @property
     def num_pages(self) -> int:
@@ -154,6 +161,10 @@ class KeyBuffer:
                 f"({self.format}), got {tuple(sc)}"
             )
 
+    def check_one_layer(self, name: str) -> None:
+        """ValueError naming `name` for a buffer with leading (stacked) dimensions."""
+        _check_one_layer(self.values, 2, name, "key buffer", "keys")
+
     @property
     def num_tokens(self) -> int:
         return self.values.shape[-2]
@@ -183,6 +194,10 @@ class QueryBundle:
     weights: jax.Array
     scales: jax.Array | None = None
     format: CacheFormat = dataclasses.field(default="fp8", metadata=_static)
+
+    def check_one_layer(self, name: str) -> None:
+        """ValueError naming `name` for a bundle with leading (stacked) dimensions."""
+        _check_one_layer(self.values, 4, name, "query bundle", "queries")
 
     @property
     def batch(self) -> int:

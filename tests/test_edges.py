@@ -69,3 +69,60 @@ def test_traced_prefill_ends_past_the_keys_are_clamped_first(rng):
     empty = jax.jit(run)(jnp.array([20, 40]), jnp.array([5, 50]))
     assert np.asarray(empty[1].valid_lens).tolist() == [0, 0]
     assert (np.asarray(empty[0]) == -1).all() and (np.asarray(empty[2]) == -1).all()
+
+
+# ------------------------------------------------ case 6: clear errors at the newest entry points
+def test_stacked_query_bundle_or_key_buffer_gets_a_clear_error(rng):
+    q, cache, bt = decode_inputs(rng, 2, 4)
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), q, q)
+    ctx = jnp.array([3, 4])
+    for call in (
+        lambda: dj.publish(stacked, cache, ctx, bt, CFG),
+        lambda: dj.paged_mqa_logits(stacked, cache, ctx, bt),
+    ):
+        with pytest.raises(ValueError, match=r"query has leading dimensions \(2,\) .*stacked"):
+            call()
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((30, 64)), jnp.float32))
+    keys2 = jax.tree.map(lambda *x: jnp.stack(x), keys, keys)
+    with pytest.raises(ValueError, match=r"keys has leading dimensions \(2,\) .*stacked"):
+        dj.publish_prefill(q, keys2, jnp.array([0, 0]), jnp.array([3, 4]), CFG)
+
+
+def test_pcp_and_dcp_outside_shard_map_name_the_axis(rng):
+    from dsv41_jax import sharding
+
+    q, cache, bt = decode_inputs(rng, 2, 4)
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((30, 64)), jnp.float32))
+    s, e, ctx = jnp.array([0, 0]), jnp.array([3, 4]), jnp.array([3, 4])
+    _, table = dj.publish(q, cache, ctx, bt, CFG)
+    calls = {
+        "dcp_publish": lambda: sharding.dcp_publish(q, cache, bt, ctx, CFG, axis="x"),
+        "dcp_select": lambda: sharding.dcp_select(q, cache, bt, ctx, table, CFG, axis="x"),
+        "pcp_keys": lambda: sharding.pcp_keys(keys, axis="x"),
+        "pcp_publish_prefill": lambda: sharding.pcp_publish_prefill(q, keys, s, e, CFG, axis="x"),
+        "pcp_select_prefill": lambda: sharding.pcp_select_prefill(
+            q, keys, s, e, table, CFG, axis="x"
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=f"{name} must be called inside jax.shard_map .*'x'"):
+            call()
+    with pytest.raises(ValueError, match="table must be a CandidateTable"):
+        sharding.dcp_select(q, cache, bt, ctx, None, CFG, axis="x")
+
+
+def test_prefill_with_no_query_rows_or_no_keys(rng):
+    """0 query rows: empty outputs (was ZeroDivisionError in a reshape); 0 keys: every row empty
+    (was an error about a block table, which prefill does not have)."""
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((30, 64)), jnp.float32))
+    q0 = query(rng, 0, 1, CFG.num_heads, CFG.head_dim)
+    none = jnp.zeros(0, jnp.int32)
+    top, table = dj.publish_prefill(q0, keys, none, none, CFG)
+    assert top.shape == (0, CFG.index_topk) and table.blocks.shape == (0, 6)
+    assert dj.select_prefill(q0, keys, none, none, table, CFG).shape == (0, CFG.index_topk)
+    no_keys = dj.quantize_keys(jnp.zeros((0, 64), jnp.float32))
+    q = query(rng, 2, 1, CFG.num_heads, CFG.head_dim)
+    zero = jnp.zeros(2, jnp.int32)
+    top, table = dj.publish_prefill(q, no_keys, zero, zero, CFG)
+    assert (np.asarray(top) == -1).all() and np.asarray(table.count).tolist() == [0, 0]
+    assert (np.asarray(dj.select_prefill(q, no_keys, zero, zero, table, CFG)) == -1).all()

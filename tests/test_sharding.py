@@ -347,3 +347,48 @@ def test_dcp_capacity_is_what_every_device_holds():
                     int(sharding.dcp_local_length(jnp.array([g + 1]), w, r, i)[0]) for r in range(w)
                 ]
                 assert max(more) > local_cap, (w, i, local_cap)
+
+
+def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
+    """Ends past T (and negative starts), traced: PCP clamps them to the T real keys as one
+    device does, not to the padded gathered buffer (W·ceil(T/W) keys, whose zero keys a row
+    would otherwise see); `num_keys` is what tells T."""
+    from functools import partial
+
+    from factories import query
+    from jax.sharding import PartitionSpec as P
+
+    w, t = 4, 90  # chunks of 23: two padding keys
+    mesh = mesh_of(w)
+    cfg = small_config()
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, cfg.head_dim)), jnp.float32))
+    starts = jnp.array([-3, 0, 80, 85, 0, 88, 10, 95], jnp.int32)
+    ends = jnp.array([99, 92, 91, 200, 30, 89, 5, 97], jnp.int32)
+    q, q2 = (query(rng, 2 * w, 1, cfg.num_heads, cfg.head_dim) for _ in range(2))
+
+    def one_device(qa, qb, s, e):
+        idx, table = dj.publish_prefill(qa, keys, s, e, cfg)
+        return idx, table, dj.select_prefill(qb, keys, s, e, table, cfg)
+
+    want = jax.jit(one_device)(q, q2, starts, ends)
+    chunk = -(-t // w)
+    pad = lambda x: jnp.pad(x, [(0, chunk * w - t)] + [(0, 0)] * (x.ndim - 1))  # noqa: E731
+    padded = dj.KeyBuffer(pad(keys.values), pad(keys.scales))
+
+    @jax.jit
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    def step(qa, qb, mine, s, e):
+        kw = dict(axis="x", num_keys=t)
+        idx, table = sharding.pcp_publish_prefill(qa, mine, s, e, cfg, **kw)
+        return idx, table, sharding.pcp_select_prefill(qb, mine, s, e, table, cfg, **kw)
+
+    got = step(q, q2, padded, starts, ends)
+    for g, x in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(x))
+
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 4, out_specs=P("x"), check_vma=False)
+    def wrong_t(qa, mine, s, e):
+        return sharding.pcp_publish_prefill(qa, mine, s, e, cfg, axis="x", num_keys=60)[0]
+
+    with pytest.raises(ValueError, match=r"num_keys must be the T keys before padding.*\(69, 92\]"):
+        jax.jit(wrong_t)(q, padded, starts, ends)

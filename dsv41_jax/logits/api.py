@@ -33,6 +33,7 @@ def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> No
             f"query must be a QueryBundle (make one with dsv41_jax.quantize_queries), got "
             f"{type(query).__name__}"
         )
+    query.check_one_layer("query")
     if query.format != format:
         raise ValueError(
             f"query.format {query.format!r} does not match the {what} ({format!r}): quantize the "
@@ -197,6 +198,7 @@ def check_ragged(query: QueryBundle, keys: KeyBuffer, starts, ends) -> tuple[jax
             f"keys must be a KeyBuffer (make one with dsv41_jax.quantize_keys), got "
             f"{type(keys).__name__}"
         )
+    keys.check_one_layer("keys")
     check_query(query, keys.head_dim, keys.format, "keys")
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")

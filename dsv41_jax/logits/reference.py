@@ -80,7 +80,8 @@ def sparse_paged_mqa_logits(
     row_block_table: jax.Array,
     block_size: int,
 ) -> jax.Array:
-    q = dequantize_query(query).reshape(query.num_rows, 1, query.num_heads, -1)
+    q = dequantize_query(query)
+    q = q.reshape(query.num_rows, 1, query.num_heads, q.shape[-1])  # no -1: rows may be 0
     w = query.weights.reshape(query.num_rows, 1, query.num_heads)
     p, c = cache.page_size, table.num_candidates
     j = jnp.arange(c * block_size)
@@ -101,7 +102,8 @@ def sparse_paged_mqa_logits(
 def mqa_logits(
     query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array, relative: bool
 ) -> jax.Array:
-    q = dequantize_query(query).reshape(query.num_rows, query.num_heads, -1)
+    q = dequantize_query(query)
+    q = q.reshape(query.num_rows, query.num_heads, q.shape[-1])  # no -1: rows may be 0
     w = query.weights.reshape(query.num_rows, query.num_heads)
     if keys.format == "fp8":
         k, s = keys.values.astype(jnp.float32), keys.scales
