@@ -69,6 +69,7 @@ def _check_table(table, query: QueryBundle, config: IndexerConfig) -> None:
     block size."""
     if not isinstance(table, CandidateTable):
         raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
+    table.check_arrays(None, "table")
     if table.num_rows != query.num_rows:
         raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
     table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
@@ -166,6 +167,12 @@ def select(
     `path="sparse"` on a GPU without such a kernel raises ValueError rather than running the
     slow sparse reference there.
 
+    Any table is read by its `blocks` alone: the mask path takes every block id in
+    `[0, nblocks)` of the row (repeats once, others ignored), and the sparse path rebuilds the
+    table from those blocks first (`sort_candidate_blocks` with this call's lengths and page
+    table: one small kernel), so a hand-made or edited table gives both paths, and "auto", the
+    same answer. The step (`TwoLevelIndexer.decode`) reads the table it just published as is.
+
     Raises:
       ValueError: bad inputs, a config that does not match them, or a table published with
         another block size than `config.candidate_block_size`.
@@ -223,6 +230,21 @@ def _select(
         lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
         return topk(logits, lens, k, candidates=table, block_size=b, implementation=implementation)
     if path == "sparse":
+        if not published_here:
+            # A table from anywhere (hand-made, edited, published for other lengths): the sparse
+            # row is read through count, valid_lens and physical, which the mask path ignores,
+            # and a repeated block or one outside the row would name a position twice or one
+            # that is not visible. Rebuilt from its blocks for these rows (ids outside
+            # [0, nblocks) and repeats dropped), it names exactly the positions the mask path
+            # selects among, in the layout every sparse kernel reads.
+            table = sort_candidate_blocks(
+                table.blocks,
+                row_lengths(context_lens, query.next_n, _capacity(block_table, cache)),
+                row_block_table(block_table, query.next_n),
+                block_size=b,
+                page_size=cache.page_size,
+                implementation=implementation,
+            )
         logits = sparse_paged_mqa_logits(
             query,
             cache,

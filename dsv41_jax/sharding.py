@@ -401,13 +401,21 @@ def dcp_select(
     _check_paged_config(config, query, cache)
     _check_table(table, query, config)
     b = config.candidate_block_size
-    world, rank, _, local_rows, row_bt = _dcp_rows(
+    world, rank, global_rows, local_rows, row_bt = _dcp_rows(
         query, cache, block_table, global_context_lens, axis, interleave, "dcp_select"
     )
     rows_query, k = rows_as_requests(query), config.index_topk
     if path == "sparse":
         local = _local_table(
-            table, local_rows, row_bt, world, rank, interleave, config.page_size, implementation
+            table,
+            global_rows,
+            local_rows,
+            row_bt,
+            world,
+            rank,
+            interleave,
+            config.page_size,
+            implementation,
         )
         logits = sparse_paged_mqa_logits(
             rows_query,
@@ -442,7 +450,7 @@ def _local_block_size(b: int, world: int, interleave: int) -> int:
 
 
 def _local_table(
-    table, local_rows, row_bt, world, rank, interleave, page_size, implementation
+    table, global_rows, local_rows, row_bt, world, rank, interleave, page_size, implementation
 ) -> CandidateTable:
     """This device's part of the published (global) blocks as a CandidateTable over its own
     positions: local block ids of `_local_block_size`, its own page table's slots. A global
@@ -450,12 +458,16 @@ def _local_table(
     device are consecutive locally), so every case is a set of local blocks."""
     b, w, i = table.block_size, world, interleave
     lb = _local_block_size(b, w, i)
-    real = table.blocks != INT32_MAX
+    # Any table (hand-made too): ids outside the row's [0, nblocks) name no position, and are
+    # dropped before they are turned into positions (where a large id could wrap into the row).
+    # Repeats are dropped by the sort below, as the mask path counts a block once.
+    real = (table.blocks >= 0) & (table.blocks < num_blocks(global_rows, b)[:, None])
+    blocks = jnp.where(real, table.blocks, 0).astype(jnp.int32)
     if _spread_evenly(b, w, i):
-        selected = jnp.where(real, table.blocks, -1)  # local block j holds global block j's part
+        selected = jnp.where(real, blocks, -1)  # local block j holds global block j's part
     else:
         t = jnp.arange(b if lb == 1 else 1, dtype=jnp.int32)
-        g = (jnp.where(real, table.blocks, 0) * b)[:, :, None] + t[None, None]
+        g = (blocks * b)[:, :, None] + t[None, None]
         local = (g // (i * w)) * i + g % i
         on_me = real[:, :, None] & ((g // i) % w == rank)
         selected = jnp.where(on_me, local // lb, -1).reshape(table.blocks.shape[0], -1)

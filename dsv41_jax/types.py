@@ -256,6 +256,21 @@ class CandidateTable:
                 f"{self.block_size}: a consumer must use the publisher's block size"
             )
 
+    def check_arrays(self, rows: int | None, name: str = "table") -> None:
+        """ValueError naming `name.field` unless blocks and physical are integer `[rows, C]`
+        and count and valid_lens integer `[rows]` (`rows` None: any number of rows)."""
+        for field in ("blocks", "count", "valid_lens", "physical"):
+            x = getattr(self, field)
+            if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+                raise ValueError(f"{name}.{field} must be an array, got {type(x).__name__}")
+            _checks.integer(x, f"{name}.{field}")
+        _checks.rank(self.blocks, 2, f"{name}.blocks")
+        r = self.blocks.shape[0] if rows is None else rows
+        _checks.shape(self.blocks, (r, None), f"{name}.blocks")
+        _checks.shape(self.physical, self.blocks.shape, f"{name}.physical")
+        for field in ("count", "valid_lens"):
+            _checks.shape(getattr(self, field), (r,), f"{name}.{field}")
+
     @property
     def num_rows(self) -> int:
         return self.blocks.shape[0]

@@ -126,3 +126,103 @@ def test_prefill_with_no_query_rows_or_no_keys(rng):
     top, table = dj.publish_prefill(q, no_keys, zero, zero, CFG)
     assert (np.asarray(top) == -1).all() and np.asarray(table.count).tolist() == [0, 0]
     assert (np.asarray(dj.select_prefill(q, no_keys, zero, zero, table, CFG)) == -1).all()
+
+
+# ------------------------------------------------ case 4: hand-made tables on the sparse path
+M = dj.INT32_MAX
+
+
+def hand_made(blocks, dtype=np.int32):
+    """A CandidateTable of these blocks with meaningless count, valid_lens and physical (what a
+    user may build or edit): only `blocks` may matter to any consumer."""
+    blocks = np.asarray(blocks, dtype)
+    rows, c = blocks.shape
+    return dj.CandidateTable(
+        jnp.asarray(blocks),
+        jnp.full((rows,), 2, jnp.int32),
+        jnp.full((rows,), 7, jnp.int32),
+        jnp.full((rows, c), 3, jnp.int32),
+        block_size=CFG.candidate_block_size,
+    )
+
+
+def want_inside(logits, rows, blocks, cfg):
+    """The contract: top-k over the row's visible positions whose block is in the table (ids
+    outside [0, nblocks) name nothing, repeats count once)."""
+    import oracle
+
+    b, out = cfg.candidate_block_size, []
+    for r in range(logits.shape[0]):
+        n = int(rows[r])
+        members = {int(x) for x in blocks[r] if 0 <= int(x) < -(-n // b)}
+        out.append(oracle.topk_row(logits[r], n, cfg.index_topk, lambda p, m=members: p // b in m))
+    return np.array(out)
+
+
+HAND_MADE = [
+    [1, 1, 3, 3, 2, M],  # repeated blocks, unsorted
+    [-1, 20, 0, M, M, M],  # a negative block and one past the row
+    [M, M, M, M, M, M],  # nothing
+    [7, 5, 2**30, 6, -(2**31), 4],  # unsorted, an id whose position would wrap int32
+]
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_hand_made_tables_give_every_path_the_mask_answer(rng, jit):
+    """Repeated, unordered, negative and out-of-row blocks, with junk count / valid_lens /
+    physical: mask, sparse and auto all return the contract's answer (was: repeated and
+    negative positions on the sparse path)."""
+    q, cache, bt = decode_inputs(rng, 4, 4)
+    ctx = jnp.array([30, 50, 20, 64])
+    table = hand_made(HAND_MADE)
+    logits = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt))
+    want = want_inside(logits, np.asarray(ctx), np.asarray(table.blocks), CFG)
+    assert (want[0] >= 0).sum() == CFG.index_topk and want[2].max() == -1
+
+    def run(t):
+        return {p: dj.select(q, cache, ctx, bt, t, CFG, path=p) for p in ("mask", "sparse", "auto")}
+
+    got = (jax.jit(run) if jit else run)(table)
+    for path, sel in got.items():
+        np.testing.assert_array_equal(np.asarray(sel), want, err_msg=path)
+
+
+def test_int64_and_uint32_table_blocks_saturate_rather_than_wrap(rng):
+    """Block 2**32 + 1 is no block 1 (under x64 an int64 table reaches the consumers as is)."""
+    q, cache, bt = decode_inputs(rng, 2, 4)
+    ctx = jnp.array([30, 64])
+    logits = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt))
+    with jax.enable_x64(True):
+        table = hand_made([[2**32 + 1, 3, M, M, M, M], [2**33 + 15, 2, 0, M, M, M]], np.int64)
+        got = {p: dj.select(q, cache, ctx, bt, table, CFG, path=p) for p in ("mask", "sparse")}
+    want = want_inside(logits, [30, 64], [[3], [2, 0]], CFG)
+    for path, sel in got.items():
+        np.testing.assert_array_equal(np.asarray(sel), want, err_msg=path)
+    unsigned = hand_made([[2**32 - 1, 3, M, M, M, M], [1, 2, 0, M, M, M]], np.uint32)
+    np.testing.assert_array_equal(
+        np.asarray(dj.select(q, cache, ctx, bt, unsigned, CFG, path="sparse")),
+        want_inside(logits, [30, 64], [[3], [1, 2, 0]], CFG),
+    )
+
+
+def test_a_float_table_is_refused_naming_the_field(rng):
+    q, cache, bt = decode_inputs(rng, 2, 4)
+    ctx = jnp.array([30, 50])
+    t = hand_made(HAND_MADE[:2])
+    bad = dj.CandidateTable(
+        t.blocks.astype(jnp.float32), t.count, t.valid_lens, t.physical, block_size=4
+    )
+    for path in ("mask", "sparse", "auto"):
+        with pytest.raises(ValueError, match="table.blocks must have an integer dtype"):
+            dj.select(q, cache, ctx, bt, bad, CFG, path=path)
+    short = dj.CandidateTable(t.blocks, t.count[:1], t.valid_lens, t.physical, block_size=4)
+    with pytest.raises(ValueError, match=r"table.count must have shape \(2,\)"):
+        dj.select(q, cache, ctx, bt, short, CFG, path="sparse")
+    with pytest.raises(ValueError, match="candidates.blocks must have an integer dtype"):
+        dj.topk(jnp.zeros((2, 64)), ctx, 3, candidates=bad, block_size=4)
+
+
+def test_sparse_columns_of_a_negative_block_map_to_minus_one():
+    t = hand_made([[-1, 2, M, M, M, M]])
+    got = dj.sparse_columns_to_positions(jnp.array([[0, 3, 4, 9, -1]]), t, 4)
+    assert np.asarray(got).tolist() == [[-1, -1, 8, -1, -1]]

@@ -185,7 +185,9 @@ def test_dcp_local_table_is_each_devices_part_of_the_blocks():
                 for r in range(w):
                     n = int(sharding.dcp_local_length(jnp.array([length]), w, r, i)[0])
                     bt = jnp.arange(-(-max(n, 1) // 16), dtype=jnp.int32)[None]
-                    loc = _local_table(tbl, jnp.array([n]), bt, w, r, i, 16, None)
+                    loc = _local_table(
+                        tbl, jnp.array([length]), jnp.array([n]), bt, w, r, i, 16, None
+                    )
                     cols = np.arange(int(loc.valid_lens[0]))
                     lb = loc.block_size
                     got = np.asarray(loc.blocks)[0, cols // lb] * lb + cols % lb
@@ -392,3 +394,49 @@ def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
 
     with pytest.raises(ValueError, match=r"num_keys must be the T keys before padding.*\(69, 92\]"):
         jax.jit(wrong_t)(q, padded, starts, ends)
+
+
+def test_dcp_select_inside_a_hand_made_table_equals_one_device(rng):
+    """Repeated, unordered, negative, out-of-row and wrapping block ids with junk count /
+    valid_lens / physical: both DCP consumer paths select what one device's mask path does."""
+    from functools import partial
+
+    from jax.sharding import PartitionSpec as P
+
+    w, next_n, m = 2, 2, dj.INT32_MAX
+    mesh, cfg = mesh_of(w), small_config(next_n=next_n)
+    batch, global_pages, pages_local = 3, 6, 3
+    lens = np.array([30, 2, 96], np.int32)
+    global_keys = [tied_keys(rng, global_pages * 16, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    q = queries(rng, batch, next_n)
+    rows = [[1, 1, 3, 3, 2, m], [-1, 20, 0, m, m, m], [7, 5, 2**30, 6, -(2**31), 23]]
+    blocks = jnp.asarray(np.repeat(np.array(rows, np.int32), next_n, axis=0))
+    n = len(blocks)
+    table = dj.CandidateTable(
+        blocks, jnp.full((n,), 2), jnp.full((n,), 7), jnp.full((n, 6), 3), block_size=4
+    )
+    want = dj.select(q, cache, jnp.asarray(lens), bt, table, cfg, path="mask")
+    assert (np.asarray(want) >= 0).sum() > 0
+    for interleave in (1, 3, 8):
+        local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
+
+        @jax.jit
+        @partial(
+            jax.shard_map,
+            mesh=mesh,
+            in_specs=(P(), P("x"), P("x"), P(), P()),
+            out_specs=P(),
+            check_vma=False,
+        )
+        def consumers(q, caches, tables, ctx, t):
+            local = dj.PagedIndexCache(caches[0])
+            kw = dict(axis="x", interleave=interleave)  # noqa: B023 - traced right here
+            return [
+                sharding.dcp_select(q, local, tables[0], ctx, t, cfg, path=p, **kw)
+                for p in ("mask", "sparse")
+            ]
+
+        got = consumers(q, local_caches, local_tables, jnp.asarray(lens), table)
+        for path, sel in zip(("mask", "sparse"), got):
+            np.testing.assert_array_equal(np.asarray(sel), np.asarray(want), err_msg=f"{path}")

@@ -134,9 +134,12 @@ def sparse_paged_mqa_logits(
     """MQA logits of the published candidate blocks only (the consumer's sparse path).
 
     Returns `[rows, C·B]`: column `j` scores position `table.blocks[r, j // B]·B + j % B` for
-    `j < table.valid_lens[r]`. The reference gives float32 with -inf in the other columns; the
-    "ffi" implementation (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives
-    bfloat16 with the other columns unspecified. Same formula as `paged_mqa_logits`.
+    `j < table.valid_lens[r]`. The table must be canonical (as `publish` and
+    `sort_candidate_blocks` return it): the reference reads `blocks`, the kernels `physical`
+    (SM90) or `blocks` (SM100) with `valid_lens`; `select` rebuilds any table it is given.
+    The reference gives float32 with -inf in the other columns; the "ffi" implementation
+    (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives bfloat16 with the
+    other columns unspecified. Same formula as `paged_mqa_logits`.
     """
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -145,10 +148,7 @@ def sparse_paged_mqa_logits(
         raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
     block_size = _checks.positive_int(block_size, "block_size")
     table.check_block_size(block_size, "block_size")
-    rows = query.num_rows
-    _checks.shape(table.blocks, (rows, None), "table.blocks")
-    for name in ("count", "valid_lens"):
-        _checks.shape(getattr(table, name), (rows,), f"table.{name}")
+    table.check_arrays(query.num_rows, "table")
     lens = row_lengths(context_lens, query.next_n, block_table.shape[1] * cache.page_size)
     bt = row_block_table(block_table, query.next_n)
     return SPARSE_PAGED_MQA_LOGITS(implementation, query, cache, table, lens, bt, block_size)

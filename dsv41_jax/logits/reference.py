@@ -90,7 +90,8 @@ def sparse_paged_mqa_logits(
         qr, wr, blocks, valid, length, bt = args
         blk = blocks[j // block_size]
         pos = jnp.where(blk == INT32_MAX, 0, blk) * block_size + j % block_size
-        ok = (j < valid) & (blk != INT32_MAX) & (pos < length) & (pos // p < bt.shape[0])
+        ok = (j < valid) & (blk >= 0) & (blk != INT32_MAX) & (pos < length)
+        ok &= pos // p < bt.shape[0]
         pages = jnp.where(ok, bt[jnp.clip(pos // p, 0, bt.shape[0] - 1)], 0)
         k, s = _cache_keys(cache, pages, pos % p)
         return jnp.where(ok, _score(qr, wr, k, s)[0], -jnp.inf)

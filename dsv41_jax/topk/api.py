@@ -66,6 +66,7 @@ def topk(
     block_size = _checks.positive_int(block_size, "block_size")
     if isinstance(candidates, CandidateTable):
         candidates.check_block_size(block_size, "block_size")
+        candidates.check_arrays(rows, "candidates")
         candidates = candidates.blocks
     if candidates is not None:
         candidates = _checks.array(candidates, "candidates")
@@ -81,11 +82,16 @@ def sparse_columns_to_positions(
     """Sparse-row columns -> logical positions: `j -> blocks[j // B]·B + j % B`; -1 stays -1.
 
     Ascending columns map to ascending positions (the table is ascending), so a top-k over the
-    sparse row stays in the contract's order.
+    sparse row stays in the contract's order. A column of a negative or padding block maps to
+    -1.
     """
     columns = _checks.array(columns, "columns")
+    if not isinstance(table, CandidateTable):
+        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
+    table.check_arrays(None, "table")
     _checks.rank(columns, 2, "columns")
     _checks.shape(columns, (table.num_rows, None), "columns")
+    _checks.integer(columns, "columns")
     table.check_block_size(block_size, "block_size")
     return reference.sparse_columns_to_positions(columns, table, block_size)
 
