@@ -226,3 +226,29 @@ def test_sparse_columns_of_a_negative_block_map_to_minus_one():
     t = hand_made([[-1, 2, M, M, M, M]])
     got = dj.sparse_columns_to_positions(jnp.array([[0, 3, 4, 9, -1]]), t, 4)
     assert np.asarray(got).tolist() == [[-1, -1, 8, -1, -1]]
+
+
+# ------------------------------------------------ case 5: float64 lists, ids past int32
+def test_float64_scores_as_a_python_list_are_refused_like_a_float64_array():
+    s = [[1.0, 1.0 + 1e-12, 0.5]]  # Python floats: float64; as float32 the first two would tie
+    for call in (
+        lambda: dj.topk(s, [3], 1),
+        lambda: dj.block_amax(s, [3], block_size=1),
+        lambda: dj.select_candidate_blocks(s, [3], num_candidates=1, block_size=1),
+    ):
+        with pytest.raises(ValueError, match="scores must be float32, bfloat16 or float16"):
+            call()
+    assert dj.topk(np.float32(s), [3], 1).tolist() == [[0]]  # an explicit cast is accepted
+
+
+def test_selection_overlap_compares_ids_past_int32_as_themselves():
+    with jax.enable_x64(True):
+        a = jnp.array([[2**31, 5, -1]], jnp.int64)
+        r = jnp.array([[2**31 + 1, 5, 2**40]], jnp.int64)
+        jaccard, recall = dj.selection_overlap(a, r)
+        assert float(jaccard[0]) == 0.25 and abs(float(recall[0]) - 1 / 3) < 1e-6
+        same, _ = dj.selection_overlap(a, jnp.array([[5, 2**31, -7]], jnp.int64))
+        assert float(same[0]) == 1.0
+    big = jnp.array([[2**32 - 1, 2**31, 3]], jnp.uint32)  # uint32 ids past int32, x64 off
+    jaccard, recall = dj.selection_overlap(big, jnp.array([[2**31 - 1, 3, -1]], jnp.int32))
+    assert float(jaccard[0]) == 1 / 4 and float(recall[0]) == 1 / 2

@@ -59,7 +59,8 @@ def topk(
     Returns:
       int32 `[rows, k]` logical positions (relative to `starts`).
     """
-    scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
+    scores = _checks.array(scores, "scores", ranked=True)
+    lengths = _checks.array(lengths, "lengths")
     starts = None if starts is None else _checks.array(starts, "starts")
     rows = _checks.score_rows(scores, lengths, starts)
     k = _checks.positive_int(k, "k")
@@ -147,7 +148,7 @@ def select_candidate_blocks(
     Returns:
       int32 `[rows, C]` block ids, ascending, padded with -1.
     """
-    block_scores = _checks.array(block_scores, "block_scores")
+    block_scores = _checks.array(block_scores, "block_scores", ranked=True)
     lengths = _checks.array(lengths, "lengths")
     _checks.rank(block_scores, 2, "block_scores")
     _checks.floating(block_scores, "block_scores")
