@@ -140,6 +140,8 @@ def select_row_sharded(
     implementation: Implementation = None,
 ) -> jax.Array:
     """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
+    _check_paged_config(config, query, cache)
+    _check_table(table, query, config)  # before its rows are split per request
     return _select_row_sharded(
         query,
         cache,

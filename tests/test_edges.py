@@ -252,3 +252,21 @@ def test_selection_overlap_compares_ids_past_int32_as_themselves():
     big = jnp.array([[2**32 - 1, 2**31, 3]], jnp.uint32)  # uint32 ids past int32, x64 off
     jaccard, recall = dj.selection_overlap(big, jnp.array([[2**31 - 1, 3, -1]], jnp.int32))
     assert float(jaccard[0]) == 1 / 4 and float(recall[0]) == 1 / 2
+
+
+def test_row_sharded_select_checks_the_table_before_splitting_it(rng):
+    from jax.sharding import Mesh
+
+    from dsv41_jax import sharding
+
+    q, cache, bt = decode_inputs(rng, 2, 4)
+    t = hand_made(HAND_MADE[:2])
+    bad = dj.CandidateTable(t.blocks, t.count[:1], t.valid_lens, t.physical, block_size=4)
+    mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+    with pytest.raises(ValueError, match=r"table.count must have shape \(2,\)"):
+        sharding.select_row_sharded(q, cache, jnp.array([3, 4]), bt, bad, CFG, mesh=mesh, axis="x")
+    got = sharding.select_row_sharded(
+        q, cache, jnp.array([30, 50]), bt, t, CFG, mesh=mesh, axis="x", path="sparse"
+    )
+    want = dj.select(q, cache, jnp.array([30, 50]), bt, t, CFG, path="mask")
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
