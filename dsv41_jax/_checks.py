@@ -119,9 +119,13 @@ def boolean(v, name: str) -> bool:
     return bool(v)
 
 
-def array(x, name: str):
+def array(x, name: str, *, ranked: bool = False):
     """An array argument: JAX and NumPy arrays pass; other array-likes (lists, scalars) are
-    converted when they hold numbers, else a ValueError names the argument."""
+    converted when they hold numbers, else a ValueError names the argument.
+
+    `ranked`: scores the selection ranks. A list of Python floats is float64, and stays a NumPy
+    float64 array so `floating` refuses it as it refuses a float64 array (converted to a JAX
+    array with x64 off it would silently become float32, tying values that differ)."""
     if isinstance(x, (jax.Array, np.ndarray)) or hasattr(x, "__jax_array__"):
         return x
     if isinstance(x, jax.core.Tracer):
@@ -136,6 +140,8 @@ def array(x, name: str):
         or not (np.issubdtype(out.dtype, np.number) or out.dtype == np.bool_)
     ):
         raise ValueError(f"{name} must be an array, got {type(x).__name__}")
+    if ranked and out.dtype == np.float64:
+        return out
     return jnp.asarray(out)
 
 

@@ -26,7 +26,7 @@ from dsv41_jax import _checks, _ext
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.ordering import num_blocks
-from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import ffi as topk_ffi
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
@@ -82,8 +82,7 @@ class Shared:
 
     @classmethod
     def of(cls, context_lens, block_table, next_n: int) -> Shared:
-        capacity = block_table.shape[1] * 64
-        lens = jnp.clip(_checks.int32(context_lens), 0, capacity)
+        lens = clamp_lengths(context_lens, block_table.shape[1] * 64)
         return cls(lens, row_lengths(lens, next_n), schedule(lens, next_n))
 
 
@@ -205,7 +204,7 @@ class SparseShared:
     @classmethod
     def of(cls, table: CandidateTable) -> SparseShared:
         rows, c = table.physical.shape
-        lens = jnp.clip(_checks.int32(table.valid_lens), 0, c * table.block_size)
+        lens = clamp_lengths(table.valid_lens, c * table.block_size)
         pages = c // 8  # 8 blocks of 8 per 64-token page
         compact = jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
         return cls(lens, schedule(lens, 1), compact)

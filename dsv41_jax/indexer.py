@@ -35,6 +35,7 @@ def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt:
             f"query must be a QueryBundle (make one with dsv41_jax.quantize_queries), got "
             f"{type(query).__name__}"
         )
+    query.check_one_layer("query")  # before its shape is read as [batch, next_n, H, D]
     checks = (
         ("num_heads", query.num_heads),
         ("head_dim", head_dim),
@@ -59,11 +60,17 @@ def _check_paged_config(config: IndexerConfig, query: QueryBundle, cache: PagedI
         )
 
 
+def _capacity(block_table: jax.Array, cache: PagedIndexCache) -> int:
+    """Positions a request's page table holds: traced lengths clamp to it (`rows.row_lengths`)."""
+    return block_table.shape[1] * cache.page_size
+
+
 def _check_table(table: CandidateTable, query: QueryBundle, config: IndexerConfig) -> None:
     """A consumer's table: a CandidateTable of the query's rows, published with the config's
     block size."""
     if not isinstance(table, CandidateTable):
         raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
+    table.check_arrays(None, "table")
     if table.num_rows != query.num_rows:
         raise ValueError(f"table has {table.num_rows} rows but the query has {query.num_rows}")
     table.check_block_size(config.candidate_block_size, "config.candidate_block_size")
@@ -153,7 +160,7 @@ def _publish(
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
-    lens = row_lengths(context_lens, query.next_n)
+    lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
     bt = row_block_table(block_table, query.next_n)
     return _publish_from_logits(logits, lens, bt, config, implementation)
 
@@ -184,6 +191,12 @@ def select(
     every block is then provably a candidate.
     `path="sparse"` on a GPU without such a kernel raises ValueError rather than running the
     slow sparse reference there.
+
+    Any table is read by its `blocks` alone: the mask path takes every block id in
+    `[0, nblocks)` of the row (repeats once, others ignored), and the sparse path rebuilds the
+    table from those blocks first (`sort_candidate_blocks` with this call's lengths and page
+    table: one small kernel), so a hand-made or edited table gives both paths, and "auto", the
+    same answer. The step (`TwoLevelIndexer.decode`) reads the table it just published as is.
 
     Raises:
       ValueError: bad inputs, a config that does not match them, or a table published with
@@ -256,6 +269,21 @@ def _select(
             "the slow sparse reference"
         )
     record("select: consumer path", path, why_not_sparse)
+    if path == "sparse" and not published_here:
+        # A table from anywhere (hand-made, edited, published for other lengths): the sparse
+        # row is read through count, valid_lens and physical, which the mask path ignores, and
+        # a repeated block or one outside the row would name a position twice or one that is
+        # not visible. Rebuilt from its blocks for these rows (ids outside [0, nblocks) and
+        # repeats dropped), it names exactly the positions the mask path selects among, in the
+        # layout every sparse kernel reads.
+        table = sort_candidate_blocks(
+            table.blocks,
+            row_lengths(context_lens, query.next_n, _capacity(block_table, cache)),
+            row_block_table(block_table, query.next_n),
+            block_size=b,
+            page_size=cache.page_size,
+            implementation=implementation,
+        )
     unfused = fused.declines(query, cache, block_table, implementation)
     if unfused is None and path == "sparse":
         unfused = fused.sparse_declines(query, cache, table)
@@ -272,7 +300,7 @@ def _select(
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
         )
-        lens = row_lengths(context_lens, query.next_n)
+        lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
         return topk(logits, lens, k, candidates=table, block_size=b, implementation=implementation)
     if path == "sparse":
         logits = sparse_paged_mqa_logits(
@@ -337,9 +365,10 @@ def publish_prefill(
     def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> tuple[jax.Array, CandidateTable]:
         # Relative layout: row i's position p sits at column p, as the selection contract counts.
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
-        pages = -(-logits.shape[1] // config.page_size)
+        # At least one page: with no keys every row is empty, but the table still needs one.
+        pages = max(1, -(-logits.shape[1] // config.page_size))
         identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
-        lens = prefill_lengths(s, e)
+        lens = prefill_lengths(s, e, keys.num_tokens)
         return _publish_from_logits(logits, lens, identity, config, implementation)
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)
@@ -367,7 +396,7 @@ def select_prefill(
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         return topk(
             logits,
-            prefill_lengths(s, e),
+            prefill_lengths(s, e, keys.num_tokens),
             config.index_topk,
             candidates=t,
             block_size=config.candidate_block_size,
@@ -396,7 +425,8 @@ def _dense_select(
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
-    return topk(logits, row_lengths(context_lens, query.next_n), k, implementation=implementation)
+    lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
+    return topk(logits, lens, k, implementation=implementation)
 
 
 def select_plain(
@@ -436,7 +466,7 @@ def select_plain_prefill(
 
     def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
-        lens = prefill_lengths(s, e)
+        lens = prefill_lengths(s, e, keys.num_tokens)
         return topk(logits, lens, config.index_topk, implementation=implementation)
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)

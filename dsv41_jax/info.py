@@ -9,8 +9,9 @@ from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from dsv41_jax import _dispatch, _ext
+from dsv41_jax import _checks, _dispatch, _ext
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.types import _row_bytes
 
@@ -31,25 +32,40 @@ class Choice:
         return f"{self.op}: {self.implementation}{why}"
 
 
+def _traced(arg: object) -> bool:
+    """An argument `explain` traces: one holding an array or a `jax.ShapeDtypeStruct` anywhere
+    in its pytree (a QueryBundle of them, a dict of caches). Everything else (Python and NumPy
+    scalars, strings, None, configs, tuples of names) is passed as it is, static."""
+    return any(
+        isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray))
+        for leaf in jax.tree.leaves(arg)
+    )
+
+
 def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice]:
-    """Trace `fn(*args, **kwargs)` abstractly (`jax.eval_shape`: nothing runs, arguments may
-    be `jax.ShapeDtypeStruct`s; Python numbers, strings and None stay static) and return every
+    """Trace `fn(*args, **kwargs)` abstractly (`jax.eval_shape`: nothing runs) and return every
     op's choice inside it, in call order.
 
-    E.g. `explain(dsv41_jax.topk, jax.ShapeDtypeStruct((8, 131072), jnp.float32),
-    jax.ShapeDtypeStruct((8,), jnp.int32), 512)`. Ops inside an inner `jax.jit` the process has
-    already traced with the same shapes are cached by JAX and do not show.
+    Positional and keyword arguments alike: those holding `jax.ShapeDtypeStruct`s or arrays are
+    traced; the rest (Python and NumPy numbers, strings, None, configs) stay static, so
+    `np.int64(512)` is a static k as `512` is. E.g. `explain(dsv41_jax.topk,
+    jax.ShapeDtypeStruct((8, 131072), jnp.float32), jax.ShapeDtypeStruct((8,), jnp.int32),
+    k=512)`. Ops inside an inner `jax.jit` the process has already traced with the same shapes
+    are cached by JAX and do not show.
     """
-    static = {i: a for i, a in enumerate(args) if isinstance(a, (int, float, str, type(None)))}
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    traced_args = {i: a for i, a in enumerate(args) if _traced(a)}
+    traced_kwargs = {k: v for k, v in kwargs.items() if _traced(v)}
 
-    def call(*traced: Any) -> object:
-        it = iter(traced)
-        return fn(*(static[i] if i in static else next(it) for i in range(len(args))), **kwargs)
+    def call(targs: dict[int, Any], tkwargs: dict[str, Any]) -> object:
+        full = [targs[i] if i in targs else a for i, a in enumerate(args)]
+        return fn(*full, **{**kwargs, **tkwargs})
 
     choices: list[_dispatch.Choice] = []
     token = _dispatch.recording.set(choices)
     try:
-        jax.eval_shape(call, *(a for i, a in enumerate(args) if i not in static))
+        jax.eval_shape(call, traced_args, traced_kwargs)
     finally:
         _dispatch.recording.reset(token)
     return [Choice(*c) for c in choices]
@@ -85,7 +101,17 @@ def decode_step(
     import dsv41_jax as dj
 
     cfg = config or IndexerConfig()
+    batch = _checks.positive_int(batch, "batch")
+    context = _checks.positive_int(context, "context")
     pages = -(-context // cfg.page_size)
+    width = -(-pages * cfg.page_size // 256) * 256  # the logits row, whole 256-position splits
+    if width > _checks.INT32_MAX:
+        raise ValueError(f"context must be at most 2**31 - 256 positions, got {context}")
+    if batch * pages * cfg.page_size > _checks.INT32_MAX:
+        raise ValueError(
+            f"batch x context must fit the cache's int32 slots (at most 2**31 - 1): batch {batch}"
+            f" x {pages * cfg.page_size} positions is {batch * pages * cfg.page_size}"
+        )
     row = _row_bytes(cfg.cache_format, cfg.head_dim)
     cache = dj.PagedIndexCache(
         _abstract((batch * pages, cfg.page_size, 1, row), jnp.uint8), cfg.cache_format
@@ -108,25 +134,38 @@ def decode_step(
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
+    def positive(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an int: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a positive int, got {value}")
+        return value
+
     ap = argparse.ArgumentParser(prog="python -m dsv41_jax info", description=__doc__)
     ap.add_argument(
         "--batch",
-        type=int,
+        type=positive,
         default=8,
         help="requests in the decode step whose dispatch is shown (default: %(default)s)",
     )
     ap.add_argument(
         "--context",
-        type=int,
+        type=positive,
         default=131072,
         help="positions of context per request (default: %(default)s)",
     )
     args = ap.parse_args(argv)
+    try:  # the sizes' other limits, before any device fact is printed
+        choices = decode_step(args.batch, args.context)
+    except ValueError as e:
+        ap.error(str(e))
     for key, value in device().items():
         print(f"{key}: {value}")
     print(f"\ndecode step, bs {args.batch} x {args.context} positions (V4.1 config):")
     seen = set()
-    for choice in decode_step(args.batch, args.context):
+    for choice in choices:
         if str(choice) not in seen:  # the four consumers repeat the same choices
             seen.add(str(choice))
             print(f"  {choice}")

@@ -23,9 +23,10 @@ def selection_overlap(selected: jax.Array, reference: jax.Array) -> tuple[jax.Ar
     _checks.shape(reference, (selected.shape[0], None), "reference")
     _checks.integer(selected, "selected")
     _checks.integer(reference, "reference")
-    a, r = _checks.int32(selected), _checks.int32(reference)
-    first_a, first_r = _first_occurrences(a), _first_occurrences(r)
-    hit = jnp.any(a[:, :, None] == r[:, None, :], axis=2) & first_a
+    width = max(jnp.dtype(selected.dtype).itemsize, jnp.dtype(reference.dtype).itemsize, 4)
+    (a, ok_a), (r, ok_r) = _ids(selected, width), _ids(reference, width)
+    first_a, first_r = _first_occurrences(a, ok_a), _first_occurrences(r, ok_r)
+    hit = jnp.any((a[:, :, None] == r[:, None, :]) & ok_r[:, None, :], axis=2) & first_a
     inter = jnp.sum(hit, axis=1).astype(jnp.float32)
     na = jnp.sum(first_a, axis=1).astype(jnp.float32)
     nr = jnp.sum(first_r, axis=1).astype(jnp.float32)
@@ -35,9 +36,18 @@ def selection_overlap(selected: jax.Array, reference: jax.Array) -> tuple[jax.Ar
     return jaccard, recall
 
 
-def _first_occurrences(x: jax.Array) -> jax.Array:
-    """bool `[rows, k]`: entry j is a position (>= 0) not already in the row before column j."""
+def _ids(x: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
+    """(ids as unsigned ints of `width` bytes, which entries are positions): every id of either
+    argument's type is exact there, so ids past int32 (int64 under x64, uint32) are compared as
+    themselves, not saturated to one value; negative entries are padding."""
+    ok = x >= 0 if jnp.issubdtype(x.dtype, jnp.signedinteger) else jnp.ones(x.shape, bool)
+    wide = jnp.uint64 if width > 4 else jnp.uint32
+    return jnp.where(ok, x, 0).astype(wide), ok
+
+
+def _first_occurrences(x: jax.Array, ok: jax.Array) -> jax.Array:
+    """bool `[rows, k]`: entry j is a position (`ok`) not already in the row before column j."""
     k = x.shape[1]
     earlier = jnp.tril(jnp.ones((k, k), bool), -1)  # [j, i]: i < j
-    repeat = jnp.any((x[:, :, None] == x[:, None, :]) & earlier[None], axis=2)
-    return (x >= 0) & ~repeat
+    repeat = jnp.any((x[:, :, None] == x[:, None, :]) & ok[:, None, :] & earlier[None], axis=2)
+    return ok & ~repeat

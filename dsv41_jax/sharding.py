@@ -36,10 +36,18 @@ from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.indexer import publish, publish_prefill, select, select_prefill
+from dsv41_jax.indexer import (
+    _check_paged_config,
+    _check_table,
+    publish,
+    publish_prefill,
+    select,
+    select_prefill,
+)
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
+from dsv41_jax.logits.api import check_ragged
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
-from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.rows import prefill_ranges, row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
@@ -158,6 +166,8 @@ def select_row_sharded(
     implementation: Implementation = None,
 ) -> jax.Array:
     """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
+    _check_paged_config(config, query, cache)
+    _check_table(table, query, config)  # before its rows are split per request
     return _select_row_sharded(
         query,
         cache,
@@ -243,15 +253,53 @@ def _dcp_topk(
     return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
 
+def bound_axis(axis: str, fn: str) -> tuple[int, jax.Array]:
+    """(size, this device's index) of mesh axis `axis`, or a ValueError naming `fn` and the
+    axis when the call is not inside a `shard_map` over it (JAX's own NameError does not say
+    which call needs the axis)."""
+    try:
+        return lax.axis_size(axis), lax.axis_index(axis)
+    except NameError:
+        raise ValueError(
+            f"{fn} must be called inside jax.shard_map over a mesh with axis {axis!r} (axis "
+            f"{axis!r} is not bound here)"
+        ) from None
+
+
+def dcp_capacity(local_capacity: int, world: int, interleave: int) -> int:
+    """Global positions `[0, G)` that W devices of `local_capacity` positions each hold in
+    full under interleave I: whole cycles of W·I, then the part of the next cycle before the
+    first device runs out (`local_capacity % I` of its run). Traced global lengths clamp to it
+    (one device clamps to its page table's capacity the same way)."""
+    return (local_capacity // interleave) * world * interleave + local_capacity % interleave
+
+
 def _dcp_rows(
-    query: QueryBundle, global_context_lens: jax.Array, axis: str, interleave: int
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table: jax.Array,
+    global_context_lens: jax.Array,
+    axis: str,
+    interleave: int,
+    fn: str,
 ) -> tuple[int, jax.Array, jax.Array, jax.Array, jax.Array]:
-    world, rank = lax.axis_size(axis), lax.axis_index(axis)
-    global_rows = row_lengths(global_context_lens, query.next_n)
+    """(W, rank, global row lengths, this device's row lengths, its page table per row).
+
+    Each row's local length is this device's share of the row's global positions: for
+    speculative rows that is not `L_local - next_n + 1 + j` (the share of L - 1 positions may
+    equal that of L), so the logits kernels, which derive a request's rows that way, are
+    handed every row as its own request (`rows_as_requests`)."""
+    world, rank = bound_axis(axis, fn)
+    global_context_lens = _checks.array(global_context_lens, "global_context_lens")
+    _checks.shape(global_context_lens, (query.batch,), "global_context_lens")
+    _checks.integer(global_context_lens, "global_context_lens")
+    block_table = _checks.array(block_table, "block_table")
+    _checks.shape(block_table, (query.batch, None), "block_table")
+    _checks.integer(block_table, "block_table")
+    capacity = dcp_capacity(block_table.shape[1] * cache.page_size, world, interleave)
+    global_rows = row_lengths(global_context_lens, query.next_n, capacity)
     local_rows = dcp_local_length(global_rows, world, rank, interleave)
-    # The kernels score every request up to its last row's local length.
-    local_requests = dcp_local_length(global_context_lens, world, rank, interleave)
-    return world, rank, global_rows, local_rows, local_requests
+    return world, rank, global_rows, local_rows, row_block_table(block_table, query.next_n)
 
 
 def _local_global_blocks(
@@ -317,7 +365,11 @@ def dcp_publish(
     Args:
       query: the layer's queries (replicated over `axis`).
       cache, block_table: this device's own paged cache and page table of its local positions.
-      global_context_lens: int `[batch]` request lengths in global positions (replicated).
+      global_context_lens: int `[batch]` request lengths in global positions (replicated);
+        traced lengths clamp to the positions the devices hold together (`dcp_capacity` of the
+        local page table's `max_pages · page_size`), as one device clamps to its page table.
+        Row `j` of a request sees `L - next_n + 1 + j` global positions, of which each device
+        scores its own share (every row passed to the logits kernel as its own request).
       interleave: I, positions per run on one device.
       exchange: how the candidate blocks are agreed. "topc" all-gathers each device's local
         top-C (block max, global id) pairs and re-selects (W·C pairs per row); "pmax" all-reduces
@@ -329,14 +381,17 @@ def dcp_publish(
       device; `valid_lens` is the global sparse length; `physical` is -1 (a block's positions are
       spread over devices: each device maps them through its own page table).
     """
-    _checks.positive_int(interleave, "interleave")
+    interleave = _checks.positive_int(interleave, "interleave")
     if exchange not in ("auto", "topc", "pmax"):
         raise ValueError(f"exchange must be 'auto', 'topc' or 'pmax', got {exchange!r}")
+    _check_paged_config(config, query, cache)
     b = config.candidate_block_size
-    world, rank, global_rows, local_rows, local_req = _dcp_rows(
-        query, global_context_lens, axis, interleave
+    world, rank, global_rows, local_rows, row_bt = _dcp_rows(
+        query, cache, block_table, global_context_lens, axis, interleave, "dcp_publish"
     )
-    logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
+    logits = paged_mqa_logits(
+        rows_as_requests(query), cache, local_rows, row_bt, implementation=implementation
+    )
     indices = _dcp_topk(
         logits, local_rows, config.index_topk, None, axis, world, rank, interleave, implementation
     )
@@ -411,19 +466,22 @@ def dcp_select(
     path: the sparse one has run on host devices only (its GPU kernels through a local table
     have not run under DCP yet). Every path returns the unsharded result bitwise.
     """
-    _checks.positive_int(interleave, "interleave")
+    interleave = _checks.positive_int(interleave, "interleave")
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    _check_paged_config(config, query, cache)
+    _check_table(table, query, config)
     b = config.candidate_block_size
-    table.check_block_size(b, "config.candidate_block_size")
-    world, rank, _, local_rows, local_req = _dcp_rows(query, global_context_lens, axis, interleave)
-    k = config.index_topk
+    world, rank, global_rows, local_rows, row_bt = _dcp_rows(
+        query, cache, block_table, global_context_lens, axis, interleave, "dcp_select"
+    )
+    rows_query, k = rows_as_requests(query), config.index_topk
     if path == "sparse":
         local = _local_table(
             table,
+            global_rows,
             local_rows,
-            query.next_n,
-            block_table,
+            row_bt,
             world,
             rank,
             interleave,
@@ -431,11 +489,11 @@ def dcp_select(
             implementation,
         )
         logits = sparse_paged_mqa_logits(
-            query,
+            rows_query,
             cache,
             local,
-            local_req,
-            block_table,
+            local_rows,
+            row_bt,
             block_size=local.block_size,
             implementation=implementation,
         )
@@ -443,7 +501,7 @@ def dcp_select(
         picked = jnp.take_along_axis(logits, jnp.maximum(columns, 0), axis=1)
         positions = sparse_columns_to_positions(columns, local, local.block_size)
         return _merge_gathered(picked, positions, k, axis, world, rank, interleave)
-    logits = paged_mqa_logits(query, cache, local_req, block_table, implementation=implementation)
+    logits = paged_mqa_logits(rows_query, cache, local_rows, row_bt, implementation=implementation)
     gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)  # the mask path
     member_blocks = candidate_member(table.blocks, -(-(logits.shape[1] * world) // b))
     member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
@@ -464,9 +522,9 @@ def _local_block_size(b: int, world: int, interleave: int) -> int:
 
 def _local_table(
     table: CandidateTable,
+    global_rows: jax.Array,
     local_rows: jax.Array,
-    next_n: int,
-    block_table: jax.Array,
+    row_bt: jax.Array,
     world: int,
     rank: jax.Array,
     interleave: int,
@@ -479,19 +537,23 @@ def _local_table(
     device are consecutive locally), so every case is a set of local blocks."""
     b, w, i = table.block_size, world, interleave
     lb = _local_block_size(b, w, i)
-    real = table.blocks != INT32_MAX
+    # Any table (hand-made too): ids outside the row's [0, nblocks) name no position, and are
+    # dropped before they are turned into positions (where a large id could wrap into the row).
+    # Repeats are dropped by the sort below, as the mask path counts a block once.
+    real = (table.blocks >= 0) & (table.blocks < num_blocks(global_rows, b)[:, None])
+    blocks = jnp.where(real, table.blocks, 0).astype(jnp.int32)
     if _spread_evenly(b, w, i):
-        selected = jnp.where(real, table.blocks, -1)  # local block j holds global block j's part
+        selected = jnp.where(real, blocks, -1)  # local block j holds global block j's part
     else:
         t = jnp.arange(b if lb == 1 else 1, dtype=jnp.int32)
-        g = (jnp.where(real, table.blocks, 0) * b)[:, :, None] + t[None, None]
+        g = (blocks * b)[:, :, None] + t[None, None]
         local = (g // (i * w)) * i + g % i
         on_me = real[:, :, None] & ((g // i) % w == rank)
         selected = jnp.where(on_me, local // lb, -1).reshape(table.blocks.shape[0], -1)
     return sort_candidate_blocks(
         selected,
         local_rows,
-        row_block_table(block_table, next_n),
+        row_bt,
         block_size=lb,
         page_size=page_size,
         implementation=implementation,
@@ -528,8 +590,40 @@ def pcp_keys(keys: KeyBuffer, *, axis: str) -> KeyBuffer:
     """
     if not isinstance(keys, KeyBuffer):
         raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
+    keys.check_one_layer("keys")
+    bound_axis(axis, "pcp_keys")
     gather = functools.partial(lax.all_gather, axis_name=axis, axis=0, tiled=True)
     return KeyBuffer(gather(keys.values), gather(keys.scales), keys.format)
+
+
+def _pcp_inputs(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    axis: str,
+    num_keys: int | None,
+    fn: str,
+) -> tuple[KeyBuffer, jax.Array, jax.Array]:
+    """(the gathered keys, the rows' ranges clamped to the `num_keys` real keys).
+
+    The gathered buffer ends with the padding rule's zero keys: a traced end past T would reach
+    them where one device clamps it to T, so the ranges are clamped to T first."""
+    bound_axis(axis, fn)
+    full = pcp_keys(keys, axis=axis)
+    padded = full.num_tokens
+    if num_keys is None:
+        num_keys = padded
+    num_keys = _checks.static_int(num_keys, "num_keys")
+    world = lax.axis_size(axis)
+    if not 0 <= num_keys <= padded or -(-num_keys // world) * world != padded:
+        raise ValueError(
+            f"num_keys must be the T keys before padding: {world} chunks of "
+            f"{padded // world} keys hold T in ({padded - padded // world}, {padded}], "
+            f"got {num_keys}"
+        )
+    check_ragged(query, full, starts, ends)  # names a bad argument before it is clamped
+    return full, *prefill_ranges(starts, ends, num_keys)
 
 
 def pcp_publish_prefill(
@@ -540,14 +634,21 @@ def pcp_publish_prefill(
     config: IndexerConfig,
     *,
     axis: str,
+    num_keys: int | None = None,
     row_chunk: int | None = None,
     implementation: Implementation = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish_prefill` with the key buffer split over `axis` (`pcp_keys`' padding rule) and
     each rank scoring its own query rows (`query`, `starts`, `ends`: this rank's rows, ranges in
     global key positions); call inside `shard_map`. Equal, row for row, to `publish_prefill` on
-    one device."""
-    full = pcp_keys(keys, axis=axis)
+    one device.
+
+    `num_keys`: T, the packed keys before the last chunk's zero padding (static). Traced ranges
+    are clamped to `[0, T]` as on one device; None means no padding (T = W·chunk), and then a
+    traced end past the real keys would see the padding's zero keys."""
+    full, starts, ends = _pcp_inputs(
+        query, keys, starts, ends, axis, num_keys, "pcp_publish_prefill"
+    )
     return publish_prefill(
         query, full, starts, ends, config, row_chunk=row_chunk, implementation=implementation
     )
@@ -562,12 +663,15 @@ def pcp_select_prefill(
     config: IndexerConfig,
     *,
     axis: str,
+    num_keys: int | None = None,
     row_chunk: int | None = None,
     implementation: Implementation = None,
 ) -> jax.Array:
-    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`; `table`:
-    this rank's rows of the published table)."""
-    full = pcp_keys(keys, axis=axis)
+    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`, `num_keys`
+    included; `table`: this rank's rows of the published table)."""
+    full, starts, ends = _pcp_inputs(
+        query, keys, starts, ends, axis, num_keys, "pcp_select_prefill"
+    )
     return select_prefill(
         query, full, starts, ends, table, config, row_chunk=row_chunk, implementation=implementation
     )

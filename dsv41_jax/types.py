@@ -52,6 +52,18 @@ def register_output_pytree[T](cls: type[T]) -> type[T]:
     return cls
 
 
+def _check_one_layer(x: Any, ndim: int, name: str, what: str, plural: str) -> None:
+    """A layer's array has `ndim` dimensions; more are a model's stacked layers (docs/models.md),
+    which the ops do not take: say so rather than fail on a shape deep inside an op."""
+    got = getattr(x, "ndim", ndim)
+    if got > ndim:
+        raise ValueError(
+            f"{name} has leading dimensions {tuple(x.shape[: got - ndim])} (a stacked {what}): "
+            f"pass one layer's, e.g. jax.tree.map(lambda x: x[i], {plural}), or lax.scan over "
+            "the leading axis"
+        )
+
+
 def _row_bytes(fmt: str, head_dim: int) -> int:
     return head_dim + 4 if fmt == "fp8" else head_dim // 2 + 4
 
@@ -99,12 +111,7 @@ class PagedIndexCache:
     def check_one_layer(self, name: str) -> None:
         """ValueError naming `name` for a cache with leading (stacked) dimensions: the ops read
         one layer's cache (index it, or `lax.scan` over the leading axis)."""
-        if self.data.ndim != 4:
-            raise ValueError(
-                f"{name} has leading dimensions {tuple(self.data.shape[:-4])} (a stacked cache): "
-                "pass one layer's cache, e.g. jax.tree.map(lambda x: x[i], caches), or lax.scan "
-                "over the leading axis"
-            )
+        _check_one_layer(self.data, 4, name, "cache", "caches")
 
     @property
     def num_pages(self) -> int:
@@ -184,6 +191,10 @@ class KeyBuffer:
                 f"({self.format}), got {tuple(sc)}"
             )
 
+    def check_one_layer(self, name: str) -> None:
+        """ValueError naming `name` for a buffer with leading (stacked) dimensions."""
+        _check_one_layer(self.values, 2, name, "key buffer", "keys")
+
     @property
     def num_tokens(self) -> int:
         return self.values.shape[-2]
@@ -213,6 +224,10 @@ class QueryBundle:
     weights: jax.Array
     scales: jax.Array | None = None
     format: CacheFormat = dataclasses.field(default="fp8", metadata=_static)
+
+    def check_one_layer(self, name: str) -> None:
+        """ValueError naming `name` for a bundle with leading (stacked) dimensions."""
+        _check_one_layer(self.values, 4, name, "query bundle", "queries")
 
     @property
     def batch(self) -> int:
@@ -270,6 +285,21 @@ class CandidateTable:
                 f"{name} is {block_size} but the CandidateTable was published with block_size "
                 f"{self.block_size}: a consumer must use the publisher's block size"
             )
+
+    def check_arrays(self, rows: int | None, name: str = "table") -> None:
+        """ValueError naming `name.field` unless blocks and physical are integer `[rows, C]`
+        and count and valid_lens integer `[rows]` (`rows` None: any number of rows)."""
+        for field in ("blocks", "count", "valid_lens", "physical"):
+            x = getattr(self, field)
+            if not hasattr(x, "dtype") or not hasattr(x, "shape"):
+                raise ValueError(f"{name}.{field} must be an array, got {type(x).__name__}")
+            _checks.integer(x, f"{name}.{field}")
+        _checks.rank(self.blocks, 2, f"{name}.blocks")
+        r = self.blocks.shape[0] if rows is None else rows
+        _checks.shape(self.blocks, (r, None), f"{name}.blocks")
+        _checks.shape(self.physical, self.blocks.shape, f"{name}.physical")
+        for field in ("count", "valid_lens"):
+            _checks.shape(getattr(self, field), (r,), f"{name}.{field}")
 
     @property
     def num_rows(self) -> int:

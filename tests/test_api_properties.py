@@ -182,7 +182,8 @@ def test_logical_to_physical_contract_or_named_error(case):
             lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2, implementation="cuda"),
             "unknown implementation",
         ),
-        (lambda: dj.topk([[1.0, 2.0]], [2], 1, implementation="reference"), None),
+        (lambda: dj.topk([[1.0, 2.0]], [2], 1), "scores must be float32"),  # Python floats
+        (lambda: dj.topk(np.float32([[1.0, 2.0]]), [2], 1, implementation="reference"), None),
         (lambda: dj.topk(jnp.zeros((2, 8)), [[1], [2, 3]], 2), "lengths must be an array"),
         (lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), jnp.int32(3)), None),
         (

@@ -134,3 +134,66 @@ def test_block_size_mismatch_raises_on_gpu(rng):
     _, table = dj.publish(q, cache, ctx, bt, cfg)
     with pytest.raises(ValueError, match="block_size 8"):
         dj.select(q, cache, ctx, bt, table, dataclasses.replace(cfg, candidate_block_size=16))
+
+
+def hand_made_blocks(rng, rows, c, nb):
+    """Block ids of every kind a hand-made table may hold: in the row, repeated, unordered,
+    negative, past the row, padding, and ids that wrap int32 when multiplied into positions."""
+    pool = np.array([-(2**31), -1, nb, nb + 7, 2**30, dj.INT32_MAX], np.int64)
+    blocks = np.where(
+        rng.random((rows, c)) < 0.7, rng.integers(0, nb, (rows, c)), rng.choice(pool, (rows, c))
+    )
+    blocks[0] = np.where(np.arange(c) < c // 2, 3, dj.INT32_MAX)  # one block, repeated
+    return blocks.astype(np.int32)
+
+
+@pytest.mark.parametrize("heads,next_n", [(32, 1), (64, 2)])
+def test_hand_made_tables_sparse_and_auto_equal_mask(rng, heads, next_n):
+    """Issue 30 case 4 on the kernels: a table with junk count / valid_lens / physical and
+    blocks of every kind; the sparse path (the gather reads the rebuilt `physical`) and auto
+    select what the mask path does, under jit, and nothing outside the table's blocks."""
+    batch, pages, c = 8, 48, 32
+    cfg = config(heads, next_n, c)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    q = query(rng, batch, next_n, heads, 128)
+    ctx = jnp.asarray(lengths(rng, batch, pages * 64, c))
+    rows = batch * next_n
+    blocks = hand_made_blocks(rng, rows, c, pages * 8)
+    table = dj.CandidateTable(
+        jnp.asarray(blocks),
+        jnp.full((rows,), 5, jnp.int32),
+        jnp.full((rows,), 77, jnp.int32),
+        jnp.full((rows, c), 9, jnp.int32),
+        block_size=8,
+    )
+    poison_device_memory()
+    f = jax.jit(lambda *a, path: dj.select(*a, cfg, path=path), static_argnames="path")
+    mask = np.asarray(f(q, cache, ctx, bt, table, path="mask"))
+    for path in ("sparse", "auto"):
+        np.testing.assert_array_equal(np.asarray(f(q, cache, ctx, bt, table, path=path)), mask)
+    row_lens = np.asarray(dj.row_lengths(ctx, next_n))
+    for r in range(rows):
+        chosen = mask[r][mask[r] >= 0]
+        assert (chosen < row_lens[r]).all()
+        assert set((chosen // 8).tolist()) <= set(blocks[r].tolist())
+
+
+def test_traced_lengths_past_capacity_on_the_kernels(rng):
+    """Issue 30 case 2 on the kernels: jit(publish) and the step with lengths past the page
+    table publish and select what the clamped lengths give (the newest block pinned)."""
+    batch, pages, c = 4, 48, 32
+    cfg = config(32, 2, c)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    q, q2 = query(rng, batch, 2, 32, 128), query(rng, batch, 2, 32, 128)
+    cap = pages * 64
+    ix = dj.make_two_level_indexer(cfg, source_layer=0, consumer_layers=(1,), path="sparse")
+
+    def step(ctx):
+        return ix.decode({0: q, 1: q2}, {0: cache, 1: cache}, ctx, bt, physical=True)
+
+    want = step(jnp.array([100, cap, cap, cap], jnp.int32))
+    got = jax.jit(step)(jnp.array([100, cap + 1, 9999, 2**31 - 1], jnp.int32))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    newest = (cap - 1) // 8
+    assert (np.asarray(got.table.blocks)[2:] == newest).any(axis=1).all()

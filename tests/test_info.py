@@ -127,3 +127,38 @@ def test_info_options_have_help(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "--batch BATCH requests in the decode step" in out
     assert "--context CONTEXT positions of context per request" in out
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--batch", "0"], "argument --batch: must be a positive int, got 0"),
+        (["--batch", "-3"], "argument --batch: must be a positive int, got -3"),
+        (["--context", "-5"], "argument --context: must be a positive int, got -5"),
+        (["--context", "99999999999"], "context must be at most 2\\*\\*31 - 1"),
+        (["--batch", "64", "--context", "40000000"], "batch x context must fit"),
+        (["--batch", "two"], "argument --batch: not an int"),
+    ],
+)
+def test_info_command_refuses_bad_sizes_with_a_usage_error(capsys, argv, match):
+    """An argparse error (exit status 2, the usage line) naming the option, not a traceback."""
+    with pytest.raises(SystemExit) as exit_info:
+        info.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: python -m dsv41_jax info" in err
+    assert __import__("re").search(match, err), err
+
+
+def test_explain_keeps_numpy_ints_static_and_traces_keyword_arguments():
+    import numpy as np
+
+    scores, lens = sds((8, 4096), jnp.float32), sds((8,), jnp.int32)
+    by_position = info.explain(dj.topk, scores, lens, 64)
+    assert info.explain(dj.topk, scores, lens, np.int64(64)) == by_position  # was "traced k"
+    assert info.explain(dj.topk, scores, lengths=lens, k=64) == by_position
+    assert info.explain(dj.topk, scores=scores, lengths=lens, k=np.int32(64)) == by_position
+    (only,) = info.explain(dj.topk, scores, lens, 4, implementation="reference")
+    assert only.implementation == "reference"
+    with pytest.raises(ValueError, match="fn must be callable"):
+        info.explain("topk", scores)

@@ -185,7 +185,9 @@ def test_dcp_local_table_is_each_devices_part_of_the_blocks():
                 for r in range(w):
                     n = int(sharding.dcp_local_length(jnp.array([length]), w, r, i)[0])
                     bt = jnp.arange(-(-max(n, 1) // 16), dtype=jnp.int32)[None]
-                    loc = _local_table(tbl, jnp.array([n]), 1, bt, w, r, i, 16, None)
+                    loc = _local_table(
+                        tbl, jnp.array([length]), jnp.array([n]), bt, w, r, i, 16, None
+                    )
                     cols = np.arange(int(loc.valid_lens[0]))
                     lb = loc.block_size
                     got = np.asarray(loc.blocks)[0, cols // lb] * lb + cols % lb
@@ -254,3 +256,187 @@ def test_pcp_prefill_equals_one_device(rng, w, fmt):
     )
     for name, g, x in zip(("top-k", "blocks", "count", "valid", "physical", "select"), got, want):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(x), err_msg=name)
+
+
+# ------------------------------------------- DCP with speculative rows and lengths at every edge
+def dcp_both_paths(mesh, cfg, interleave, exchange):
+    """DCP publish and both consumer paths in one shard_map body (one compile for all three)."""
+    from functools import partial
+
+    from jax.sharding import PartitionSpec as P
+
+    @partial(
+        jax.shard_map,
+        mesh=mesh,
+        in_specs=(P(), P("x"), P("x"), P(), P()),
+        out_specs=P(),
+        check_vma=False,
+    )
+    def step(q, caches, tables, ctx, q2):
+        local = dj.PagedIndexCache(caches[0])
+        kw = dict(axis="x", interleave=interleave)
+        idx, table = sharding.dcp_publish(q, local, tables[0], ctx, cfg, exchange=exchange, **kw)
+        sels = [
+            sharding.dcp_select(q2, local, tables[0], ctx, table, cfg, path=p, **kw)
+            for p in ("mask", "sparse")
+        ]
+        return idx, table.blocks, table.count, table.valid_lens, *sels
+
+    return step
+
+
+def check_dcp_edges(rng, w, interleaves, next_n, eager=False):
+    """DCP publish and both consumer paths, for each interleave, on lengths 0, 1, 2, k ± 1,
+    capacity - 1, capacity and past it: bitwise one device's publish and select with the lengths
+    clamped to the capacity the devices hold together (as one device clamps to its own)."""
+    mesh = mesh_of(w)
+    cfg = small_config(next_n=next_n)
+    k, pages_local = cfg.index_topk, 3
+    batch, global_pages = 9, -(-w * pages_local * 16 // 16)
+    global_keys = [tied_keys(rng, global_pages * 16, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    q, q2 = queries(rng, batch, next_n), queries(rng, batch, next_n)
+    wants = {}
+    for interleave in interleaves:
+        cap = sharding.dcp_capacity(pages_local * 16, w, interleave)
+        lens = np.array([0, 1, 2, k - 1, k + 1, cap - 1, cap, cap + 5, 9999], np.int32)
+        if cap not in wants:
+            clamped = jnp.asarray(np.minimum(lens, cap))
+            idx, table = dj.publish(q, cache, clamped, bt, cfg)
+            sel = dj.select(q2, cache, clamped, bt, table, cfg, path="mask")
+            wants[cap] = (idx, table.blocks, table.count, table.valid_lens, sel, sel)
+        local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
+        step = dcp_both_paths(mesh, cfg, interleave, "topc" if interleave % 2 else "pmax")
+        got = (step if eager else jax.jit(step))(
+            q, local_caches, local_tables, jnp.asarray(lens), q2
+        )
+        names = ("top-k", "blocks", "count", "valid_lens", "mask select", "sparse select")
+        for name, g, x in zip(names, got, wants[cap]):
+            np.testing.assert_array_equal(
+                np.asarray(g), np.asarray(x), err_msg=f"I={interleave} {name}"
+            )
+
+
+def test_dcp_speculative_rows_at_every_interleave_equal_one_device(rng):
+    """next_n = 2 on 2 devices, interleaves 1-8. Before the fix the logits kernels were given
+    each request's local length, so a device's row j saw `L_local - next_n + 1 + j` positions
+    instead of its own share of the row's `L - next_n + 1 + j` (I=1: a length-2 request's first
+    row lost its only position on device 0)."""
+    check_dcp_edges(rng, 2, range(1, 9), next_n=2)
+
+
+@pytest.mark.parametrize("w,interleave,next_n", [(4, 3, 2), (8, 2, 1)])
+def test_dcp_edge_lengths_on_more_devices_equal_one_device(rng, w, interleave, next_n):
+    check_dcp_edges(rng, w, [interleave], next_n)
+
+
+def test_dcp_eager_shard_map_equals_one_device(rng):
+    """Without jit: inside shard_map the lengths are still tracers, clamped the same way."""
+    check_dcp_edges(rng, 2, [3], next_n=2, eager=True)
+
+
+def test_dcp_capacity_is_what_every_device_holds():
+    for w in (1, 2, 3, 8):
+        for i in (1, 2, 3, 5, 8):
+            for local_cap in (1, 7, 16, 48):
+                g = sharding.dcp_capacity(local_cap, w, i)
+                held = [
+                    int(sharding.dcp_local_length(jnp.array([g]), w, r, i)[0]) for r in range(w)
+                ]
+                assert max(held) <= local_cap, (w, i, local_cap)
+                # One more global position would need a position past some device's capacity.
+                more = [
+                    int(sharding.dcp_local_length(jnp.array([g + 1]), w, r, i)[0]) for r in range(w)
+                ]
+                assert max(more) > local_cap, (w, i, local_cap)
+
+
+def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
+    """Ends past T (and negative starts), traced: PCP clamps them to the T real keys as one
+    device does, not to the padded gathered buffer (W·ceil(T/W) keys, whose zero keys a row
+    would otherwise see); `num_keys` is what tells T."""
+    from functools import partial
+
+    from factories import query
+    from jax.sharding import PartitionSpec as P
+
+    w, t = 4, 90  # chunks of 23: two padding keys
+    mesh = mesh_of(w)
+    cfg = small_config()
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, cfg.head_dim)), jnp.float32))
+    starts = jnp.array([-3, 0, 80, 85, 0, 88, 10, 95], jnp.int32)
+    ends = jnp.array([99, 92, 91, 200, 30, 89, 5, 97], jnp.int32)
+    q, q2 = (query(rng, 2 * w, 1, cfg.num_heads, cfg.head_dim) for _ in range(2))
+
+    def one_device(qa, qb, s, e):
+        idx, table = dj.publish_prefill(qa, keys, s, e, cfg)
+        return idx, table, dj.select_prefill(qb, keys, s, e, table, cfg)
+
+    want = jax.jit(one_device)(q, q2, starts, ends)
+    chunk = -(-t // w)
+    pad = lambda x: jnp.pad(x, [(0, chunk * w - t)] + [(0, 0)] * (x.ndim - 1))  # noqa: E731
+    padded = dj.KeyBuffer(pad(keys.values), pad(keys.scales))
+
+    @jax.jit
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    def step(qa, qb, mine, s, e):
+        kw = dict(axis="x", num_keys=t)
+        idx, table = sharding.pcp_publish_prefill(qa, mine, s, e, cfg, **kw)
+        return idx, table, sharding.pcp_select_prefill(qb, mine, s, e, table, cfg, **kw)
+
+    got = step(q, q2, padded, starts, ends)
+    for g, x in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(x))
+
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 4, out_specs=P("x"), check_vma=False)
+    def wrong_t(qa, mine, s, e):
+        return sharding.pcp_publish_prefill(qa, mine, s, e, cfg, axis="x", num_keys=60)[0]
+
+    with pytest.raises(ValueError, match=r"num_keys must be the T keys before padding.*\(69, 92\]"):
+        jax.jit(wrong_t)(q, padded, starts, ends)
+
+
+def test_dcp_select_inside_a_hand_made_table_equals_one_device(rng):
+    """Repeated, unordered, negative, out-of-row and wrapping block ids with junk count /
+    valid_lens / physical: both DCP consumer paths select what one device's mask path does."""
+    from functools import partial
+
+    from jax.sharding import PartitionSpec as P
+
+    w, next_n, m = 2, 2, dj.INT32_MAX
+    mesh, cfg = mesh_of(w), small_config(next_n=next_n)
+    batch, global_pages, pages_local = 3, 6, 3
+    lens = np.array([30, 2, 96], np.int32)
+    global_keys = [tied_keys(rng, global_pages * 16, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    q = queries(rng, batch, next_n)
+    rows = [[1, 1, 3, 3, 2, m], [-1, 20, 0, m, m, m], [7, 5, 2**30, 6, -(2**31), 23]]
+    blocks = jnp.asarray(np.repeat(np.array(rows, np.int32), next_n, axis=0))
+    n = len(blocks)
+    table = dj.CandidateTable(
+        blocks, jnp.full((n,), 2), jnp.full((n,), 7), jnp.full((n, 6), 3), block_size=4
+    )
+    want = dj.select(q, cache, jnp.asarray(lens), bt, table, cfg, path="mask")
+    assert (np.asarray(want) >= 0).sum() > 0
+    for interleave in (1, 3, 8):
+        local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
+
+        @jax.jit
+        @partial(
+            jax.shard_map,
+            mesh=mesh,
+            in_specs=(P(), P("x"), P("x"), P(), P()),
+            out_specs=P(),
+            check_vma=False,
+        )
+        def consumers(q, caches, tables, ctx, t):
+            local = dj.PagedIndexCache(caches[0])
+            kw = dict(axis="x", interleave=interleave)  # noqa: B023 - traced right here
+            return [
+                sharding.dcp_select(q, local, tables[0], ctx, t, cfg, path=p, **kw)
+                for p in ("mask", "sparse")
+            ]
+
+        got = consumers(q, local_caches, local_tables, jnp.asarray(lens), table)
+        for path, sel in zip(("mask", "sparse"), got):
+            np.testing.assert_array_equal(np.asarray(sel), np.asarray(want), err_msg=f"{path}")

@@ -40,7 +40,8 @@ def block_amax(
 
     Returns float32 `[rows, ceil(N / B)]`.
     """
-    scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
+    scores = _checks.array(scores, "scores", ranked=True)
+    lengths = _checks.array(lengths, "lengths")
     starts = None if starts is None else _checks.array(starts, "starts")
     _checks.score_rows(scores, lengths, starts)
     block_size = _checks.positive_int(block_size, "block_size")

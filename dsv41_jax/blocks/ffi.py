@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import _ext
+from dsv41_jax import _checks, _ext
 from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
@@ -37,10 +37,11 @@ def sort_candidate_blocks(
         jax.ShapeDtypeStruct((rows,), i32),
         jax.ShapeDtypeStruct((rows, c), i32),
     )
+    # Saturated, not wrapped (the contract's index types): an int64 id 2**32 + 3 is no block 3.
     blocks, count, valid, physical = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
-        selected.astype(i32),
-        lengths.astype(i32),
-        block_table.astype(i32),
+        _checks.int32(selected),
+        _checks.int32(lengths),
+        _checks.int32(block_table),
         block_size=np.int32(block_size),
         page_size=np.int32(page_size),
     )

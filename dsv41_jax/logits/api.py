@@ -33,6 +33,7 @@ def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> No
             f"query must be a QueryBundle (make one with dsv41_jax.quantize_queries), got "
             f"{type(query).__name__}"
         )
+    query.check_one_layer("query")
     if query.format != format:
         raise ValueError(
             f"query.format {query.format!r} does not match the {what} ({format!r}): quantize the "
@@ -106,7 +107,9 @@ def paged_mqa_logits(
       float32 `[batch·next_n, num_columns]`. Columns at or past a row's length hold -inf in the
       reference (kernels may leave them unwritten: no selection op reads past a row's length);
       positions on a page id outside `[0, num_pages)` hold NaN. Lengths are clamped to
-      `[0, num_columns]`; lengths known at trace time outside it raise ValueError.
+      `[0, min(num_columns, max_pages·page_size)]` (`rows.clamp_lengths`: the request's
+      length, before its rows are derived); lengths known at trace time outside it raise
+      ValueError.
     """
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -133,9 +136,12 @@ def sparse_paged_mqa_logits(
     """MQA logits of the published candidate blocks only (the consumer's sparse path).
 
     Returns `[rows, C·B]`: column `j` scores position `table.blocks[r, j // B]·B + j % B` for
-    `j < table.valid_lens[r]`. The reference gives float32 with -inf in the other columns; the
-    "ffi" implementation (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives
-    bfloat16 with the other columns unspecified. Same formula as `paged_mqa_logits`.
+    `j < table.valid_lens[r]`. The table must be canonical (as `publish` and
+    `sort_candidate_blocks` return it): the reference reads `blocks`, the kernels `physical`
+    (SM90) or `blocks` (SM100) with `valid_lens`; `select` rebuilds any table it is given.
+    The reference gives float32 with -inf in the other columns; the "ffi" implementation
+    (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives bfloat16 with the
+    other columns unspecified. Same formula as `paged_mqa_logits`.
     """
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -144,11 +150,8 @@ def sparse_paged_mqa_logits(
         raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
     block_size = _checks.positive_int(block_size, "block_size")
     table.check_block_size(block_size, "block_size")
-    rows = query.num_rows
-    _checks.shape(table.blocks, (rows, None), "table.blocks")
-    for name in ("count", "valid_lens"):
-        _checks.shape(getattr(table, name), (rows,), f"table.{name}")
-    lens = row_lengths(context_lens, query.next_n)
+    table.check_arrays(query.num_rows, "table")
+    lens = row_lengths(context_lens, query.next_n, block_table.shape[1] * cache.page_size)
     bt = row_block_table(block_table, query.next_n)
     return SPARSE_PAGED_MQA_LOGITS(implementation, query, cache, table, lens, bt, block_size)
 
@@ -199,6 +202,7 @@ def check_ragged(
             f"keys must be a KeyBuffer (make one with dsv41_jax.quantize_keys), got "
             f"{type(keys).__name__}"
         )
+    keys.check_one_layer("keys")
     check_query(query, keys.head_dim, keys.format, "keys")
     if query.next_n != 1:
         raise ValueError(f"mqa_logits: query must have next_n == 1, got {query.next_n}")

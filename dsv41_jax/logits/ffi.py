@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext
-from dsv41_jax.rows import row_block_table, row_lengths
+from dsv41_jax.rows import clamp_lengths, prefill_ranges, row_block_table, row_lengths
 from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
@@ -59,7 +59,7 @@ def paged_mqa_logits(
     if why := sm90_paged_declines(query, cache, max_pages, num_columns):
         raise NotImplementedError(f"{TARGET}: {why}")
     # The kernel trusts lengths: clamp them to the page table so nothing is read past it.
-    lens = jnp.clip(_checks.int32(context_lens), 0, max_pages * 64)
+    lens = clamp_lengths(context_lens, max_pages * 64)
     out = (
         jax.ShapeDtypeStruct((query.num_rows, num_columns), jnp.float32),
         jax.ShapeDtypeStruct((_ext.limit("sm90_schedule_rows"), 2), jnp.int32),
@@ -107,7 +107,7 @@ def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
         ],
     )
     rows, n = query.num_rows, query.next_n
-    lens = row_lengths(jnp.clip(_checks.int32(context_lens), 0, max_pages * p), n)
+    lens = row_lengths(context_lens, n, min(max_pages * p, num_columns))
     bt = row_block_table(block_table, n)
     split = _ext.limit("sm100_logits_split")  # the kernel writes whole splits of positions
     width = -(-max(num_columns, max_pages * p) // split) * split
@@ -299,8 +299,7 @@ def mqa_logits(
     logits = logits.astype(jnp.float32)
     if relative:
         return logits
-    ks = jnp.clip(starts, 0, n)[:, None]
-    ke = jnp.clip(ends, ks[:, 0], n)[:, None]
+    ks, ke = (x[:, None] for x in prefill_ranges(starts, ends, n))
     t = jnp.arange(n)[None]
     moved = jnp.take_along_axis(logits, jnp.clip(t - ks, 0, n - 1), axis=1)
     return jnp.where((t >= ks) & (t < ke), moved, -jnp.inf)

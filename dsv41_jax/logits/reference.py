@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from dsv41_jax import _checks, quant
+from dsv41_jax.rows import prefill_ranges, row_lengths
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 _HIGHEST = lax.Precision.HIGHEST  # no TF32 on GPU: the reference is exact fp32
@@ -55,18 +56,20 @@ def paged_mqa_logits(
     q, next_n, p = dequantize_query(query), query.next_n, cache.page_size
     t = jnp.arange(num_columns)
     page_col = t // p
+    # Lengths clamped to what the page table holds (and the width), as the kernels clamp them.
+    capacity = min(block_table.shape[1] * p, num_columns)
+    rows = row_lengths(context_lens, next_n, capacity).reshape(query.batch, next_n)
 
     def one(args):
-        qb, wb, lb, bt = args
+        qb, wb, row_len, bt = args
         idx_ok = page_col < bt.shape[0]
         pages = jnp.where(idx_ok, bt[jnp.minimum(page_col, bt.shape[0] - 1)], -1)
         k, s = _cache_keys(cache, pages, t % p)
-        row_len = jnp.clip(lb - next_n + 1 + jnp.arange(next_n), 0, num_columns)
         out = _score(qb, wb, k, s)
         return jnp.where(t[None] < row_len[:, None], out, -jnp.inf)
 
     # One request at a time keeps the dequantized keys at [num_columns, D].
-    out = lax.map(one, (q, query.weights, _checks.int32(context_lens), block_table))
+    out = lax.map(one, (q, query.weights, rows, block_table))
     return out.reshape(query.num_rows, num_columns)
 
 
@@ -78,7 +81,8 @@ def sparse_paged_mqa_logits(
     row_block_table: jax.Array,
     block_size: int,
 ) -> jax.Array:
-    q = dequantize_query(query).reshape(query.num_rows, 1, query.num_heads, -1)
+    q = dequantize_query(query)
+    q = q.reshape(query.num_rows, 1, query.num_heads, q.shape[-1])  # no -1: rows may be 0
     w = query.weights.reshape(query.num_rows, 1, query.num_heads)
     p, c = cache.page_size, table.num_candidates
     j = jnp.arange(c * block_size)
@@ -87,7 +91,8 @@ def sparse_paged_mqa_logits(
         qr, wr, blocks, valid, length, bt = args
         blk = blocks[j // block_size]
         pos = jnp.where(blk == INT32_MAX, 0, blk) * block_size + j % block_size
-        ok = (j < valid) & (blk != INT32_MAX) & (pos < length) & (pos // p < bt.shape[0])
+        ok = (j < valid) & (blk >= 0) & (blk != INT32_MAX) & (pos < length)
+        ok &= pos // p < bt.shape[0]
         pages = jnp.where(ok, bt[jnp.clip(pos // p, 0, bt.shape[0] - 1)], 0)
         k, s = _cache_keys(cache, pages, pos % p)
         return jnp.where(ok, _score(qr, wr, k, s)[0], -jnp.inf)
@@ -99,7 +104,8 @@ def sparse_paged_mqa_logits(
 def mqa_logits(
     query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array, relative: bool
 ) -> jax.Array:
-    q = dequantize_query(query).reshape(query.num_rows, query.num_heads, -1)
+    q = dequantize_query(query)
+    q = q.reshape(query.num_rows, query.num_heads, q.shape[-1])  # no -1: rows may be 0
     w = query.weights.reshape(query.num_rows, query.num_heads)
     if keys.format == "fp8":
         k, s = keys.values.astype(jnp.float32), keys.scales
@@ -112,9 +118,8 @@ def mqa_logits(
         qr, wr, ks, ke = args
         out = _score(qr[None], wr[None], k, s)[0]
         if relative:  # column j is key ks + j
-            ks, ke = jnp.clip(ks, 0, n), jnp.clip(ke, 0, n)
             out = jnp.take(out, jnp.minimum(ks + t, n - 1))
             return jnp.where(t < ke - ks, out, -jnp.inf)
         return jnp.where((t >= ks) & (t < ke), out, -jnp.inf)
 
-    return lax.map(one, (q, w, _checks.int32(starts), _checks.int32(ends)))
+    return lax.map(one, (q, w, *prefill_ranges(starts, ends, n)))

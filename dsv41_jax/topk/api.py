@@ -59,13 +59,15 @@ def topk(
     Returns:
       int32 `[rows, k]` logical positions (relative to `starts`).
     """
-    scores, lengths = _checks.array(scores, "scores"), _checks.array(lengths, "lengths")
+    scores = _checks.array(scores, "scores", ranked=True)
+    lengths = _checks.array(lengths, "lengths")
     starts = None if starts is None else _checks.array(starts, "starts")
     rows = _checks.score_rows(scores, lengths, starts)
     k = _checks.positive_int(k, "k")
     block_size = _checks.positive_int(block_size, "block_size")
     if isinstance(candidates, CandidateTable):
         candidates.check_block_size(block_size, "block_size")
+        candidates.check_arrays(rows, "candidates")
         candidates = candidates.blocks
     if candidates is not None:
         candidates = _checks.array(candidates, "candidates")
@@ -81,11 +83,16 @@ def sparse_columns_to_positions(
     """Sparse-row columns -> logical positions: `j -> blocks[j // B]·B + j % B`; -1 stays -1.
 
     Ascending columns map to ascending positions (the table is ascending), so a top-k over the
-    sparse row stays in the contract's order.
+    sparse row stays in the contract's order. A column of a negative or padding block maps to
+    -1.
     """
     columns = _checks.array(columns, "columns")
+    if not isinstance(table, CandidateTable):
+        raise ValueError(f"table must be a CandidateTable, got {type(table).__name__}")
+    table.check_arrays(None, "table")
     _checks.rank(columns, 2, "columns")
     _checks.shape(columns, (table.num_rows, None), "columns")
+    _checks.integer(columns, "columns")
     table.check_block_size(block_size, "block_size")
     return reference.sparse_columns_to_positions(columns, table, block_size)
 
@@ -141,7 +148,7 @@ def select_candidate_blocks(
     Returns:
       int32 `[rows, C]` block ids, ascending, padded with -1.
     """
-    block_scores = _checks.array(block_scores, "block_scores")
+    block_scores = _checks.array(block_scores, "block_scores", ranked=True)
     lengths = _checks.array(lengths, "lengths")
     _checks.rank(block_scores, 2, "block_scores")
     _checks.floating(block_scores, "block_scores")

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from dsv41_jax import _checks
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.rows import shift_rows
-from dsv41_jax.types import CandidateTable
+from dsv41_jax.types import INT32_MAX, CandidateTable
 
 
 def topk(
@@ -37,7 +37,10 @@ def sparse_columns_to_positions(
     columns: jax.Array, table: CandidateTable, block_size: int
 ) -> jax.Array:
     blk = jnp.take_along_axis(table.blocks, jnp.maximum(columns, 0) // block_size, axis=1)
-    return jnp.where(columns >= 0, blk * block_size + columns % block_size, -1)
+    # A column of a padding or negative block names no position (only a table that is not
+    # canonical has one below its valid_lens): -1, never a negative or wrapped position.
+    ok = (columns >= 0) & (blk >= 0) & (blk != INT32_MAX)
+    return jnp.where(ok, blk * block_size + columns % block_size, -1).astype(jnp.int32)
 
 
 def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: int) -> jax.Array:
