@@ -291,35 +291,6 @@ def test_gather_kernel_on_the_stand_in(simt_topk, rng):
                 np.testing.assert_array_equal(scales.view(np.uint32), nan.view(np.uint32))
 
 
-def test_mark_invalid_pages_kernel_on_the_stand_in(simt_topk, rng):
-    """Positions on page ids outside [0, num_pages) become NaN, up to each row's visible
-    length; the rest of the logits is untouched (cuda/smxx_page_transform)."""
-    from selection import emulate_page_kernel
-
-    batch, next_n, pages, num_pages, p = 3, 2, 5, 7, 64
-    stride = pages * p
-    logits = rng.standard_normal((batch * next_n, stride)).astype(np.float32)
-    lens = np.array([300, 0, 320], np.int32)
-    bt = rng.integers(0, num_pages, (batch, pages)).astype(np.int32)
-    bt[0, 1], bt[0, 4], bt[2, 0], bt[2, 4] = -1, num_pages, 2**31 - 1, -7
-    got = emulate_page_kernel(
-        simt_topk,
-        "mark",
-        (batch, next_n, pages, num_pages, stride, p),
-        (logits, lens, bt),
-        np.float32,
-        logits.shape,
-    )
-    want = logits.copy()
-    for b in range(batch):
-        for j in range(next_n):
-            visible = max(int(lens[b]) - next_n + 1 + j, 0)
-            for c in range(pages):
-                if not 0 <= bt[b, c] < num_pages:
-                    want[b * next_n + j, c * p : min((c + 1) * p, visible)] = np.nan
-    np.testing.assert_array_equal(got, want)
-
-
 def test_ragged_rows_kernel_on_the_stand_in(simt_topk):
     """The prefill rows' preparation (cuda/smxx_ragged_rows): ranges clamped to
     0 <= ks <= ke <= cols, -inf past each row's keys and nothing else written, padding rows

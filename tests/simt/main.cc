@@ -97,8 +97,6 @@ static int RunSort(const char* case_path, const char* out_path) {
 //           [rows, candidates] -> uint8 out [rows * candidates / 8 * 8448]
 //   l2p:    h = {rows, k, max_pages, page_size}; int32 indices [rows, k], block_table
 //           [rows, max_pages] -> int32 out [rows, k]
-//   mark:   h = {batch, next_n, max_pages, num_pages, stride, page_size}; float logits
-//           [batch * next_n, stride] (in/out); int32 lens [batch], block_table [batch, max_pages]
 //   ragged: h = {rows, rows_padded, cols}; int32 starts [rows], ends [rows] -> float logits
 //           [rows, cols] (poisoned), then uint32 ranges [2 * rows_padded]
 //   amax:   h = {rows, stride, n, nb, block_size, pin_newest}; float scores [rows, stride], int32
@@ -127,17 +125,6 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
                                    int32_t(h[3]), nullptr);
     out.assign(reinterpret_cast<uint8_t*>(result.data()),
                reinterpret_cast<uint8_t*>(result.data() + result.size()));
-  } else if (which == "mark") {
-    std::vector<float> logits;
-    std::vector<int32_t> lens, table;
-    if (!Read(f, logits, h[0] * h[1] * h[4]) || !Read(f, lens, h[0]) ||
-        !Read(f, table, h[0] * h[2])) {
-      return 2;
-    }
-    dsv41::LaunchMarkInvalidPages(logits.data(), h[4], lens.data(), table.data(), h[0], h[2],
-                                  h[3], int32_t(h[1]), int32_t(h[5]), nullptr);
-    out.assign(reinterpret_cast<uint8_t*>(logits.data()),
-               reinterpret_cast<uint8_t*>(logits.data() + logits.size()));
   } else if (which == "ragged") {
     std::vector<int32_t> starts, ends;
     if (!Read(f, starts, h[0]) || !Read(f, ends, h[0])) return 2;
@@ -182,7 +169,7 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
-  if (which == "gather" || which == "l2p" || which == "mark" || which == "ragged" ||
+  if (which == "gather" || which == "l2p" || which == "ragged" ||
       which == "amax" || which == "cols") {
     return RunPageKernel(which, argv[2], argv[3]);
   }
