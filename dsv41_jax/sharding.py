@@ -52,6 +52,7 @@ from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions,
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 __all__ = [
+    "dcp_capacity",
     "dcp_local_length",
     "dcp_local_to_global",
     "dcp_publish",
@@ -253,7 +254,7 @@ def _dcp_topk(
     return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
 
-def bound_axis(axis: str, fn: str) -> tuple[int, jax.Array]:
+def _bound_axis(axis: str, fn: str) -> tuple[int, jax.Array]:
     """(size, this device's index) of mesh axis `axis`, or a ValueError naming `fn` and the
     axis when the call is not inside a `shard_map` over it (JAX's own NameError does not say
     which call needs the axis)."""
@@ -289,7 +290,7 @@ def _dcp_rows(
     speculative rows that is not `L_local - next_n + 1 + j` (the share of L - 1 positions may
     equal that of L), so the logits kernels, which derive a request's rows that way, are
     handed every row as its own request (`rows_as_requests`)."""
-    world, rank = bound_axis(axis, fn)
+    world, rank = _bound_axis(axis, fn)
     global_context_lens = _checks.array(global_context_lens, "global_context_lens")
     _checks.shape(global_context_lens, (query.batch,), "global_context_lens")
     _checks.integer(global_context_lens, "global_context_lens")
@@ -591,7 +592,7 @@ def pcp_keys(keys: KeyBuffer, *, axis: str) -> KeyBuffer:
     if not isinstance(keys, KeyBuffer):
         raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
     keys.check_one_layer("keys")
-    bound_axis(axis, "pcp_keys")
+    _bound_axis(axis, "pcp_keys")
     gather = functools.partial(lax.all_gather, axis_name=axis, axis=0, tiled=True)
     return KeyBuffer(gather(keys.values), gather(keys.scales), keys.format)
 
@@ -609,7 +610,7 @@ def _pcp_inputs(
 
     The gathered buffer ends with the padding rule's zero keys: a traced end past T would reach
     them where one device clamps it to T, so the ranges are clamped to T first."""
-    bound_axis(axis, fn)
+    _bound_axis(axis, fn)
     full = pcp_keys(keys, axis=axis)
     padded = full.num_tokens
     if num_keys is None:
