@@ -141,6 +141,27 @@ def publish(
     return _publish(query, cache, context_lens, block_table, config, shared(implementation))
 
 
+def _runs_fused(
+    op: str,
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    implementation: Implementation,
+    declined: str | None = None,
+) -> bool:
+    """Whether layer `op` runs as one custom call (`fused.declines`, or `declined` when given,
+    says why not), recorded for `dsv41_jax.info` either way. It checks the inputs as
+    `paged_mqa_logits` would first, since the fused call skips that op."""
+    why = declined or fused.declines(query, cache, block_table, implementation)
+    if why is None:
+        check_paged(query, cache, context_lens, block_table)
+        record(f"{op}: layer", "fused (one custom call)")
+        return True
+    record(f"{op}: layer", "op by op", [("fused", why)])
+    return False
+
+
 def _publish(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -151,12 +172,9 @@ def _publish(
     share: fused.Shared | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers)."""
-    if (why := fused.declines(query, cache, block_table, implementation)) is None:
-        check_paged(query, cache, context_lens, block_table)
-        record("publish: layer", "fused (one custom call)")
+    if _runs_fused("publish", query, cache, context_lens, block_table, implementation):
         share = share or fused.Shared.of(context_lens, block_table, query.next_n)
         return fused.publish(query, cache, block_table, share, config)
-    record("publish: layer", "op by op", [("fused", why)])
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
@@ -284,18 +302,13 @@ def _select(
             page_size=cache.page_size,
             implementation=implementation,
         )
-    unfused = fused.declines(query, cache, block_table, implementation)
-    if unfused is None and path == "sparse":
-        unfused = fused.sparse_declines(query, cache, table)
-    if unfused is None:
-        check_paged(query, cache, context_lens, block_table)
-        record("select: layer", "fused (one custom call)")
+    sparse_why = fused.sparse_declines(query, cache, table) if path == "sparse" else None
+    if _runs_fused("select", query, cache, context_lens, block_table, implementation, sparse_why):
         if path == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
             return fused.sparse_select(query, cache, table, sparse_share, k)
         share = share or fused.Shared.of(context_lens, block_table, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k, table.blocks, b)
-    record("select: layer", "op by op", [("fused", unfused)])
     if path == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
@@ -416,12 +429,9 @@ def _dense_select(
     share: fused.Shared | None = None,
 ) -> jax.Array:
     """The top-k over a layer's whole context (`share`: as in `_select`)."""
-    if (why := fused.declines(query, cache, block_table, implementation)) is None:
-        check_paged(query, cache, context_lens, block_table)
-        record("select: layer", "fused (one custom call)")
+    if _runs_fused("select", query, cache, context_lens, block_table, implementation):
         share = share or fused.Shared.of(context_lens, block_table, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k)
-    record("select: layer", "op by op", [("fused", why)])
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
