@@ -25,7 +25,8 @@ import numpy as np
 from dsv41_jax import _checks, _ext
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
-from dsv41_jax.ordering import num_blocks
+from dsv41_jax.logits.api import logits_width
+from dsv41_jax.ordering import every_block
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import ffi as topk_ffi
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
@@ -63,12 +64,9 @@ def declines(query: QueryBundle, cache: PagedIndexCache, block_table, implementa
     except _ext.ExtensionUnavailable as e:
         return str(e)
     max_pages = block_table.shape[1]
-    return logits_ffi.sm90_paged_declines(query, cache, max_pages, _columns(max_pages))
-
-
-def _columns(max_pages: int) -> int:
-    """The logits width of `paged_mqa_logits`: the page table in whole 256-position splits."""
-    return -(-max_pages * 64 // 256) * 256
+    return logits_ffi.sm90_paged_declines(
+        query, cache, max_pages, logits_width(max_pages, cache.page_size)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +79,8 @@ class Shared:
     schedule: jax.Array
 
     @classmethod
-    def of(cls, context_lens, block_table, next_n: int) -> Shared:
-        lens = clamp_lengths(context_lens, block_table.shape[1] * 64)
+    def of(cls, context_lens, block_table, cache: PagedIndexCache, next_n: int) -> Shared:
+        lens = clamp_lengths(context_lens, block_table.shape[1] * cache.page_size)
         return cls(lens, row_lengths(lens, next_n), schedule(lens, next_n))
 
 
@@ -96,8 +94,9 @@ def _select_attr(algorithm: str) -> np.int32:
     return np.int32(_ext.limit(f"select_{algorithm}"))
 
 
-def _logits_shape(query: QueryBundle, block_table) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct((query.num_rows, _columns(block_table.shape[1])), jnp.float32)
+def _logits_shape(query: QueryBundle, cache: PagedIndexCache, block_table) -> jax.ShapeDtypeStruct:
+    width = logits_width(block_table.shape[1], cache.page_size)
+    return jax.ShapeDtypeStruct((query.num_rows, width), jnp.float32)
 
 
 def dense_select(
@@ -111,11 +110,11 @@ def dense_select(
 ) -> jax.Array:
     """The top-k of a layer's dense logits (inside `members`' blocks when given): int32
     `[rows, k]`."""
-    logits = _logits_shape(query, block_table)
+    logits = _logits_shape(query, cache, block_table)
+    algorithm = topk_ffi.algorithm_for(logits, k, members, block_size)
     has_members = members is not None
-    if not has_members:  # a dummy column, never read
+    if members is None:  # a dummy column, never read
         members = jnp.zeros((query.num_rows, 1), jnp.int32)
-    algorithm = topk_ffi.algorithm_for(logits, k, members if has_members else None, block_size)
     out = (jax.ShapeDtypeStruct((query.num_rows, k), jnp.int32), logits)
     selected, _ = jax.ffi.ffi_call(DENSE_SELECT, out, vmap_method="sequential")(
         query.values,
@@ -140,13 +139,12 @@ def publish(
     """The candidate source layer: its top-k and the published table (see indexer.publish)."""
     rows, k = query.num_rows, config.index_topk
     b, c = config.candidate_block_size, config.candidate_topk_blocks
-    logits = _logits_shape(query, block_table)
+    logits = _logits_shape(query, cache, block_table)
     nb = -(-logits.shape[1] // b)
     all_blocks = nb <= c  # every block of every row is a candidate: no block scores, no top-C
     i32, f32 = jnp.int32, jnp.float32
-    if all_blocks:  # ascending ids, -1 padded: what the top-C select returns then
-        ids = jnp.arange(c, dtype=i32)[None]
-        all_selected = jnp.where(ids < num_blocks(shared.rows, b)[:, None], ids, -1)
+    if all_blocks:
+        all_selected = every_block(shared.rows, c, b)
         scores_ws, selected_ws = (
             jax.ShapeDtypeStruct((1, 1), f32),
             jax.ShapeDtypeStruct((1, 1), i32),
@@ -208,13 +206,6 @@ class SparseShared:
         pages = c // 8  # 8 blocks of 8 per 64-token page
         compact = jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
         return cls(lens, schedule(lens, 1), compact)
-
-
-def sparse_declines(
-    query: QueryBundle, cache: PagedIndexCache, table: CandidateTable
-) -> str | None:
-    """Why a consumer does not run the fused sparse select (None: it does), beyond `declines`."""
-    return logits_ffi.sm90_sparse_declines(query, cache, table.num_candidates, table.block_size)
 
 
 def sparse_select(

@@ -19,7 +19,7 @@ from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.logits.api import check_paged, check_ragged
-from dsv41_jax.ordering import num_blocks
+from dsv41_jax.ordering import every_block
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -95,9 +95,7 @@ def _publish_from_logits(
         # No row can have more than C blocks, so every block is a candidate: exactly what
         # select_candidate_blocks returns then (ascending ids, -1 padded), without the block
         # scores or their top-C (two kernels of a short-context step).
-        ids = jnp.arange(c, dtype=jnp.int32)[None]
-        nblocks = jnp.minimum(num_blocks(lens, b), nb)[:, None]
-        selected = jnp.where(ids < nblocks, ids, -1)
+        selected = every_block(jnp.minimum(lens, logits.shape[1]), c, b)
     else:
         scores = block_amax(logits, lens, block_size=b, implementation=implementation)
         selected = select_candidate_blocks(
@@ -173,7 +171,7 @@ def _publish(
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers)."""
     if _runs_fused("publish", query, cache, context_lens, block_table, implementation):
-        share = share or fused.Shared.of(context_lens, block_table, query.next_n)
+        share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.publish(query, cache, block_table, share, config)
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
@@ -302,12 +300,14 @@ def _select(
             page_size=cache.page_size,
             implementation=implementation,
         )
-    sparse_why = fused.sparse_declines(query, cache, table) if path == "sparse" else None
+    sparse_why = None
+    if path == "sparse":  # the compact sparse row: what the fused sparse layer takes
+        sparse_why = logits_ffi.sm90_sparse_declines(query, cache, table.num_candidates, b)
     if _runs_fused("select", query, cache, context_lens, block_table, implementation, sparse_why):
         if path == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
             return fused.sparse_select(query, cache, table, sparse_share, k)
-        share = share or fused.Shared.of(context_lens, block_table, query.next_n)
+        share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k, table.blocks, b)
     if path == "mask":
         logits = paged_mqa_logits(
@@ -430,7 +430,7 @@ def _dense_select(
 ) -> jax.Array:
     """The top-k over a layer's whole context (`share`: as in `_select`)."""
     if _runs_fused("select", query, cache, context_lens, block_table, implementation):
-        share = share or fused.Shared.of(context_lens, block_table, query.next_n)
+        share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k)
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation

@@ -13,6 +13,7 @@ import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext
 from dsv41_jax.config import IndexerConfig
+from dsv41_jax.logits.api import logits_width
 from dsv41_jax.types import _row_bytes
 
 __all__ = ["Choice", "decode_step", "device", "explain"]
@@ -104,8 +105,7 @@ def decode_step(
     batch = _checks.positive_int(batch, "batch")
     context = _checks.positive_int(context, "context")
     pages = -(-context // cfg.page_size)
-    width = -(-pages * cfg.page_size // 256) * 256  # the logits row, whole 256-position splits
-    if width > _checks.INT32_MAX:
+    if logits_width(pages, cfg.page_size) > _checks.INT32_MAX:
         raise ValueError(f"context must be at most 2**31 - 256 positions, got {context}")
     if batch * pages * cfg.page_size > _checks.INT32_MAX:
         raise ValueError(

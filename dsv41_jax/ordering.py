@@ -16,6 +16,13 @@ def num_blocks(lengths: jax.Array, block_size: int) -> jax.Array:
     return n // block_size + (n % block_size != 0).astype(jnp.int32)
 
 
+def every_block(lengths: jax.Array, num_candidates: int, block_size: int) -> jax.Array:
+    """int32 `[rows, C]`: every block of each row, ascending, -1 padded: what the top-C block
+    selection returns when no row has more than C blocks."""
+    ids = jnp.arange(num_candidates, dtype=jnp.int32)[None]
+    return jnp.where(ids < num_blocks(lengths, block_size)[:, None], ids, -1)
+
+
 def ordered_select(
     scores: jax.Array,
     eligible: jax.Array,

@@ -123,11 +123,13 @@ class TwoLevelIndexer:
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
         # The lengths, DeepGEMM's schedules and the compact page table, once for every layer
-        # (the fused layers read them; built only when the first layer runs fused).
+        # (the fused layers read them; built only when the first layer runs fused; what no
+        # layer reads, e.g. the sparse share when every consumer is dense, is dropped at
+        # lowering: tests/test_step_budget.py counts one schedule then).
         first = self.layers[0]
         share = sparse_share = None
         if fused.declines(queries[first], caches[first], block_table, impl) is None:
-            share = fused.Shared.of(context_lens, block_table, queries[first].next_n)
+            share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
         src, table, selections = self.source_layer, None, {}
         if src is not None:
             _check_paged_config(cfg, queries[src], caches[src])

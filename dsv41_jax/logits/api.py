@@ -26,6 +26,12 @@ SPARSE_PAGED_MQA_LOGITS = Op(
 MQA_LOGITS = Op("mqa_logits", ffi=ffi.mqa_logits, reference=reference.mqa_logits)
 
 
+def logits_width(max_pages: int, page_size: int) -> int:
+    """`paged_mqa_logits`' default width: the page table in whole 256-position splits (the
+    width DeepGEMM's kernel writes)."""
+    return -(-max_pages * page_size // 256) * 256
+
+
 def check_query(query: QueryBundle, head_dim: int, format: str, what: str) -> None:
     """The bundle's dtypes and shapes, and that it matches the keys it is scored against."""
     if not isinstance(query, QueryBundle):
@@ -115,7 +121,7 @@ def paged_mqa_logits(
     block_table = _checks.array(block_table, "block_table")
     check_paged(query, cache, context_lens, block_table)
     if num_columns is None:  # whole 256-position splits: the width DeepGEMM's kernel writes
-        num_columns = -(-block_table.shape[1] * cache.page_size // 256) * 256
+        num_columns = logits_width(block_table.shape[1], cache.page_size)
     num_columns = _checks.positive_int(num_columns, "num_columns")
     _checks.lengths_within(
         context_lens, num_columns, "context_lens", f"num_columns is {num_columns}"
