@@ -21,9 +21,26 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import fused, testing
+from dsv41_jax import _ext, fused, testing
 
 LAYERS = (20, 24, 28, 32, 36)
+# The step's variants the loop times: name -> fused.step_mode, and name -> the row's label.
+STEP_VARIANTS = {
+    "step": "graphs",
+    "step one call direct": "direct",
+    "step one call traced": "traced",
+    "step a call a layer": "layers",
+}
+STEP_LABELS = {
+    "step": "auto path (default)",
+    "step, stacked selections": "decode_stacked (one output array)",
+    "step one call direct": "one call, direct launches",
+    "step one call traced": "one call, XLA-captured",
+    "step a call a layer": "a call a layer",
+    "step op by op": "op by op",
+    "step, outputs kept": "auto path (default), outputs kept",
+    "step one call direct, outputs kept": "one call, direct launches, outputs kept",
+}
 LOOP_SHAPES_QUICK = ((1, 16384), (8, 16384), (8, 131072))
 LOOP_SHAPES = (*LOOP_SHAPES_QUICK, (64, 131072), (8, 1 << 20))
 
@@ -86,6 +103,19 @@ def measure(
     }
 
 
+def same_signature(step: Callable, *args: object) -> Callable:
+    """A jit with `step`'s inputs and outputs (every input kept, outputs of the same pytree,
+    shapes and dtypes) whose body is one small fusion: the host floor PjRt and the output
+    pytree set for that signature, which any step with these arguments pays."""
+    shapes = jax.eval_shape(step, *args)
+
+    def body(*a: object) -> object:
+        lens = jax.tree.leaves(a)[-2]  # context_lens
+        return jax.tree.map(lambda s: jnp.broadcast_to(lens[0].astype(s.dtype), s.shape), shapes)
+
+    return jax.jit(body, keep_unused=True)
+
+
 def bench_loop(rng, bw: float, quick: bool, row: Callable) -> list:
     """Span, host wall and kernel sum of the decode step (fused layers and op by op), publish and
     one select, with a trivial jit's host wall of the same rounds, per shape."""
@@ -103,28 +133,43 @@ def bench_loop(rng, bw: float, quick: bool, row: Callable) -> list:
         floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)
         qd, cd = dict(zip(LAYERS, qs)), dict(zip(LAYERS, caches))
         ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=LAYERS[1:])
-        step = jax.jit(lambda *a: ix.decode(*a))
+        steps = {}
+        for mode in ("graphs", "direct", "traced", "layers"):
+            steps[mode] = jax.jit(lambda *a: ix.decode(*a))
+            with fused.step_mode(mode):  # traced by this first call, inside the block
+                jax.block_until_ready(steps[mode](qd, cd, lens, bt))
         op_by_op = jax.jit(lambda *a: ix.decode(*a))
-        with fused.unfused():  # traced by this first call, inside the block
+        with fused.unfused():
             jax.block_until_ready(op_by_op(qd, cd, lens, bt))
+        stacked = jax.jit(ix.decode_stacked)
+        signature = same_signature(steps["graphs"], qd, cd, lens, bt)
+        signature_stacked = same_signature(stacked, qd, cd, lens, bt)
         publish = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))
         _, table = publish(qs[0], caches[0], lens, bt)
         select = jax.jit(lambda q, c, n, b, t: dj.select(q, c, n, b, t, cfg))
         variants = {
-            "step": (lambda: step(qd, cd, lens, bt), False),
+            name: (lambda f=steps[mode]: f(qd, cd, lens, bt), False)
+            for name, mode in STEP_VARIANTS.items()
+        }
+        variants |= {
+            "step, stacked selections": (lambda: stacked(qd, cd, lens, bt), False),
             "step op by op": (lambda: op_by_op(qd, cd, lens, bt), False),
-            "step, outputs kept": (lambda: step(qd, cd, lens, bt), True),
+            "step, outputs kept": (lambda: steps["graphs"](qd, cd, lens, bt), True),
+            "step one call direct, outputs kept": (
+                lambda: steps["direct"](qd, cd, lens, bt),
+                True,
+            ),
             "publish": (lambda: publish(qs[0], caches[0], lens, bt), False),
             "select": (lambda: select(qs[1], caches[1], lens, bt, table), False),
+            "signature": (lambda: signature(qd, cd, lens, bt), False),
+            "signature stacked": (lambda: signature_stacked(qd, cd, lens, bt), False),
             "trivial": (lambda: trivial(x), False),
         }
+        hits0, misses0 = _ext.decode_step_graph_stats()
         m = measure(variants)
+        hits, misses = _ext.decode_step_graph_stats()
         auto = "auto path (default)"
-        for name, label in (
-            ("step", auto),
-            ("step op by op", "op by op"),
-            ("step, outputs kept", f"{auto}, outputs kept"),
-        ):
+        for name, label in STEP_LABELS.items():
             rows.append(row("decode step span (pipelined)", shape, label, m[name]["span"], floor))
             rows.append(row("decode step host wall", shape, label, m[name]["host"], 0.0))
             rows.append(
@@ -133,11 +178,25 @@ def bench_loop(rng, bw: float, quick: bool, row: Callable) -> list:
         for name, op in (("publish", "publish (layer 20)"), ("select", "select (consumer layer)")):
             rows.append(row(f"{op} span (pipelined)", shape, auto, m[name]["span"], 0.0))
             rows.append(row(f"{op} host wall", shape, auto, m[name]["host"], 0.0))
+        for name, what in (("signature", "decode's"), ("signature stacked", "decode_stacked's")):
+            label = f"{what} inputs and outputs, one fusion"
+            rows.append(row("same-signature jit host wall", shape, label, m[name]["host"], 0.0))
         trivial_host = m["trivial"]["host"]
         rows.append(row("trivial jit host wall", shape, "jit(x + 1) [8, 16K]", trivial_host, 0.0))
         print(
             f"bench: loop {shape}: kernels/call step {m['step']['kernels']:.0f}, op by op "
-            f"{m['step op by op']['kernels']:.0f}",
+            f"{m['step op by op']['kernels']:.0f}; host − trivial jit "
+            + ", ".join(f"{n} {m[n]['host'] - m['trivial']['host']:.0f}" for n in STEP_LABELS)
+            + "; same-signature jits − trivial "
+            + ", ".join(
+                f"{n} {m[n]['host'] - m['trivial']['host']:.0f}"
+                for n in ("signature", "signature stacked")
+            ),
+            flush=True,
+        )
+        print(
+            f"bench: loop {shape}: the step's graph cache over these rounds: "
+            f"{hits - hits0} hits, {misses - misses0} misses",
             flush=True,
         )
     return rows

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,8 @@ SCHEDULE = "dsv41_sm90_paged_mqa_schedule"
 DENSE_SELECT = "dsv41_sm90_dense_select"
 PUBLISH = "dsv41_sm90_publish"
 SPARSE_SELECT = "dsv41_sm90_sparse_select"
+STEP = "dsv41_sm90_decode_step"
+STEP_TRACED = "dsv41_sm90_decode_step_traced"
 
 _enabled = True
 
@@ -133,6 +136,38 @@ def dense_select(
     return selected
 
 
+def _publish_workspaces(rows: int, logits: jax.ShapeDtypeStruct, shared: Shared, config):
+    """(all_blocks, all_selected, block-score and selected workspaces, select_c) of a publish:
+    when every block of every row is a candidate the table is every block (no block scores,
+    no top-C); else the block scores and the top-C blocks' workspaces."""
+    b, c = config.candidate_block_size, config.candidate_topk_blocks
+    nb = -(-logits.shape[1] // b)
+    i32, f32 = jnp.int32, jnp.float32
+    if nb <= c:
+        one = jax.ShapeDtypeStruct((1, 1), f32), jax.ShapeDtypeStruct((1, 1), i32)
+        return True, every_block(shared.rows, c, b), *one, "short"  # select_c unused
+    scores = jax.ShapeDtypeStruct((rows, nb), f32)
+    selected = jax.ShapeDtypeStruct((rows, c), i32)
+    return (
+        False,
+        jnp.zeros((1, 1), i32),
+        scores,
+        selected,
+        topk_ffi.algorithm_for(scores, c, None, b),
+    )
+
+
+def _table_shapes(rows: int, c: int) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """blocks, count, valid_lens, physical of a published table."""
+    i32 = jnp.int32
+    return (
+        jax.ShapeDtypeStruct((rows, c), i32),
+        jax.ShapeDtypeStruct((rows,), i32),
+        jax.ShapeDtypeStruct((rows,), i32),
+        jax.ShapeDtypeStruct((rows, c), i32),
+    )
+
+
 def publish(
     query: QueryBundle, cache: PagedIndexCache, block_table, shared: Shared, config: IndexerConfig
 ) -> tuple[jax.Array, CandidateTable]:
@@ -140,29 +175,12 @@ def publish(
     rows, k = query.num_rows, config.index_topk
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     logits = _logits_shape(query, cache, block_table)
-    nb = -(-logits.shape[1] // b)
-    all_blocks = nb <= c  # every block of every row is a candidate: no block scores, no top-C
-    i32, f32 = jnp.int32, jnp.float32
-    if all_blocks:
-        all_selected = every_block(shared.rows, c, b)
-        scores_ws, selected_ws = (
-            jax.ShapeDtypeStruct((1, 1), f32),
-            jax.ShapeDtypeStruct((1, 1), i32),
-        )
-        select_c = "short"  # unused
-    else:
-        all_selected = jnp.zeros((1, 1), i32)  # unused
-        scores_ws, selected_ws = (
-            jax.ShapeDtypeStruct((rows, nb), f32),
-            jax.ShapeDtypeStruct((rows, c), i32),
-        )
-        select_c = topk_ffi.algorithm_for(scores_ws, c, None, b)
+    all_blocks, all_selected, scores_ws, selected_ws, select_c = _publish_workspaces(
+        rows, logits, shared, config
+    )
     out = (
-        jax.ShapeDtypeStruct((rows, k), i32),
-        jax.ShapeDtypeStruct((rows, c), i32),
-        jax.ShapeDtypeStruct((rows,), i32),
-        jax.ShapeDtypeStruct((rows,), i32),
-        jax.ShapeDtypeStruct((rows, c), i32),
+        jax.ShapeDtypeStruct((rows, k), jnp.int32),
+        *_table_shapes(rows, c),
         logits,
         scores_ws,
         selected_ws,
@@ -203,9 +221,23 @@ class SparseShared:
     def of(cls, table: CandidateTable) -> SparseShared:
         rows, c = table.physical.shape
         lens = clamp_lengths(table.valid_lens, c * table.block_size)
-        pages = c // 8  # 8 blocks of 8 per 64-token page
-        compact = jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
-        return cls(lens, schedule(lens, 1), compact)
+        return cls(lens, schedule(lens, 1), _compact_table(rows, c))
+
+
+def _compact_table(rows: int, c: int) -> jax.Array:
+    """The compact cache's page table: row r's candidate blocks on pages r·C/8 onwards (8
+    blocks of 8 per 64-token page)."""
+    pages = c // 8
+    return jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
+
+
+def _sparse_workspaces(rows: int, c: int, b: int, k: int, row_bytes: int):
+    """The compact cache, the sparse row's logits and the chosen columns of a sparse select."""
+    return (
+        jax.ShapeDtypeStruct((rows * c // 8, 64, 1, row_bytes), jnp.uint8),
+        jax.ShapeDtypeStruct((rows, c * b), jnp.float32),
+        jax.ShapeDtypeStruct((rows, k), jnp.int32),
+    )
 
 
 def sparse_select(
@@ -218,13 +250,8 @@ def sparse_select(
     """A consumer's top-k over its candidate blocks only (the sparse row), as positions."""
     rows, c = table.physical.shape
     b = table.block_size
-    logits = jax.ShapeDtypeStruct((rows, c * b), jnp.float32)
-    out = (
-        jax.ShapeDtypeStruct((rows, k), jnp.int32),
-        jax.ShapeDtypeStruct((rows * c // 8, 64, 1, cache.data.shape[3]), jnp.uint8),
-        logits,
-        jax.ShapeDtypeStruct((rows, k), jnp.int32),
-    )
+    compact, logits, columns = _sparse_workspaces(rows, c, b, k, cache.data.shape[3])
+    out = (jax.ShapeDtypeStruct((rows, k), jnp.int32), compact, logits, columns)
     positions, *_ = jax.ffi.ffi_call(SPARSE_SELECT, out, vmap_method="sequential")(
         query.values,
         query.weights,
@@ -239,3 +266,125 @@ def sparse_select(
         block_size=np.int32(b),
     )
     return positions
+
+
+# How a whole decode step runs when every layer runs fused (`step_mode`, the benchmark only):
+# "graphs" one custom call replaying its launches as a cached CUDA graph (the default);
+# "direct" one custom call launching them; "traced" one custom call XLA captures into its own
+# command buffer; "layers" one custom call a layer.
+StepMode = Literal["graphs", "direct", "traced", "layers"]
+_step_mode: StepMode = "graphs"
+
+
+@contextlib.contextmanager
+def step_mode(mode: StepMode) -> Iterator[None]:
+    """Within the block, decode steps traced run as `mode` says (results are identical). Acts at
+    trace time; for the benchmark, not for serving code."""
+    global _step_mode
+    if mode not in ("graphs", "direct", "traced", "layers"):
+        raise ValueError(f"mode must be 'graphs', 'direct', 'traced' or 'layers', got {mode!r}")
+    previous, _step_mode = _step_mode, mode
+    try:
+        yield
+    finally:
+        _step_mode = previous
+
+
+def one_call_step() -> bool:
+    """Whether a decode step whose layers all run fused runs as one custom call."""
+    return _step_mode != "layers"
+
+
+Role = Literal["source", "dense", "mask", "sparse"]
+_ROLES: dict[str, int] = {"source": 0, "dense": 1, "mask": 2, "sparse": 3}
+
+
+def decode_step(
+    queries: Sequence[QueryBundle],
+    caches: Sequence[PagedIndexCache],
+    roles: Sequence[Role],
+    context_lens,
+    block_table,
+    config: IndexerConfig,
+    slots: Sequence[int] | None = None,
+) -> tuple[list[jax.Array], CandidateTable]:
+    """Every layer of a decode step as one custom call (ffi/sm90_decode_step.cu): layer 0 the
+    candidate source, each other layer a consumer ("dense": every block is a candidate,
+    "mask": inside the table's blocks, "sparse": over the candidate blocks only) or a plain
+    layer ("dense"). The same kernels, in the same order, as the layers called one by one, and
+    the lengths clamped as `Shared` does, in the call: bitwise their results, with no XLA
+    kernel beside the call. Returns every layer's top-k and the source's table; with `slots`,
+    the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`."""
+    assert roles and roles[0] == "source" and "source" not in roles[1:], roles
+    query, cache = queries[0], caches[0]
+    rows, k, next_n = query.num_rows, config.index_topk, query.next_n
+    b, c = config.candidate_block_size, config.candidate_topk_blocks
+    batch, max_pages = block_table.shape
+    logits = _logits_shape(query, cache, block_table)
+    nb = -(-logits.shape[1] // b)
+    all_blocks = nb <= c  # every block of every row is a candidate: no block scores, no top-C
+    i32, f32 = jnp.int32, jnp.float32
+
+    def ws(shape, dtype=i32, used=True):  # a workspace result, [1, ...] when unused
+        return jax.ShapeDtypeStruct(shape if used else (1,) * len(shape), dtype)
+
+    sparse = "sparse" in roles
+    members = jax.ShapeDtypeStruct((rows, c), i32)
+    sparse_logits = ws((rows, c * b), f32, sparse)
+    selects = [
+        topk_ffi.algorithm_for(
+            sparse_logits if role == "sparse" else logits,
+            k,
+            members if role == "mask" else None,
+            b,
+        )
+        for role in roles
+    ]
+    scores = ws((rows, nb), f32, not all_blocks)
+    select_c = "short" if all_blocks else topk_ffi.algorithm_for(scores, c, None, b)
+    schedule = ws((_ext.limit("sm90_schedule_rows"), 2))
+    out = (
+        *_table_shapes(rows, c),
+        *(
+            [jax.ShapeDtypeStruct((len(roles), rows, k), i32)]
+            if slots is not None
+            else [jax.ShapeDtypeStruct((rows, k), i32) for _ in roles]
+        ),
+        ws((batch,)),  # lens clamped to the page table
+        ws((rows,)),  # row lengths
+        ws((rows, c), used=all_blocks),  # every block of each row
+        ws((rows, max_pages), used=next_n > 1),  # each row's page table
+        schedule,
+        schedule,  # the sparse rows'
+        logits,
+        scores,
+        ws((rows, c), used=not all_blocks),  # the top-C blocks
+        ws((rows * c // 8, 64, 1, cache.data.shape[3]), jnp.uint8, sparse),  # compact cache
+        sparse_logits,
+        ws((rows, k), used=sparse),  # the sparse row's chosen columns
+    )
+    layers = [
+        x
+        for q, cache in zip(queries, caches, strict=True)
+        for x in (q.values, q.weights, cache.data)
+    ]
+    target = STEP_TRACED if _step_mode == "traced" else STEP
+    results = jax.ffi.ffi_call(target, out, vmap_method="sequential")(
+        _checks.int32(context_lens),
+        _checks.int32(block_table),
+        _compact_table(rows, c) if sparse else jnp.zeros((1, 1), i32),
+        *layers,
+        roles=np.array([_ROLES[r] for r in roles], np.int32),
+        selects=np.array([_ext.limit(f"select_{s}") for s in selects], np.int32),
+        k=np.int32(k),
+        select_c=_select_attr(select_c),
+        block_size=np.int32(b),
+        page_size=np.int32(cache.page_size),
+        all_blocks=all_blocks,
+        stacked=slots is not None,
+        slots=np.array(range(len(roles)) if slots is None else slots, np.int32),
+        graphs=_step_mode == "graphs",
+    )
+    blocks, count, valid_lens, physical = results[:4]
+    table = CandidateTable(blocks, count, valid_lens, physical, block_size=b)
+    return list(results[4 : 4 + (1 if slots is not None else len(roles))]), table

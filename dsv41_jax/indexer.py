@@ -223,6 +223,58 @@ def select(
     return _select(query, cache, context_lens, block_table, table, config, path, implementation)
 
 
+def _consumer_path(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table: jax.Array,
+    num_candidates: int,
+    b: int,
+    path: Path,
+    implementation: Implementation,
+    published_here: bool,
+) -> Literal["dense", "mask", "sparse"]:
+    """How a consumer selects (recorded for `dsv41_jax.info`): "dense" (the plain top-k: a table
+    this step published holds every block), "mask" or "sparse"; `path` and `published_here` as
+    in `_select`. Raises ValueError for `path="sparse"` on a GPU without a sparse kernel."""
+    # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
+    # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
+    # step published holds every block, so the dense top-k is the answer, without the mask.
+    fits = block_table.shape[1] * cache.page_size <= num_candidates * b
+    if path == "auto" and fits and published_here:
+        record("select: consumer path", "dense (every block is a candidate)")
+        return "dense"
+    declines = logits_ffi.sparse_kernel_declines(query, cache, num_candidates, b)
+    why_not_sparse: list[tuple[str, str]] = []  # for dsv41_jax.info: why auto took the mask path
+    if path == "auto":
+        ffi_allowed = implementation is None or "ffi" in implementation
+        if fits:
+            why = (
+                f"the page table holds at most C·B = {num_candidates * b} positions a row "
+                "(the sparse row would be the whole row)"
+            )
+        elif declines is not None:
+            why = declines
+        elif not ffi_allowed:
+            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
+        else:
+            why = ""
+        path = "mask" if why else "sparse"
+        why_not_sparse = [("sparse", why)] if why else []
+    elif (
+        path == "sparse"
+        and declines is not None
+        and jax.default_backend() == "gpu"
+        and implementation != ("reference",)
+    ):
+        raise ValueError(
+            f"select(path='sparse'): no sparse logits kernel on this GPU for these inputs "
+            f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
+            "the slow sparse reference"
+        )
+    record("select: consumer path", path, why_not_sparse)
+    return path
+
+
 def _select(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -249,43 +301,12 @@ def _select(
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     implementation = shared(implementation)
-    # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
-    # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
-    # step published holds every block, so the dense top-k is the answer, without the mask.
-    fits = block_table.shape[1] * cache.page_size <= table.num_candidates * b
-    if path == "auto" and fits and published_here:
-        record("select: consumer path", "dense (every block is a candidate)")
+    route = _consumer_path(
+        query, cache, block_table, table.num_candidates, b, path, implementation, published_here
+    )
+    if route == "dense":
         return _dense_select(query, cache, context_lens, block_table, k, implementation, share)
-    declines = logits_ffi.sparse_kernel_declines(query, cache, table.num_candidates, b)
-    why_not_sparse: list[tuple[str, str]] = []  # for dsv41_jax.info: why auto took the mask path
-    if path == "auto":
-        ffi_allowed = implementation is None or "ffi" in implementation
-        if fits:
-            why = (
-                f"the page table holds at most C·B = {table.num_candidates * b} positions a row "
-                "(the sparse row would be the whole row)"
-            )
-        elif declines is not None:
-            why = declines
-        elif not ffi_allowed:
-            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
-        else:
-            why = ""
-        path = "mask" if why else "sparse"
-        why_not_sparse = [("sparse", why)] if why else []
-    elif (
-        path == "sparse"
-        and declines is not None
-        and jax.default_backend() == "gpu"
-        and implementation != ("reference",)
-    ):
-        raise ValueError(
-            f"select(path='sparse'): no sparse logits kernel on this GPU for these inputs "
-            f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
-            "the slow sparse reference"
-        )
-    record("select: consumer path", path, why_not_sparse)
-    if path == "sparse" and not published_here:
+    if route == "sparse" and not published_here:
         # A table from anywhere (hand-made, edited, published for other lengths): the sparse
         # row is read through count, valid_lens and physical, which the mask path ignores, and
         # a repeated block or one outside the row would name a position twice or one that is
@@ -301,21 +322,21 @@ def _select(
             implementation=implementation,
         )
     sparse_why = None
-    if path == "sparse":  # the compact sparse row: what the fused sparse layer takes
+    if route == "sparse":  # the compact sparse row: what the fused sparse layer takes
         sparse_why = logits_ffi.sm90_sparse_declines(query, cache, table.num_candidates, b)
     if _runs_fused("select", query, cache, context_lens, block_table, implementation, sparse_why):
-        if path == "sparse":
+        if route == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
             return fused.sparse_select(query, cache, table, sparse_share, k)
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k, table.blocks, b)
-    if path == "mask":
+    if route == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
         )
         lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
         return topk(logits, lens, k, candidates=table, block_size=b, implementation=implementation)
-    if path == "sparse":
+    if route == "sparse":
         logits = sparse_paged_mqa_logits(
             query,
             cache,

@@ -15,20 +15,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any, overload
 
 import jax
+import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext, fused
-from dsv41_jax._dispatch import Implementation, shared
+from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import (
     Path,
     _check_paged_config,
+    _consumer_path,
     _dense_select,
     _publish,
+    _runs_fused,
     _select,
     publish_prefill,
     select_plain_prefill,
     select_prefill,
 )
+from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.rows import row_block_table
 from dsv41_jax.topk import logical_to_physical
 from dsv41_jax.types import (
@@ -122,23 +126,33 @@ class TwoLevelIndexer:
         cfg, impl = self.config, self.implementation
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
-        # The lengths, DeepGEMM's schedules and the compact page table, once for every layer
-        # (the fused layers read them; built only when the first layer runs fused; what no
-        # layer reads, e.g. the sparse share when every consumer is dense, is dropped at
-        # lowering: tests/test_step_budget.py counts one schedule then).
+        # Where every layer runs fused, the whole step is one custom call (`_one_call`); else
+        # the lengths, DeepGEMM's schedules and the compact page table are computed once for
+        # every layer that runs fused (built only when the first layer does; what no layer
+        # reads, e.g. the sparse share when every consumer is dense, is dropped at lowering).
         first = self.layers[0]
         share = sparse_share = None
+        src, table = self.source_layer, None
+        selections: dict[int, jax.Array] = {}
+        one = None
         if fused.declines(queries[first], caches[first], block_table, impl) is None:
-            share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
-        src, table, selections = self.source_layer, None, {}
-        if src is not None:
+            if src is not None and fused.one_call_step():
+                one = self._one_call(queries, caches, context_lens, block_table)
+            if one is None:
+                share = fused.Shared.of(
+                    context_lens, block_table, caches[first], queries[first].next_n
+                )
+        if one is not None:
+            assert isinstance(one[0], dict)
+            selections, table = one[0], one[1]
+        elif src is not None:
             _check_paged_config(cfg, queries[src], caches[src])
             selections[src], table = _publish(
                 queries[src], caches[src], context_lens, block_table, cfg, impl, share
             )
             if share is not None and self.consumer_layers:
                 sparse_share = fused.SparseShared.of(table)
-        for layer in self.consumer_layers:  # the table is this step's own: see indexer._select
+        for layer in () if one else self.consumer_layers:  # the table is this step's own
             assert table is not None  # consumer layers imply a source layer (checked at build)
             selections[layer] = _select(
                 queries[layer],
@@ -153,7 +167,7 @@ class TwoLevelIndexer:
                 share=share,
                 sparse_share=sparse_share,
             )
-        for layer in self.plain_layers:
+        for layer in () if one else self.plain_layers:
             _check_paged_config(cfg, queries[layer], caches[layer])
             selections[layer] = _dense_select(
                 queries[layer],
@@ -172,6 +186,79 @@ class TwoLevelIndexer:
                 for layer, sel in selections.items()
             }
         return StepResult(selections, table, slots)
+
+    def decode_stacked(
+        self,
+        queries: Mapping[int, QueryBundle],
+        caches: Mapping[int, PagedIndexCache],
+        context_lens: jax.Array,
+        block_table: jax.Array,
+    ) -> jax.Array:
+        """`decode`'s selections as one int32 array `[len(self.layers), rows, k]`, layer
+        `self.layers[i]` at index i, and nothing else (no table).
+
+        For a step jitted on its own and called back to back: each array a jitted function
+        returns costs the host several µs a call (about 6 on the H200's host, BENCHMARKS.md),
+        so one array instead of `decode`'s nine (five selections, four table arrays) is that
+        much less host work a step. On an SM90 GPU every layer's selection is written in place
+        into the one array by the step's single custom call; elsewhere they are stacked."""
+        self._inputs(queries, caches, "caches")
+        context_lens = _checks.array(context_lens, "context_lens")
+        block_table = _checks.array(block_table, "block_table")
+        first, impl = self.layers[0], self.implementation
+        if (
+            self.source_layer is not None
+            and fused.one_call_step()
+            and fused.declines(queries[first], caches[first], block_table, impl) is None
+        ):
+            one = self._one_call(queries, caches, context_lens, block_table, stacked=True)
+            if one is not None:
+                assert not isinstance(one[0], dict)
+                return one[0]
+        result = self.decode(queries, caches, context_lens, block_table)
+        return jnp.stack([result.selections[layer] for layer in self.layers])
+
+    def _one_call(
+        self,
+        queries: Mapping[int, QueryBundle],
+        caches: Mapping[int, PagedIndexCache],
+        context_lens: jax.Array,
+        block_table: jax.Array,
+        stacked: bool = False,
+    ) -> tuple[dict[int, jax.Array] | jax.Array, CandidateTable] | None:
+        """Every layer as one custom call (`fused.decode_step`) where each layer would run
+        fused on its own (the same decisions, recorded the same way), else None. `stacked`:
+        the selections as one `[layers, rows, k]` array in `self.layers` order."""
+        cfg, impl, src = self.config, self.implementation, self.source_layer
+        assert src is not None
+        layers = (src, *self.consumer_layers, *self.plain_layers)
+        roles: list[fused.Role] = ["source"]
+        for layer in layers:
+            _check_paged_config(cfg, queries[layer], caches[layer])
+        b, c = cfg.candidate_block_size, cfg.candidate_topk_blocks
+        for layer in self.consumer_layers:
+            roles.append(
+                _consumer_path(
+                    queries[layer], caches[layer], block_table, c, b, self.path, impl, True
+                )
+            )
+        roles += ["dense"] * len(self.plain_layers)
+        next_n = queries[src].next_n
+        for layer, role in zip(layers, roles):
+            q, cache = queries[layer], caches[layer]
+            why = None
+            if q.next_n != next_n:
+                why = f"next_n {q.next_n} differs from the source layer's {next_n}"
+            elif role == "sparse":
+                why = logits_ffi.sm90_sparse_declines(q, cache, c, b)
+            op = "publish" if role == "source" else "select"
+            if not _runs_fused(op, q, cache, context_lens, block_table, impl, why):
+                return None
+        record("decode: step", "one custom call (every layer fused)")
+        qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
+        slots = [self.layers.index(x) for x in layers] if stacked else None
+        selected, table = fused.decode_step(qs, cs, roles, context_lens, block_table, cfg, slots)
+        return (selected[0] if stacked else dict(zip(layers, selected))), table
 
     def prefill(
         self,

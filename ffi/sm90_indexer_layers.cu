@@ -8,17 +8,23 @@
 // bitwise those of the ops. A serving loop pays XLA's per-call host work once a layer instead of
 // once an op. The DeepGEMM schedule is an input: it depends only on the lengths, so a step
 // computes it once (dsv41_sm90_paged_mqa_schedule) for all the layers that share them.
-// Intermediates (logits, block scores, the compact cache) are workspace results.
+// Intermediates (logits, block scores, the compact cache) are workspace results. The plans
+// (sm90_indexer_layers.h) are shared with the whole step as one call (sm90_decode_step.cu).
+#include "sm90_indexer_layers.h"
+
 #include <algorithm>
 
-#include "common.h"
-#include "sm90_paged_mqa_logits.h"
 #include "smxx_block_ops.cuh"
 #include "smxx_gather_blocks.cuh"
 #include "smxx_sort_blocks.cuh"
-#include "topk.h"
 
 namespace dsv41 {
+ffi::Error CheckOut(const char* op, const Buffer<ffi::S32>& out, int64_t rows, int32_t k) {
+  const auto od = out.dimensions();
+  if (od.size() != 2 || od[0] != rows || od[1] != k) return InvalidArgument(op, "expected out [rows, k]");
+  return ffi::Error::Success();
+}
+
 namespace {
 
 ffi::ErrorOr<Select> SelectOf(const char* op, int32_t select) {
@@ -26,16 +32,185 @@ ffi::ErrorOr<Select> SelectOf(const char* op, int32_t select) {
   return static_cast<Select>(select);
 }
 
-// The paged logits of `call` (a layer's dense scores), then `select`'s top-k of them.
-ffi::Error LogitsThenTopk(const char* op, cudaStream_t stream, const Sm90PagedLogits& call,
-                          const int32_t* lens, const int32_t* schedule, const int32_t* row_lens,
-                          const int32_t* members, int64_t num_members, Select select, int32_t k,
-                          int32_t block_size, int32_t* out) {
-  if (auto e = LaunchSm90PagedLogits(op, stream, call, lens, schedule); e.failure()) return e;
-  const TopkArgs args{call.logits, row_lens, nullptr, members, out, call.batch * call.next_n,
-                      call.cols,   num_members, k, block_size, TopkMode::kPositions, false};
-  return CudaStatus(op, LaunchTopk(select, args, stream));
+ffi::Error ScheduleShape(const char* op, const Buffer<ffi::S32>& schedule) {
+  if (schedule.element_count() != 2 * kSm90ScheduleRows) {
+    return InvalidArgument(op, "expected schedule [257, 2]");
+  }
+  return ffi::Error::Success();
 }
+
+}  // namespace
+
+ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
+                                    const Buffer<ffi::F32>& weights, const Buffer<ffi::U8>& kv,
+                                    const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
+                                    const Buffer<ffi::S32>& block_table,
+                                    const Buffer<ffi::S32>* members, int32_t* out,
+                                    const Buffer<ffi::F32>& logits, int32_t k, int32_t select,
+                                    int32_t block_size) {
+  const auto ld = logits.dimensions();
+  if (ld.size() != 2 || (members && members->dimensions().size() != 2)) {
+    return InvalidArgument(op, "expected logits [rows, cols], members [rows, m]");
+  }
+  auto call = Sm90PagedLogitsOf(op, q, weights, kv, block_table, logits.typed_data(), ld[0], ld[1]);
+  if (call.has_error()) return call.error();
+  auto sel = SelectOf(op, select);
+  if (sel.has_error()) return sel.error();
+  const int64_t rows = ld[0], m = members ? members->dimensions()[1] : 0;
+  if (lens.element_count() != call->batch || row_lens.element_count() != rows ||
+      (members && members->dimensions()[0] != rows)) {
+    return InvalidArgument(op, "inconsistent shapes");
+  }
+  if (auto e = CheckTopk(op, *sel, ld[1], m, members != nullptr, k, block_size, 0); e.failure()) {
+    return e;
+  }
+  return DensePlan{*call, lens.typed_data(), row_lens.typed_data(),
+                   members ? members->typed_data() : nullptr, m, out, *sel, k, block_size};
+}
+
+ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
+                       const int32_t* schedule) {
+  if (p.call.batch == 0) return ffi::Error::Success();
+  if (auto e = LaunchSm90PagedLogits(op, stream, p.call, p.lens, schedule); e.failure()) return e;
+  const TopkArgs args{p.call.logits, p.row_lens, nullptr, p.members, p.out,
+                      p.call.batch * p.call.next_n, p.call.cols, p.num_members, p.k,
+                      p.block_size, TopkMode::kPositions, false};
+  return CudaStatus(op, LaunchTopk(p.select, args, stream));
+}
+
+ffi::ErrorOr<PublishPlan> PublishPlanOf(
+    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
+    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
+    const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table,
+    const Buffer<ffi::S32>& all_selected, int32_t* out, const PublishTable& table,
+    const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
+    const Buffer<ffi::S32>& selected, int32_t k, int32_t select, int32_t select_c,
+    int32_t block_size, int32_t page_size, bool all_blocks) {
+  auto topk = DensePlanOf(op, q, weights, kv, lens, row_lens, block_table, nullptr, out, logits,
+                          k, select, block_size);
+  if (topk.has_error()) return topk.error();
+  auto sel_c = SelectOf(op, select_c);
+  if (sel_c.has_error()) return sel_c.error();
+  const auto bd = table.blocks.dimensions(), rd = row_block_table.dimensions();
+  const auto sd = block_scores.dimensions();
+  if (bd.size() != 2 || rd.size() != 2 || sd.size() != 2) {
+    return InvalidArgument(op, "expected 2-d blocks, row_block_table, block_scores");
+  }
+  const int64_t rows = logits.dimensions()[0], cols = logits.dimensions()[1], c = bd[1];
+  const int64_t nb = (cols + block_size - 1) / std::max<int32_t>(block_size, 1);
+  if (bd[0] != rows || table.physical.element_count() != rows * c ||
+      table.count.element_count() != rows || table.valid_lens.element_count() != rows ||
+      rd[0] != rows || rd[1] < 1) {
+    return InvalidArgument(op, "inconsistent shapes");
+  }
+  if (all_blocks ? all_selected.element_count() != rows * c
+                 : (sd[0] != rows || sd[1] != nb || selected.element_count() != rows * c)) {
+    return InvalidArgument(op, "inconsistent shapes of the selected blocks or block scores");
+  }
+  if (block_size <= 0 || page_size <= 0 || page_size % block_size != 0) {
+    return InvalidArgument(op, "page_size must be a positive multiple of block_size");
+  }
+  if ((rd[1] * page_size + block_size - 1) / block_size > kMaxSortBlocks || c > kMaxSortCandidates) {
+    return InvalidArgument(op, "rows longer than 2^20 blocks or tables wider than 4096 blocks");
+  }
+  if (!all_blocks) {
+    if (auto e = CheckTopk(op, *sel_c, nb, 0, false, int32_t(c), block_size, 1); e.failure()) {
+      return e;
+    }
+  }
+  return PublishPlan{*topk,
+                     row_block_table.typed_data(),
+                     all_selected.typed_data(),
+                     table.blocks.typed_data(),
+                     table.count.typed_data(),
+                     table.valid_lens.typed_data(),
+                     table.physical.typed_data(),
+                     block_scores.typed_data(),
+                     selected.typed_data(),
+                     c,
+                     nb,
+                     rd[1],
+                     *sel_c,
+                     page_size,
+                     all_blocks};
+}
+
+ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan& p,
+                         const int32_t* schedule) {
+  const int64_t rows = p.topk.call.batch * p.topk.call.next_n, cols = p.topk.call.cols;
+  if (rows == 0) return ffi::Error::Success();
+  if (auto e = LaunchDense(op, stream, p.topk, schedule); e.failure()) return e;
+  const int32_t* chosen = p.all_selected;
+  if (!p.all_blocks) {  // block scores, then the top-C blocks (newest pinned)
+    LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size,
+                    true, p.block_scores, p.nb, stream);
+    if (auto e = LastCudaError(op); e.failure()) return e;
+    const TopkArgs args{p.block_scores, p.topk.row_lens, nullptr, nullptr, p.selected, rows,
+                        p.nb, 0, int32_t(p.c), p.topk.block_size, TopkMode::kCandidateBlocks,
+                        false};
+    if (auto e = CudaStatus(op, LaunchTopk(p.select_c, args, stream)); e.failure()) return e;
+    chosen = p.selected;
+  }
+  const SortBlocksArgs sort{chosen, p.topk.row_lens, p.row_block_table, p.blocks, p.count,
+                            p.valid_lens, p.physical, rows, p.c, p.row_table_width,
+                            p.topk.block_size, p.page_size};
+  return CudaStatus(op, LaunchSortCandidateBlocks(sort, stream));
+}
+
+ffi::ErrorOr<SparsePlan> SparsePlanOf(
+    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
+    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& physical, const Buffer<ffi::S32>& blocks,
+    const Buffer<ffi::S32>& valid_lens, const Buffer<ffi::S32>& compact_table,
+    int32_t* out, const Buffer<ffi::U8>& compact, const Buffer<ffi::F32>& logits,
+    const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size) {
+  const auto qd = q.dimensions(), kd = kv.dimensions(), pd = physical.dimensions();
+  const auto cd = compact.dimensions(), ld = logits.dimensions(), td = compact_table.dimensions();
+  if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(op, "q must be float8_e4m3fn");
+  if (qd.size() != 4 || kd.size() != 4 || pd.size() != 2 || cd.size() != 4 || ld.size() != 2 ||
+      td.size() != 2) {
+    return InvalidArgument(op, "expected q [b, n, h, d], caches [pages, 64, 1, 132], "
+                               "physical [rows, C], logits [rows, C * 8], table [rows, C / 8]");
+  }
+  const int64_t rows = qd[0] * qd[1], heads = qd[2], c = pd[1];
+  auto sel = SelectOf(op, select);
+  if (sel.has_error()) return sel.error();
+  if (block_size != kGatherBlockSize || c % 32 != 0 || c == 0) {
+    return InvalidArgument(op, "needs blocks of 8 and C a positive multiple of 32");
+  }
+  if (qd[3] != 128 || (heads != 32 && heads != 64) || kd[1] != kGatherPageSize || kd[2] != 1 ||
+      kd[3] != kGatherHeadDim + 4) {
+    return InvalidArgument(op, "needs head_dim 128, 32 or 64 heads and an fp8 cache of 64-token pages");
+  }
+  if (pd[0] != rows || blocks.element_count() != rows * c || valid_lens.element_count() != rows ||
+      td[0] != rows || td[1] != c / 8 || cd[0] != rows * c / 8 || cd[1] != kd[1] || cd[2] != 1 ||
+      cd[3] != kd[3] || ld[0] != rows || ld[1] != c * block_size ||
+      weights.element_count() != rows * heads || columns.element_count() != rows * k ||
+      rows > 1024) {
+    return InvalidArgument(op, "inconsistent shapes (at most 1024 rows)");
+  }
+  if (auto e = CheckTopk(op, *sel, ld[1], 0, false, k, block_size, 0); e.failure()) return e;
+  // One query row per compact request: q [b, n, h, d] is [b * n, 1, h, d] in memory.
+  const Sm90PagedLogits call{q.untyped_data(), weights.typed_data(), compact.typed_data(),
+                             compact_table.typed_data(), logits.typed_data(), rows, 1, heads,
+                             rows * c / 8, c / 8, c * block_size};
+  return SparsePlan{call, kv.typed_data(), kd[0], physical.typed_data(), blocks.typed_data(),
+                    valid_lens.typed_data(), compact.typed_data(), columns.typed_data(), out,
+                    rows, c, *sel, k, block_size};
+}
+
+ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p,
+                        const int32_t* schedule) {
+  if (p.rows == 0) return ffi::Error::Success();
+  LaunchGatherCandidateBlocks(p.kv, p.num_pages, p.physical, p.rows, p.c, p.compact, stream);
+  if (auto e = LastCudaError(op); e.failure()) return e;
+  const DensePlan columns{p.call, p.valid_lens, p.valid_lens, nullptr, 0, p.columns, p.select,
+                          p.k, p.block_size};
+  if (auto e = LaunchDense(op, stream, columns, schedule); e.failure()) return e;
+  LaunchColumnsToPositions(p.columns, p.blocks, p.rows, p.k, p.c, p.block_size, p.out, stream);
+  return LastCudaError(op);
+}
+
+namespace {
 
 ffi::Error DenseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                            Buffer<ffi::U8> kv, Buffer<ffi::S32> lens, Buffer<ffi::S32> row_lens,
@@ -44,27 +219,13 @@ ffi::Error DenseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F3
                            Result<ffi::F32> logits, int32_t k, int32_t select, int32_t block_size,
                            bool has_members) {
   constexpr const char* kOp = "dsv41_sm90_dense_select";
-  const auto ld = logits->dimensions(), od = out->dimensions(), md = members.dimensions();
-  if (ld.size() != 2 || od.size() != 2 || md.size() != 2) {
-    return InvalidArgument(kOp, "expected logits [rows, cols], out [rows, k], members [rows, m]");
-  }
-  auto call = Sm90PagedLogitsOf(kOp, q, weights, kv, block_table, logits->typed_data(), ld[0], ld[1]);
-  if (call.has_error()) return call.error();
-  auto sel = SelectOf(kOp, select);
-  if (sel.has_error()) return sel.error();
-  const int64_t rows = ld[0];
-  if (lens.element_count() != call->batch || row_lens.element_count() != rows ||
-      schedule.element_count() != 2 * kSm90ScheduleRows || od[0] != rows || od[1] != k ||
-      md[0] != rows) {
-    return InvalidArgument(kOp, "inconsistent shapes");
-  }
-  if (auto e = CheckTopk(kOp, *sel, ld[1], md[1], has_members, k, block_size, 0); e.failure()) {
-    return e;
-  }
-  if (rows == 0) return ffi::Error::Success();
-  return LogitsThenTopk(kOp, stream, *call, lens.typed_data(), schedule.typed_data(),
-                        row_lens.typed_data(), has_members ? members.typed_data() : nullptr,
-                        has_members ? md[1] : 0, *sel, k, block_size, out->typed_data());
+  if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
+  if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
+  auto plan = DensePlanOf(kOp, q, weights, kv, lens, row_lens, block_table,
+                          has_members ? &members : nullptr, out->typed_data(), *logits, k, select,
+                          block_size);
+  if (plan.has_error()) return plan.error();
+  return LaunchDense(kOp, stream, *plan, schedule.typed_data());
 }
 
 ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
@@ -77,62 +238,14 @@ ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> w
                        Result<ffi::S32> selected, int32_t k, int32_t select, int32_t select_c,
                        int32_t block_size, int32_t page_size, bool all_blocks) {
   constexpr const char* kOp = "dsv41_sm90_publish";
-  const auto ld = logits->dimensions(), od = out->dimensions(), bd = blocks->dimensions();
-  const auto rd = row_block_table.dimensions(), sd = block_scores->dimensions();
-  if (ld.size() != 2 || od.size() != 2 || bd.size() != 2 || rd.size() != 2 || sd.size() != 2) {
-    return InvalidArgument(kOp, "expected 2-d logits, out, blocks, row_block_table, block_scores");
-  }
-  auto call = Sm90PagedLogitsOf(kOp, q, weights, kv, block_table, logits->typed_data(), ld[0], ld[1]);
-  if (call.has_error()) return call.error();
-  auto sel = SelectOf(kOp, select), sel_c = SelectOf(kOp, select_c);
-  if (sel.has_error()) return sel.error();
-  if (sel_c.has_error()) return sel_c.error();
-  const int64_t rows = ld[0], c = bd[1], cols = ld[1];
-  const int64_t nb = (cols + block_size - 1) / std::max<int64_t>(block_size, 1);
-  if (lens.element_count() != call->batch || row_lens.element_count() != rows ||
-      schedule.element_count() != 2 * kSm90ScheduleRows || od[0] != rows || od[1] != k ||
-      bd[0] != rows || physical->element_count() != rows * c || count->element_count() != rows ||
-      valid_lens->element_count() != rows || rd[0] != rows || rd[1] < 1) {
-    return InvalidArgument(kOp, "inconsistent shapes");
-  }
-  if (all_blocks ? all_selected.element_count() != rows * c
-                 : (sd[0] != rows || sd[1] != nb || selected->element_count() != rows * c)) {
-    return InvalidArgument(kOp, "inconsistent shapes of the selected blocks or block scores");
-  }
-  if (block_size <= 0 || page_size <= 0 || page_size % block_size != 0) {
-    return InvalidArgument(kOp, "page_size must be a positive multiple of block_size");
-  }
-  if ((rd[1] * page_size + block_size - 1) / block_size > kMaxSortBlocks || c > kMaxSortCandidates) {
-    return InvalidArgument(kOp, "rows longer than 2^20 blocks or tables wider than 4096 blocks");
-  }
-  if (auto e = CheckTopk(kOp, *sel, cols, 0, false, k, block_size, 0); e.failure()) return e;
-  if (!all_blocks) {
-    if (auto e = CheckTopk(kOp, *sel_c, nb, 0, false, int32_t(c), block_size, 1); e.failure()) {
-      return e;
-    }
-  }
-  if (rows == 0) return ffi::Error::Success();
-  if (auto e = LogitsThenTopk(kOp, stream, *call, lens.typed_data(), schedule.typed_data(),
-                              row_lens.typed_data(), nullptr, 0, *sel, k, block_size,
-                              out->typed_data());
-      e.failure()) {
-    return e;
-  }
-  const int32_t* chosen = all_selected.typed_data();
-  if (!all_blocks) {  // block scores, then the top-C blocks (newest pinned)
-    LaunchBlockAmax(logits->typed_data(), cols, cols, row_lens.typed_data(), rows, block_size,
-                    true, block_scores->typed_data(), nb, stream);
-    if (auto e = LastCudaError(kOp); e.failure()) return e;
-    const TopkArgs args{block_scores->typed_data(), row_lens.typed_data(), nullptr, nullptr,
-                        selected->typed_data(), rows, nb, 0, int32_t(c), block_size,
-                        TopkMode::kCandidateBlocks, false};
-    if (auto e = CudaStatus(kOp, LaunchTopk(*sel_c, args, stream)); e.failure()) return e;
-    chosen = selected->typed_data();
-  }
-  const SortBlocksArgs sort{chosen, row_lens.typed_data(), row_block_table.typed_data(),
-                            blocks->typed_data(), count->typed_data(), valid_lens->typed_data(),
-                            physical->typed_data(), rows, c, rd[1], block_size, page_size};
-  return CudaStatus(kOp, LaunchSortCandidateBlocks(sort, stream));
+  if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
+  if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
+  auto plan = PublishPlanOf(kOp, q, weights, kv, lens, row_lens, block_table, row_block_table,
+                            all_selected, out->typed_data(), {*blocks, *count, *valid_lens, *physical},
+                            *logits, *block_scores, *selected, k, select, select_c, block_size,
+                            page_size, all_blocks);
+  if (plan.has_error()) return plan.error();
+  return LaunchPublish(kOp, stream, *plan, schedule.typed_data());
 }
 
 ffi::Error SparseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
@@ -143,50 +256,12 @@ ffi::Error SparseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F
                             Result<ffi::S32> columns, int32_t k, int32_t select,
                             int32_t block_size) {
   constexpr const char* kOp = "dsv41_sm90_sparse_select";
-  const auto qd = q.dimensions(), kd = kv.dimensions(), pd = physical.dimensions();
-  const auto cd = compact->dimensions(), ld = logits->dimensions(), td = compact_table.dimensions();
-  if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(kOp, "q must be float8_e4m3fn");
-  if (qd.size() != 4 || kd.size() != 4 || pd.size() != 2 || cd.size() != 4 || ld.size() != 2 ||
-      td.size() != 2) {
-    return InvalidArgument(kOp, "expected q [b, n, h, d], caches [pages, 64, 1, 132], "
-                                "physical [rows, C], logits [rows, C * 8], table [rows, C / 8]");
-  }
-  const int64_t rows = qd[0] * qd[1], heads = qd[2], c = pd[1];
-  auto sel = SelectOf(kOp, select);
-  if (sel.has_error()) return sel.error();
-  if (block_size != kGatherBlockSize || c % 32 != 0 || c == 0) {
-    return InvalidArgument(kOp, "needs blocks of 8 and C a positive multiple of 32");
-  }
-  if (qd[3] != 128 || (heads != 32 && heads != 64) || kd[1] != kGatherPageSize || kd[2] != 1 ||
-      kd[3] != kGatherHeadDim + 4) {
-    return InvalidArgument(kOp, "needs head_dim 128, 32 or 64 heads and an fp8 cache of 64-token pages");
-  }
-  if (pd[0] != rows || blocks.element_count() != rows * c || valid_lens.element_count() != rows ||
-      td[0] != rows || td[1] != c / 8 || cd[0] != rows * c / 8 || cd[1] != kd[1] || cd[2] != 1 ||
-      cd[3] != kd[3] || ld[0] != rows || ld[1] != c * block_size ||
-      weights.element_count() != rows * heads || out->element_count() != rows * k ||
-      columns->element_count() != rows * k ||
-      schedule.element_count() != 2 * kSm90ScheduleRows || rows > 1024) {
-    return InvalidArgument(kOp, "inconsistent shapes (at most 1024 rows)");
-  }
-  if (auto e = CheckTopk(kOp, *sel, ld[1], 0, false, k, block_size, 0); e.failure()) return e;
-  if (rows == 0) return ffi::Error::Success();
-  LaunchGatherCandidateBlocks(kv.typed_data(), kd[0], physical.typed_data(), rows, c,
-                              compact->typed_data(), stream);
-  if (auto e = LastCudaError(kOp); e.failure()) return e;
-  // One query row per compact request: q [b, n, h, d] is [b * n, 1, h, d] in memory.
-  const Sm90PagedLogits call{q.untyped_data(), weights.typed_data(), compact->typed_data(),
-                             compact_table.typed_data(), logits->typed_data(), rows, 1, heads,
-                             rows * c / 8, c / 8, c * block_size};
-  if (auto e = LogitsThenTopk(kOp, stream, call, valid_lens.typed_data(), schedule.typed_data(),
-                              valid_lens.typed_data(), nullptr, 0, *sel, k, block_size,
-                              columns->typed_data());
-      e.failure()) {
-    return e;
-  }
-  LaunchColumnsToPositions(columns->typed_data(), blocks.typed_data(), rows, k, c, block_size,
-                           out->typed_data(), stream);
-  return LastCudaError(kOp);
+  if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
+  if (auto e = CheckOut(kOp, *out, valid_lens.element_count(), k); e.failure()) return e;
+  auto plan = SparsePlanOf(kOp, q, weights, kv, physical, blocks, valid_lens, compact_table,
+                           out->typed_data(), *compact, *logits, *columns, k, select, block_size);
+  if (plan.has_error()) return plan.error();
+  return LaunchSparse(kOp, stream, *plan, schedule.typed_data());
 }
 
 }  // namespace

@@ -74,6 +74,33 @@ def test_columns_to_positions_kernel_on_the_stand_in(simt_topk, rng):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("next_n", [1, 2, 3])
+@pytest.mark.parametrize("with_all,with_table", [(True, True), (False, False), (True, False)])
+def test_step_rows_kernel_on_the_stand_in(simt_topk, rng, next_n, with_all, with_table):
+    """A step's clamped lengths, row lengths, every-block table and per-row page table are the
+    Python helpers' (rows.clamp_lengths, row_lengths, row_block_table, ordering.every_block)."""
+    from selection import emulate_page_kernel
+
+    from dsv41_jax.ordering import every_block
+    from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
+
+    pages, c, block_size, capacity = 5, 40, 8, 5 * 64
+    lens = np.array([0, 1, 2, 7, 8, 9, capacity - 1, capacity, capacity + 1, -5, 2**31 - 1, 3])
+    lens = lens.astype(np.int32)
+    batch, rows = lens.size, lens.size * next_n
+    table = rng.integers(-2, 1000, (batch, pages)).astype(np.int32)
+    header = (batch, next_n, capacity, c, block_size, pages, with_all, with_table)
+    size = batch + rows + with_all * rows * c + with_table * rows * pages
+    got = emulate_page_kernel(simt_topk, "steprows", header, (lens, table), np.int32, (size,))
+    row = np.asarray(row_lengths(jnp.asarray(lens), next_n, capacity))
+    want = [np.asarray(clamp_lengths(jnp.asarray(lens), capacity)), row]
+    if with_all:
+        want.append(np.asarray(every_block(jnp.asarray(row), c, block_size)).ravel())
+    if with_table:
+        want.append(np.asarray(row_block_table(jnp.asarray(table), next_n)).ravel())
+    np.testing.assert_array_equal(got, np.concatenate(want))
+
+
 # ------------------------------------------------ the fused layers on the GPU (device machine)
 
 
@@ -159,3 +186,117 @@ def test_fused_decode_step_equals_its_ops(rng, pages, path):
         queries[layer] = query(rng, 12, 1, 32, 128)
     got, want = _both(lambda *a: ix.decode(*a, physical=True), queries, caches, lens, bt)
     _assert_same(got, want)
+
+
+# ------------------------------------------------ the whole decode step as one custom call
+
+
+def _step_inputs(rng, cfg, pages, layers, batch=12):
+    q, cache, lens, bt = _inputs(rng, cfg, pages, batch, bad_pages=True)
+    caches, queries = {}, {}
+    for layer in layers:
+        caches[layer], _ = paged_cache(rng, batch, pages, 64, 128)
+        queries[layer] = query(rng, batch, cfg.next_n, cfg.num_heads, 128)
+    return queries, caches, lens, bt
+
+
+def _jit_in(context, fn):
+    """`fn` jitted and traced inside `context()` (a mode that acts at trace time)."""
+    jitted = jax.jit(fn)
+
+    def call(*args):
+        with context():
+            return jitted(*args)
+
+    return call
+
+
+def _in_mode(mode, fn, *args):
+    with fused.step_mode(mode):
+        return jax.tree.map(np.asarray, jax.jit(fn)(*args))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["graphs", "direct", "traced"])
+@pytest.mark.parametrize(
+    "pages,path,heads,next_n",
+    [(4, "auto", 32, 1), (40, "auto", 32, 1), (40, "mask", 32, 1), (40, "auto", 64, 2)],
+)
+def test_decode_step_in_one_call_equals_its_ops(rng, mode, pages, path, heads, next_n):
+    """Dense (every block a candidate), sparse and mask consumers and a plain layer, next_n 1
+    and 2, bad page ids: bitwise the layers one call each and the ops one by one."""
+    cfg = _config(heads, next_n)
+    layers = (20, 24, 28, 1)
+    ix = dj.make_two_level_indexer(
+        cfg, source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path
+    )
+    args = _step_inputs(rng, cfg, pages, layers)
+    step = lambda *a: ix.decode(*a, physical=True)  # noqa: E731
+    poison_device_memory()
+    got = _in_mode(mode, step, *args)
+    _assert_same(got, _in_mode("layers", step, *args))
+    with fused.unfused():
+        _assert_same(got, jax.tree.map(np.asarray, jax.jit(step)(*args)))
+
+
+@pytest.mark.gpu
+def test_decode_step_graphs_follow_new_data_and_new_buffers(rng):
+    """The cached graphs replay with each call's data (new lengths, queries, caches in the same
+    buffers), record again for new buffers (every call's outputs kept alive), and never mix two
+    steps of other shapes or attributes that meet the same buffers."""
+    cfg = _config()
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
+    small = dj.IndexerConfig(num_heads=32, index_topk=16, candidate_topk_blocks=32)
+    ix_small = dj.make_two_level_indexer(small, source_layer=20, consumer_layers=(24, 28))
+    step = _jit_in(lambda: fused.step_mode("graphs"), lambda *a: ix.decode(*a))
+    step_small = _jit_in(lambda: fused.step_mode("graphs"), lambda *a: ix_small.decode(*a))
+    ops = _jit_in(fused.unfused, lambda *a: ix.decode(*a))
+    ops_small = _jit_in(fused.unfused, lambda *a: ix_small.decode(*a))
+    kept = []
+    for i in range(6):
+        args = _step_inputs(rng, cfg, 40, (20, 24, 28))
+        for _ in range(2):  # the second call meets the graph the first recorded
+            got = step(*args)
+            if i % 2:
+                kept.append(got)
+            _assert_same(jax.tree.map(np.asarray, got), jax.tree.map(np.asarray, ops(*args)))
+        _assert_same(
+            jax.tree.map(np.asarray, step_small(*args)),
+            jax.tree.map(np.asarray, ops_small(*args)),
+        )
+    assert len(kept) == 6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["graphs", "direct", "layers"])
+@pytest.mark.parametrize("pages,path", [(4, "auto"), (40, "auto"), (40, "mask")])
+def test_decode_stacked_is_the_step_selections_stacked(rng, mode, pages, path):
+    """One [layers, rows, k] array in `ix.layers` order (a plain layer sorts first), written in
+    place by the one call: the step's selections stacked, bitwise."""
+    cfg = _config()
+    ix = dj.make_two_level_indexer(
+        cfg, source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path
+    )
+    args = _step_inputs(rng, cfg, pages, ix.layers)
+    poison_device_memory()
+    got = _in_mode(mode, ix.decode_stacked, *args)
+    want = _in_mode("layers", lambda *a: ix.decode(*a).selections, *args)
+    np.testing.assert_array_equal(got, np.stack([want[layer] for layer in ix.layers]))
+
+
+@pytest.mark.gpu
+def test_decode_step_graph_cache_hits_when_buffers_repeat(rng):
+    """A loop that waits for each call reuses XLA's buffers: after the first calls record the
+    step's graph, the others replay it (dsv41_jax._ext.decode_step_graph_stats counts)."""
+    from dsv41_jax import _ext
+
+    cfg = _config()
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
+    args = _step_inputs(rng, cfg, 40, ix.layers)
+    step = _jit_in(lambda: fused.step_mode("graphs"), ix.decode_stacked)
+    jax.block_until_ready(step(*args))
+    hits, misses = _ext.decode_step_graph_stats()
+    for _ in range(10):
+        jax.block_until_ready(step(*args))
+    more_hits, more_misses = _ext.decode_step_graph_stats()
+    assert more_hits - hits >= 8 and more_misses - misses <= 2, (hits, misses, more_hits)

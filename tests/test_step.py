@@ -142,3 +142,20 @@ def test_per_op_implementation_names_are_skipped_where_missing(rng):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     top, _ = dj.publish(queries[20], caches[20], ctx, bt, CFG, implementation="reference")
     np.testing.assert_array_equal(np.asarray(top), np.asarray(want.selections[20]))
+
+
+@pytest.mark.parametrize("plain_only", [False, True])
+def test_decode_stacked_is_decode_selections_stacked_in_layer_order(rng, plain_only):
+    ix = (
+        dj.make_two_level_indexer(CFG, source_layer=None, plain_layers=(9, 2))
+        if plain_only
+        else v41_like(plain_layers=[3])
+    )
+    assert ix is not None
+    queries, caches, ctx, bt = layer_inputs(rng, ix, [0, 1, 9, 150, 160])
+    got = jax.jit(ix.decode_stacked)(queries, caches, ctx, bt)
+    want = ix.decode(queries, caches, ctx, bt).selections
+    assert got.shape == (len(ix.layers), 5, CFG.index_topk) and got.dtype == jnp.int32
+    np.testing.assert_array_equal(got, np.stack([want[layer] for layer in ix.layers]))
+    with pytest.raises(ValueError, match="no entry for indexer layers"):
+        ix.decode_stacked({}, caches, ctx, bt)

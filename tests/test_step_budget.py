@@ -1,7 +1,7 @@
 """The custom calls a decode step costs, counted on any machine: the step lowered for CUDA as
 on an H200 (nothing runs). Each custom call is host work XLA repeats on every call of the
-jitted step (a command to record or update, a thunk to run), so a change that adds one to a
-layer fails here before it reaches a serving loop."""
+jitted step (a command to record or update, a thunk to run), so a change that adds one to the
+step or to a layer fails here before it reaches a serving loop."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ import jax.numpy as jnp
 import pytest
 
 import dsv41_jax as dj
+from dsv41_jax import fused
 
 LAYERS = (20, 24, 28, 32, 36)
-# Per step: DeepGEMM's schedule once per distinct lengths (the requests', and the sparse rows'
-# when a consumer scores only its candidate blocks), then one custom call per layer.
+# One layer a call (fused.step_mode("layers")): DeepGEMM's schedule once per distinct lengths
+# (the requests', and the sparse rows' when a consumer scores only its candidate blocks), then
+# one custom call per layer.
 BUDGET = {"dsv41_sm90_paged_mqa_schedule": 2, "dsv41_sm90_publish": 1}
 
 
-def custom_calls(batch: int, context: int, **indexer) -> collections.Counter:
+def custom_calls(batch: int, context: int, stacked=False, **indexer) -> collections.Counter:
     cfg = dj.IndexerConfig()
     pages = context // cfg.page_size
     sds = jax.ShapeDtypeStruct
@@ -35,9 +37,38 @@ def custom_calls(batch: int, context: int, **indexer) -> collections.Counter:
         sds((batch,), jnp.int32),
         sds((batch, pages), jnp.int32),
     )
-    traced = jax.jit(lambda *a: ix.decode(*a)).trace(*args)
+    traced = jax.jit(lambda *a: ix.decode_stacked(*a) if stacked else ix.decode(*a)).trace(*args)
     text = traced.lower(lowering_platforms=("cuda",)).as_text()
     return collections.Counter(re.findall(r"stablehlo\.custom_call @([\w$.]+)", text))
+
+
+@pytest.mark.parametrize("path", ["auto", "mask", "sparse"])
+@pytest.mark.parametrize("batch,context", [(1, 16384), (8, 131072)])
+def test_the_decode_step_is_one_custom_call(simulated_h200, batch, context, path):
+    calls = custom_calls(batch, context, path=path)
+    assert calls == {fused.STEP: 1}, dict(calls)
+
+
+def test_the_stacked_step_is_one_custom_call_with_one_output(simulated_h200):
+    cfg = dj.IndexerConfig()
+    assert custom_calls(8, 131072, stacked=True) == {fused.STEP: 1}
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=LAYERS[1:])
+    out = jax.eval_shape(
+        ix.decode_stacked,
+        *[
+            dict.fromkeys(LAYERS, x)
+            for x in (
+                dj.QueryBundle(
+                    jax.ShapeDtypeStruct((8, 1, 32, 128), jnp.float8_e4m3fn),
+                    jax.ShapeDtypeStruct((8, 1, 32), jnp.float32),
+                ),
+                dj.PagedIndexCache(jax.ShapeDtypeStruct((8 * 2048, 64, 1, 132), jnp.uint8)),
+            )
+        ],
+        jax.ShapeDtypeStruct((8,), jnp.int32),
+        jax.ShapeDtypeStruct((8, 2048), jnp.int32),
+    )
+    assert out.shape == (len(LAYERS), 8, cfg.index_topk) and out.dtype == jnp.int32
 
 
 @pytest.mark.parametrize(
@@ -45,7 +76,8 @@ def custom_calls(batch: int, context: int, **indexer) -> collections.Counter:
     [(1, 16384, "dsv41_sm90_dense_select"), (8, 131072, "dsv41_sm90_sparse_select")],
 )
 def test_decode_step_custom_calls_within_budget(simulated_h200, batch, context, consumer):
-    calls = custom_calls(batch, context)
+    with fused.step_mode("layers"):
+        calls = custom_calls(batch, context)
     budget = collections.Counter(BUDGET) + collections.Counter({consumer: len(LAYERS) - 1})
     over = {name: n for name, n in calls.items() if n > budget.get(name, 0)}
     assert not over, f"custom calls over the step's budget {dict(budget)}: {dict(calls)}"
@@ -54,5 +86,6 @@ def test_decode_step_custom_calls_within_budget(simulated_h200, batch, context, 
 
 
 def test_the_mask_path_is_one_call_a_consumer_too(simulated_h200):
-    calls = custom_calls(8, 131072, path="mask")
+    with fused.step_mode("layers"):
+        calls = custom_calls(8, 131072, path="mask")
     assert calls["dsv41_sm90_dense_select"] == 4 and sum(calls.values()) <= len(LAYERS) + 1

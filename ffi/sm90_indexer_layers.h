@@ -1,0 +1,106 @@
+// The fused SM90 indexer layers as checked plans and their launches. The per-layer custom calls
+// (sm90_indexer_layers.cu) and the whole decode step as one call (sm90_decode_step.cu) build and
+// launch the same plans, so both run the same kernels on the same data as the ops called one by
+// one: the paged logits, the exact select, block scores, the top-C blocks, the candidate table,
+// the candidate gather.
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"
+#include "sm90_paged_mqa_logits.h"
+#include "topk.h"
+
+namespace dsv41 {
+
+// Every plan's buffers are XLA's; a plan only names them. `lens` are the requests' lengths
+// clamped to the page table, `row_lens` the query rows' (next_n rows a request); `out` is the
+// layer's [rows, k] top-k (its caller checks that buffer's shape).
+
+// A layer's top-k over its dense logits, inside `members`' blocks when `members` is not null.
+struct DensePlan {
+  Sm90PagedLogits call;
+  const int32_t* lens;
+  const int32_t* row_lens;
+  const int32_t* members;  // [rows, num_members] block ids, or null
+  int64_t num_members;
+  int32_t* out;  // [rows, k]
+  Select select;
+  int32_t k, block_size;
+};
+
+// InvalidArgument (naming `op`) unless `out` is [rows, k].
+ffi::Error CheckOut(const char* op, const Buffer<ffi::S32>& out, int64_t rows, int32_t k);
+
+ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
+                                    const Buffer<ffi::F32>& weights, const Buffer<ffi::U8>& kv,
+                                    const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
+                                    const Buffer<ffi::S32>& block_table,
+                                    const Buffer<ffi::S32>* members, int32_t* out,
+                                    const Buffer<ffi::F32>& logits, int32_t k, int32_t select,
+                                    int32_t block_size);
+
+// The candidate source layer: its top-k, then the published table (blocks, count, valid_lens,
+// physical). `all_selected` [rows, C] (every block a candidate) replaces the block scores and
+// the top-C blocks when `all_blocks`.
+struct PublishPlan {
+  DensePlan topk;
+  const int32_t* row_block_table;  // [rows, max_pages]
+  const int32_t* all_selected;
+  int32_t *blocks, *count, *valid_lens, *physical;
+  float* block_scores;  // [rows, nb] workspace
+  int32_t* selected;    // [rows, C] workspace
+  int64_t c, nb, row_table_width;
+  Select select_c;
+  int32_t page_size;
+  bool all_blocks;
+};
+
+struct PublishTable {
+  const Buffer<ffi::S32>& blocks;
+  const Buffer<ffi::S32>& count;
+  const Buffer<ffi::S32>& valid_lens;
+  const Buffer<ffi::S32>& physical;
+};
+
+ffi::ErrorOr<PublishPlan> PublishPlanOf(
+    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
+    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
+    const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table,
+    const Buffer<ffi::S32>& all_selected, int32_t* out, const PublishTable& table,
+    const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
+    const Buffer<ffi::S32>& selected, int32_t k, int32_t select, int32_t select_c,
+    int32_t block_size, int32_t page_size, bool all_blocks);
+
+// A consumer's top-k over its candidate blocks only: the blocks gathered into a compact cache
+// (one 64-token page per 8 blocks), DeepGEMM's logits over it (one query row per compact
+// request), the select over those columns, the columns mapped back to positions.
+struct SparsePlan {
+  Sm90PagedLogits call;  // over the compact cache
+  const uint8_t* kv;
+  int64_t num_pages;
+  const int32_t *physical, *blocks, *valid_lens;
+  uint8_t* compact;
+  int32_t *columns, *out;
+  int64_t rows, c;
+  Select select;
+  int32_t k, block_size;
+};
+
+ffi::ErrorOr<SparsePlan> SparsePlanOf(
+    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
+    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& physical, const Buffer<ffi::S32>& blocks,
+    const Buffer<ffi::S32>& valid_lens, const Buffer<ffi::S32>& compact_table,
+    int32_t* out, const Buffer<ffi::U8>& compact, const Buffer<ffi::F32>& logits,
+    const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size);
+
+// The launches, with DeepGEMM's schedule over the plan's lengths (the requests' for dense and
+// publish, the sparse rows' valid_lens for sparse). Nothing to launch for zero rows.
+ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& plan,
+                       const int32_t* schedule);
+ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan& plan,
+                         const int32_t* schedule);
+ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& plan,
+                        const int32_t* schedule);
+
+}  // namespace dsv41
