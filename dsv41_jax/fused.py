@@ -1,4 +1,5 @@
-"""The fused Hopper indexer layers: each layer of a decode step as one custom call.
+"""The fused Hopper indexer layers: each layer of a decode step as one custom call, and the
+whole step as one.
 
 A layer's ops (paged logits, the exact select, block scores, the top-C blocks, the candidate
 table, the candidate gather) run as the same kernels, in the same order and on the same data as
@@ -6,10 +7,13 @@ when they are called one by one, so the results are bitwise theirs; what changes
 work XLA does per step, which a serving loop pays on every call: one custom call a layer
 instead of one per op, no pass that marks invalid pages (the kernel's out-of-bounds scale reads
 are NaN), and DeepGEMM's schedule computed once per step for every layer that shares the
-lengths (`Shared`). ffi/sm90_indexer_layers.cu holds the handlers.
+lengths (`Shared`). ffi/sm90_indexer_layers.cu holds the per-layer handlers.
 
-`publish` and `select` take these paths wherever every op of the layer would run its FFI
-kernel (`declines` says why not); the step API computes the shared values once.
+`decode_step` goes further for the step API: every layer, the lengths and both schedules in
+one custom call (ffi/sm90_decode_step.cu) whose launches replay as one cached CUDA graph, with
+no XLA kernel beside it. `publish` and `select` take these paths wherever every op of the layer
+would run its FFI kernel (`declines` says why not); the step API computes the shared values
+once, or runs `decode_step` when every layer runs fused.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ class GraphCache {
       }
     }
     cudaGraph_t graph = nullptr;
-    if (auto e = CudaStatus(op, cudaStreamBeginCapture(d.recorder, cudaStreamCaptureModeThreadLocal));
-        e.failure()) {
+    const cudaError_t began = cudaStreamBeginCapture(d.recorder, cudaStreamCaptureModeThreadLocal);
+    if (auto e = CudaStatus(op, began); e.failure()) {
       return e;
     }
     ffi::Error launched = launch(d.recorder);

@@ -105,7 +105,8 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
     return InvalidArgument(kOp, "expected schedules [257, 2]");
   }
   const auto bd = block_table.dimensions();
-  if (bd.size() != 2 || lens.element_count() != context_lens.element_count() || bd[0] != lens.element_count()) {
+  if (bd.size() != 2 || lens.element_count() != context_lens.element_count() ||
+      bd[0] != lens.element_count()) {
     return InvalidArgument(kOp, "expected context_lens [b], block_table [b, P], lens [b]");
   }
   DSV41_TRY(q0, ArgAt<ffi::AnyBuffer>(args, kArgsBefore));
@@ -132,9 +133,12 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
     if (stacked) taken[slot] = true;
     DSV41_TRY(out, RetAt<ffi::S32>(rets, kRetsBefore + (stacked ? 0 : i)));
     const auto od = out.dimensions();
-    const bool ok = stacked ? od.size() == 3 && od[0] == int64_t(layers) && od[1] == rows && od[2] == k
+    const bool ok = stacked ? od.size() == 3 && od[0] == int64_t(layers) && od[1] == rows &&
+                                  od[2] == k
                             : od.size() == 2 && od[0] == rows && od[1] == k;
-    if (!ok) return InvalidArgument(kOp, "expected out [rows, k] a layer (stacked: [layers, rows, k])");
+    if (!ok) {
+      return InvalidArgument(kOp, "expected out [rows, k] a layer (stacked: [layers, rows, k])");
+    }
     out_of[i] = out.typed_data() + slot * rows * k;
   }
   Step step;

@@ -21,7 +21,9 @@
 namespace dsv41 {
 ffi::Error CheckOut(const char* op, const Buffer<ffi::S32>& out, int64_t rows, int32_t k) {
   const auto od = out.dimensions();
-  if (od.size() != 2 || od[0] != rows || od[1] != k) return InvalidArgument(op, "expected out [rows, k]");
+  if (od.size() != 2 || od[0] != rows || od[1] != k) {
+    return InvalidArgument(op, "expected out [rows, k]");
+  }
   return ffi::Error::Success();
 }
 
@@ -241,7 +243,8 @@ ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> w
   if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
   if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
   auto plan = PublishPlanOf(kOp, q, weights, kv, lens, row_lens, block_table, row_block_table,
-                            all_selected, out->typed_data(), {*blocks, *count, *valid_lens, *physical},
+                            all_selected, out->typed_data(),
+                            {*blocks, *count, *valid_lens, *physical},
                             *logits, *block_scores, *selected, k, select, select_c, block_size,
                             page_size, all_blocks);
   if (plan.has_error()) return plan.error();
