@@ -140,25 +140,18 @@ def dense_select(
     return selected
 
 
-def _publish_workspaces(rows: int, logits: jax.ShapeDtypeStruct, shared: Shared, config):
-    """(all_blocks, all_selected, block-score and selected workspaces, select_c) of a publish:
-    when every block of every row is a candidate the table is every block (no block scores,
-    no top-C); else the block scores and the top-C blocks' workspaces."""
+def _publish_workspaces(rows: int, logits: jax.ShapeDtypeStruct, config: IndexerConfig):
+    """(all_blocks, block-score workspace, top-C workspace, select_c) of a publish over these
+    logits: when every block of every row is a candidate (`all_blocks`), the table is every
+    block and the two workspaces are `[1, 1]` placeholders (no block scores, no top-C)."""
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     nb = -(-logits.shape[1] // b)
-    i32, f32 = jnp.int32, jnp.float32
     if nb <= c:
-        one = jax.ShapeDtypeStruct((1, 1), f32), jax.ShapeDtypeStruct((1, 1), i32)
-        return True, every_block(shared.rows, c, b), *one, "short"  # select_c unused
-    scores = jax.ShapeDtypeStruct((rows, nb), f32)
-    selected = jax.ShapeDtypeStruct((rows, c), i32)
-    return (
-        False,
-        jnp.zeros((1, 1), i32),
-        scores,
-        selected,
-        topk_ffi.algorithm_for(scores, c, None, b),
-    )
+        one = jax.ShapeDtypeStruct((1, 1), jnp.float32), jax.ShapeDtypeStruct((1, 1), jnp.int32)
+        return True, *one, "short"  # select_c unused
+    scores = jax.ShapeDtypeStruct((rows, nb), jnp.float32)
+    selected = jax.ShapeDtypeStruct((rows, c), jnp.int32)
+    return False, scores, selected, topk_ffi.algorithm_for(scores, c, None, b)
 
 
 def _table_shapes(rows: int, c: int) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -179,9 +172,8 @@ def publish(
     rows, k = query.num_rows, config.index_topk
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     logits = _logits_shape(query, cache, block_table)
-    all_blocks, all_selected, scores_ws, selected_ws, select_c = _publish_workspaces(
-        rows, logits, shared, config
-    )
+    all_blocks, scores_ws, selected_ws, select_c = _publish_workspaces(rows, logits, config)
+    all_selected = every_block(shared.rows, c, b) if all_blocks else jnp.zeros((1, 1), jnp.int32)
     out = (
         jax.ShapeDtypeStruct((rows, k), jnp.int32),
         *_table_shapes(rows, c),
@@ -325,16 +317,18 @@ def decode_step(
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     batch, max_pages = block_table.shape
     logits = _logits_shape(query, cache, block_table)
-    nb = -(-logits.shape[1] // b)
-    all_blocks = nb <= c  # every block of every row is a candidate: no block scores, no top-C
+    all_blocks, scores, selected, select_c = _publish_workspaces(rows, logits, config)
     i32, f32 = jnp.int32, jnp.float32
 
     def ws(shape, dtype=i32, used=True):  # a workspace result, [1, ...] when unused
         return jax.ShapeDtypeStruct(shape if used else (1,) * len(shape), dtype)
 
     sparse = "sparse" in roles
+    if sparse:
+        compact, sparse_logits, columns = _sparse_workspaces(rows, c, b, k, cache.data.shape[3])
+    else:
+        compact, sparse_logits, columns = ws((1, 1, 1, 1), jnp.uint8), ws((1, 1), f32), ws((1, 1))
     members = jax.ShapeDtypeStruct((rows, c), i32)
-    sparse_logits = ws((rows, c * b), f32, sparse)
     selects = [
         topk_ffi.algorithm_for(
             sparse_logits if role == "sparse" else logits,
@@ -344,8 +338,6 @@ def decode_step(
         )
         for role in roles
     ]
-    scores = ws((rows, nb), f32, not all_blocks)
-    select_c = "short" if all_blocks else topk_ffi.algorithm_for(scores, c, None, b)
     schedule = ws((_ext.limit("sm90_schedule_rows"), 2))
     out = (
         *_table_shapes(rows, c),
@@ -362,15 +354,13 @@ def decode_step(
         schedule,  # the sparse rows'
         logits,
         scores,
-        ws((rows, c), used=not all_blocks),  # the top-C blocks
-        ws((rows * c // 8, 64, 1, cache.data.shape[3]), jnp.uint8, sparse),  # compact cache
+        selected,  # the top-C blocks
+        compact,
         sparse_logits,
-        ws((rows, k), used=sparse),  # the sparse row's chosen columns
+        columns,
     )
     layers = [
-        x
-        for q, cache in zip(queries, caches, strict=True)
-        for x in (q.values, q.weights, cache.data)
+        x for q, kv in zip(queries, caches, strict=True) for x in (q.values, q.weights, kv.data)
     ]
     target = STEP_TRACED if _step_mode == "traced" else STEP
     results = jax.ffi.ffi_call(target, out, vmap_method="sequential")(

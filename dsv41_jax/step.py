@@ -93,8 +93,13 @@ class TwoLevelIndexer:
     @property
     def layers(self) -> tuple[int, ...]:
         """Every indexer layer this step runs, sorted."""
+        return tuple(sorted(self._call_order))
+
+    @property
+    def _call_order(self) -> tuple[int, ...]:
+        """The layers in the order one step runs them: the source, consumers, plain layers."""
         source = () if self.source_layer is None else (self.source_layer,)
-        return tuple(sorted((*source, *self.consumer_layers, *self.plain_layers)))
+        return (*source, *self.consumer_layers, *self.plain_layers)
 
     def _inputs(self, queries: Mapping[int, Any], keys: Mapping[int, Any], what: str) -> None:
         for name, m in (("queries", queries), (what, keys)):
@@ -134,18 +139,12 @@ class TwoLevelIndexer:
         share = sparse_share = None
         src, table = self.source_layer, None
         selections: dict[int, jax.Array] = {}
-        one = None
-        if fused.declines(queries[first], caches[first], block_table, impl) is None:
-            if src is not None and fused.one_call_step():
-                one = self._one_call(queries, caches, context_lens, block_table)
-            if one is None:
-                share = fused.Shared.of(
-                    context_lens, block_table, caches[first], queries[first].next_n
-                )
+        one = self._one_call(queries, caches, context_lens, block_table)
         if one is not None:
-            assert isinstance(one[0], dict)
-            selections, table = one[0], one[1]
-        elif src is not None:
+            selections, table = dict(zip(self._call_order, one[0])), one[1]
+        elif fused.declines(queries[first], caches[first], block_table, impl) is None:
+            share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
+        if one is None and src is not None:
             _check_paged_config(cfg, queries[src], caches[src])
             selections[src], table = _publish(
                 queries[src], caches[src], context_lens, block_table, cfg, impl, share
@@ -205,16 +204,9 @@ class TwoLevelIndexer:
         self._inputs(queries, caches, "caches")
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
-        first, impl = self.layers[0], self.implementation
-        if (
-            self.source_layer is not None
-            and fused.one_call_step()
-            and fused.declines(queries[first], caches[first], block_table, impl) is None
-        ):
-            one = self._one_call(queries, caches, context_lens, block_table, stacked=True)
-            if one is not None:
-                assert not isinstance(one[0], dict)
-                return one[0]
+        one = self._one_call(queries, caches, context_lens, block_table, stacked=True)
+        if one is not None:
+            return one[0][0]
         result = self.decode(queries, caches, context_lens, block_table)
         return jnp.stack([result.selections[layer] for layer in self.layers])
 
@@ -225,13 +217,20 @@ class TwoLevelIndexer:
         context_lens: jax.Array,
         block_table: jax.Array,
         stacked: bool = False,
-    ) -> tuple[dict[int, jax.Array] | jax.Array, CandidateTable] | None:
+    ) -> tuple[list[jax.Array], CandidateTable] | None:
         """Every layer as one custom call (`fused.decode_step`) where each layer would run
-        fused on its own (the same decisions, recorded the same way), else None. `stacked`:
-        the selections as one `[layers, rows, k]` array in `self.layers` order."""
+        fused on its own (the same decisions, recorded the same way), else None: the layers'
+        selections in `_call_order` (with `stacked`, one `[layers, rows, k]` array in
+        `self.layers` order) and the table."""
         cfg, impl, src = self.config, self.implementation, self.source_layer
-        assert src is not None
-        layers = (src, *self.consumer_layers, *self.plain_layers)
+        first = self.layers[0]
+        if (
+            src is None
+            or not fused.one_call_step()
+            or fused.declines(queries[first], caches[first], block_table, impl) is not None
+        ):
+            return None
+        layers = self._call_order
         roles: list[fused.Role] = ["source"]
         for layer in layers:
             _check_paged_config(cfg, queries[layer], caches[layer])
@@ -257,8 +256,7 @@ class TwoLevelIndexer:
         record("decode: step", "one custom call (every layer fused)")
         qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
         slots = [self.layers.index(x) for x in layers] if stacked else None
-        selected, table = fused.decode_step(qs, cs, roles, context_lens, block_table, cfg, slots)
-        return (selected[0] if stacked else dict(zip(layers, selected))), table
+        return fused.decode_step(qs, cs, roles, context_lens, block_table, cfg, slots)
 
     def prefill(
         self,

@@ -157,8 +157,6 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
                                     logits, block_scores, selected, k, selects[i], select_c,
                                     block_size, page_size, all_blocks));
       step.source = plan;
-      step.batch = plan.topk.call.batch;
-      step.next_n = plan.topk.call.next_n;
     } else if (roles[i] == kSparse) {
       DSV41_TRY(plan, SparsePlanOf(kOp, q, w, kv, physical, blocks, valid_lens, compact_table,
                                    out, compact, sparse_logits, columns, k, selects[i],
@@ -168,13 +166,14 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
       DSV41_TRY(plan, DensePlanOf(kOp, q, w, kv, lens, row_lens, block_table,
                                   roles[i] == kMask ? &blocks : nullptr, out, logits, k,
                                   selects[i], block_size));
-      if (plan.call.next_n != step.next_n) {
+      if (plan.call.next_n != next_n) {
         return InvalidArgument(kOp, "every layer needs the same next_n");
       }
       step.dense.push_back(plan);
     }
   }
-  if (step.batch != batch) return InvalidArgument(kOp, "the source layer's batch differs");
+  step.batch = batch;
+  step.next_n = next_n;
   step.rows = rows;
   step.capacity = bd[1] * int64_t(page_size);
   step.c = blocks.dimensions()[1];
@@ -226,7 +225,9 @@ ffi::Error Launch(const Step& s, cudaStream_t stream) {
 std::vector<int64_t> KeyOf(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
                            std::initializer_list<int64_t> attrs, ffi::Span<const int32_t> roles,
                            ffi::Span<const int32_t> selects) {
-  std::vector<int64_t> key(attrs);
+  std::vector<int64_t> key;
+  key.reserve(attrs.size() + 2 * roles.size() + 6 * (args.size() + rets.size()));
+  key.insert(key.end(), attrs.begin(), attrs.end());
   key.insert(key.end(), roles.begin(), roles.end());
   key.insert(key.end(), selects.begin(), selects.end());
   auto add = [&key](const auto& b) {

@@ -106,6 +106,17 @@ def topk_row(scores, length: int, k: int, allowed=None) -> list[int]:
     return best + [-1] * (k - len(best))
 
 
+def topk_inside_blocks(logits, rows, blocks, k: int, block_size: int) -> np.ndarray:
+    """`[rows, k]`: each row's top-k among its visible positions whose block is listed in
+    `blocks[r]` (ids outside `[0, nblocks)` name nothing, repeats count once)."""
+    out = []
+    for r in range(len(logits)):
+        n = int(rows[r])
+        members = {int(x) for x in blocks[r] if 0 <= int(x) < -(-n // block_size)}
+        out.append(topk_row(logits[r], n, k, lambda p, m=members: p // block_size in m))
+    return np.array(out)
+
+
 def block_amax_row(scores, length: int, block_size: int, nb: int, pin: bool) -> list[float]:
     out = [-math.inf] * nb
     for p in range(length):

@@ -146,17 +146,11 @@ def hand_made(blocks, dtype=np.int32):
     )
 
 
-def want_inside(logits, rows, blocks, cfg):
-    """The contract: top-k over the row's visible positions whose block is in the table (ids
-    outside [0, nblocks) name nothing, repeats count once)."""
+def topk_inside(logits, rows, blocks):
+    """The contract: top-k over the row's visible positions whose block is in the table."""
     import oracle
 
-    b, out = cfg.candidate_block_size, []
-    for r in range(logits.shape[0]):
-        n = int(rows[r])
-        members = {int(x) for x in blocks[r] if 0 <= int(x) < -(-n // b)}
-        out.append(oracle.topk_row(logits[r], n, cfg.index_topk, lambda p, m=members: p // b in m))
-    return np.array(out)
+    return oracle.topk_inside_blocks(logits, rows, blocks, CFG.index_topk, CFG.candidate_block_size)
 
 
 HAND_MADE = [
@@ -176,7 +170,7 @@ def test_hand_made_tables_give_every_path_the_mask_answer(rng, jit):
     ctx = jnp.array([30, 50, 20, 64])
     table = hand_made(HAND_MADE)
     logits = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt))
-    want = want_inside(logits, np.asarray(ctx), np.asarray(table.blocks), CFG)
+    want = topk_inside(logits, np.asarray(ctx), np.asarray(table.blocks))
     assert (want[0] >= 0).sum() == CFG.index_topk and want[2].max() == -1
 
     def run(t):
@@ -195,13 +189,13 @@ def test_int64_and_uint32_table_blocks_saturate_rather_than_wrap(rng):
     with jax.enable_x64(True):
         table = hand_made([[2**32 + 1, 3, M, M, M, M], [2**33 + 15, 2, 0, M, M, M]], np.int64)
         got = {p: dj.select(q, cache, ctx, bt, table, CFG, path=p) for p in ("mask", "sparse")}
-    want = want_inside(logits, [30, 64], [[3], [2, 0]], CFG)
+    want = topk_inside(logits, [30, 64], [[3], [2, 0]])
     for path, sel in got.items():
         np.testing.assert_array_equal(np.asarray(sel), want, err_msg=path)
     unsigned = hand_made([[2**32 - 1, 3, M, M, M, M], [1, 2, 0, M, M, M]], np.uint32)
     np.testing.assert_array_equal(
         np.asarray(dj.select(q, cache, ctx, bt, unsigned, CFG, path="sparse")),
-        want_inside(logits, [30, 64], [[3], [1, 2, 0]], CFG),
+        topk_inside(logits, [30, 64], [[3], [1, 2, 0]]),
     )
 
 

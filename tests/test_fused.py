@@ -212,8 +212,8 @@ def _jit_in(context, fn):
 
 
 def _in_mode(mode, fn, *args):
-    with fused.step_mode(mode):
-        return jax.tree.map(np.asarray, jax.jit(fn)(*args))
+    """`fn(*args)` jitted in step mode `mode`, as numpy."""
+    return jax.tree.map(np.asarray, _jit_in(lambda: fused.step_mode(mode), fn)(*args))
 
 
 @pytest.mark.gpu

@@ -20,7 +20,6 @@ import re
 import statistics
 import sys
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +27,7 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, testing
+from dsv41_jax.bench_loop import host_wall_us
 
 LAYERS = (20, 24, 28, 32, 36)
 CFG = dj.IndexerConfig()
@@ -53,17 +53,6 @@ def gpu_events(fn, n):
     ]
 
 
-def host_wall(fn, n, keep):
-    t = time.perf_counter()
-    if keep:
-        outs = [fn() for _ in range(n)]
-    else:
-        for _ in range(n):
-            outs = fn()
-    jax.block_until_ready(outs)
-    return (time.perf_counter() - t) / n * 1e6
-
-
 def measure_gpu(fn, n=50):
     """{kernels, sum, span} per call (µs), from one profiled run of `n` back-to-back calls."""
     k = gpu_events(fn, n)
@@ -74,7 +63,7 @@ def measure_gpu(fn, n=50):
 def measure_host(fn, n=50):
     for _ in range(3):
         jax.block_until_ready(fn())
-    return dict(kept=host_wall(fn, n, True), dropped=host_wall(fn, n, False))
+    return dict(kept=host_wall_us(fn, n, True), dropped=host_wall_us(fn, n, False))
 
 
 def micro_rows():
@@ -196,7 +185,7 @@ def vlog(rows):
             for _ in range(3):
                 jax.block_until_ready(fn())
             print(f"== start {name} keep={keep}", file=sys.stderr, flush=True)
-            host_wall(fn, 20, keep)
+            host_wall_us(fn, 20, keep)
             print(f"== end {name} keep={keep}", file=sys.stderr, flush=True)
 
 

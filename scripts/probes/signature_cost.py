@@ -9,7 +9,6 @@ interleaved rounds, host wall per call over 50 back-to-back calls with outputs d
 from __future__ import annotations
 
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -17,15 +16,7 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import testing
-from dsv41_jax.bench_loop import LAYERS, same_signature
-
-
-def wall(fn, calls=50):
-    t = time.perf_counter()
-    for _ in range(calls):
-        out = fn()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t) / calls * 1e6
+from dsv41_jax.bench_loop import LAYERS, host_wall_us, same_signature
 
 
 def main() -> None:
@@ -65,7 +56,7 @@ def main() -> None:
     got = {name: [] for name in variants}
     for _ in range(7):
         for name, fn in variants.items():
-            got[name].append(wall(fn))
+            got[name].append(host_wall_us(fn, 50))
     for name, v in got.items():
         print(f"{name:32s} host µs/call {statistics.median(v):7.1f}  (min {min(v):.1f})")
 
