@@ -367,7 +367,7 @@ STEP_SHAPES = tuple((bs, ctx) for bs in (1, 8, 64) for ctx in (16384, 131072, 1 
 
 
 def bench_select(rng, bw, quick: bool) -> list[Row]:
-    """One consumer layer: the sparse path (gather + SM90 logits over C·B positions + top-k +
+    """One consumer layer: the sparse path (sparse logits over C·B positions + top-k +
     map back) against the mask path (dense logits + masked top-k); floor = the candidate blocks'
     bytes (C·B tokens × 132 B per row) over the copy bandwidth."""
     import torch

@@ -2,15 +2,15 @@
 whole step as one.
 
 A layer's ops (paged logits, the exact select, block scores, the top-C blocks, the candidate
-table, the candidate gather) run as the same kernels, in the same order and on the same data as
+table, the sparse logits) run as the same kernels, in the same order and on the same data as
 when they are called one by one, so the results are bitwise theirs; what changes is the host
 work XLA does per step, which a serving loop pays on every call: one custom call a layer
 instead of one per op, no pass that marks invalid pages (the kernel's out-of-bounds scale reads
 are NaN), and DeepGEMM's schedule computed once per step for every layer that shares the
 lengths (`Shared`). ffi/sm90_indexer_layers.cu holds the per-layer handlers.
 
-`decode_step` goes further for the step API: every layer, the lengths and both schedules in
-one custom call (ffi/sm90_decode_step.cu) whose launches replay as one cached CUDA graph, with
+`decode_step` goes further for the step API: every layer, the lengths and the schedule in one
+custom call (ffi/sm90_decode_step.cu) whose launches replay as one cached CUDA graph, with
 no XLA kernel beside it. `publish` and `select` take these paths wherever every op of the layer
 would run its FFI kernel (`declines` says why not); the step API computes the shared values
 once, or runs `decode_step` when every layer runs fused.
@@ -206,31 +206,19 @@ def publish(
 @dataclasses.dataclass(frozen=True)
 class SparseShared:
     """What the sparse consumers of one table share: its row lengths clamped to the sparse
-    row, DeepGEMM's schedule over them (one query row per compact request) and the compact
-    cache's page table."""
+    row."""
 
     lens: jax.Array
-    schedule: jax.Array
-    compact_table: jax.Array
 
     @classmethod
     def of(cls, table: CandidateTable) -> SparseShared:
-        rows, c = table.physical.shape
-        lens = clamp_lengths(table.valid_lens, c * table.block_size)
-        return cls(lens, schedule(lens, 1), _compact_table(rows, c))
+        c = table.physical.shape[1]
+        return cls(clamp_lengths(table.valid_lens, c * table.block_size))
 
 
-def _compact_table(rows: int, c: int) -> jax.Array:
-    """The compact cache's page table: row r's candidate blocks on pages r·C/8 onwards (8
-    blocks of 8 per 64-token page)."""
-    pages = c // 8
-    return jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
-
-
-def _sparse_workspaces(rows: int, c: int, b: int, k: int, row_bytes: int):
-    """The compact cache, the sparse row's logits and the chosen columns of a sparse select."""
+def _sparse_workspaces(rows: int, c: int, b: int, k: int):
+    """The sparse row's logits and the chosen columns of a sparse select."""
     return (
-        jax.ShapeDtypeStruct((rows * c // 8, 64, 1, row_bytes), jnp.uint8),
         jax.ShapeDtypeStruct((rows, c * b), jnp.float32),
         jax.ShapeDtypeStruct((rows, k), jnp.int32),
     )
@@ -246,8 +234,8 @@ def sparse_select(
     """A consumer's top-k over its candidate blocks only (the sparse row), as positions."""
     rows, c = table.physical.shape
     b = table.block_size
-    compact, logits, columns = _sparse_workspaces(rows, c, b, k, cache.data.shape[3])
-    out = (jax.ShapeDtypeStruct((rows, k), jnp.int32), compact, logits, columns)
+    logits, columns = _sparse_workspaces(rows, c, b, k)
+    out = (jax.ShapeDtypeStruct((rows, k), jnp.int32), logits, columns)
     positions, *_ = jax.ffi.ffi_call(SPARSE_SELECT, out, vmap_method="sequential")(
         query.values,
         query.weights,
@@ -255,8 +243,6 @@ def sparse_select(
         _checks.int32(table.physical),
         _checks.int32(table.blocks),
         shared.lens,
-        shared.compact_table,
-        shared.schedule,
         k=np.int32(k),
         select=_select_attr(topk_ffi.algorithm_for(logits, k, None, b)),
         block_size=np.int32(b),
@@ -325,9 +311,9 @@ def decode_step(
 
     sparse = "sparse" in roles
     if sparse:
-        compact, sparse_logits, columns = _sparse_workspaces(rows, c, b, k, cache.data.shape[3])
+        sparse_logits, columns = _sparse_workspaces(rows, c, b, k)
     else:
-        compact, sparse_logits, columns = ws((1, 1, 1, 1), jnp.uint8), ws((1, 1), f32), ws((1, 1))
+        sparse_logits, columns = ws((1, 1), f32), ws((1, 1))
     members = jax.ShapeDtypeStruct((rows, c), i32)
     selects = [
         topk_ffi.algorithm_for(
@@ -351,11 +337,9 @@ def decode_step(
         ws((rows, c), used=all_blocks),  # every block of each row
         ws((rows, max_pages), used=next_n > 1),  # each row's page table
         schedule,
-        schedule,  # the sparse rows'
         logits,
         scores,
         selected,  # the top-C blocks
-        compact,
         sparse_logits,
         columns,
     )
@@ -366,7 +350,6 @@ def decode_step(
     results = jax.ffi.ffi_call(target, out, vmap_method="sequential")(
         _checks.int32(context_lens),
         _checks.int32(block_table),
-        _compact_table(rows, c) if sparse else jnp.zeros((1, 1), i32),
         *layers,
         roles=np.array([_ROLES[r] for r in roles], np.int32),
         selects=np.array([_ext.limit(f"select_{s}") for s in selects], np.int32),

@@ -322,7 +322,7 @@ def _select(
             implementation=implementation,
         )
     sparse_why = None
-    if route == "sparse":  # the compact sparse row: what the fused sparse layer takes
+    if route == "sparse":  # the sparse row: what the fused sparse layer takes
         sparse_why = logits_ffi.sm90_sparse_declines(query, cache, table.num_candidates, b)
     if _runs_fused("select", query, cache, context_lens, block_table, implementation, sparse_why):
         if route == "sparse":

@@ -132,7 +132,7 @@ class TwoLevelIndexer:
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
         # Where every layer runs fused, the whole step is one custom call (`_one_call`); else
-        # the lengths, DeepGEMM's schedules and the compact page table are computed once for
+        # the lengths, DeepGEMM's schedule and the sparse rows' lengths are computed once for
         # every layer that runs fused (built only when the first layer does; what no layer
         # reads, e.g. the sparse share when every consumer is dense, is dropped at lowering).
         first = self.layers[0]

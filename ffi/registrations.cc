@@ -20,13 +20,14 @@
 namespace dsv41 {
 cudaError_t PreparePagedMqaLogitsSm90();
 cudaError_t PrepareMqaLogitsSm90();
-XLA_FFI_DECLARE_HANDLER_SYMBOL(GatherCandidateBlocksFFI);
+cudaError_t PrepareSparseLogitsSm90();
 XLA_FFI_DECLARE_HANDLER_SYMBOL(LogicalToPhysicalFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedMqaScheduleSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(DenseSelectSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PublishSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SparseSelectSm90FFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(SparseLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(DecodeStepSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(DecodeStepTracedSm90FFI);
 // The decode step's graph cache on the current device: (hits, misses) since the process started.
@@ -74,13 +75,13 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   m.attr("LIMITS") = limits;
   m.def("registrations", []() {
     pybind11::dict d;
-    d["dsv41_gather_candidate_blocks"] = Capsule(dsv41::GatherCandidateBlocksFFI);
     d["dsv41_logical_to_physical"] = Capsule(dsv41::LogicalToPhysicalFFI);
     d["dsv41_sm90_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm90FFI);
     d["dsv41_sm90_paged_mqa_schedule"] = Capsule(dsv41::PagedMqaScheduleSm90FFI);
     d["dsv41_sm90_dense_select"] = Capsule(dsv41::DenseSelectSm90FFI);
     d["dsv41_sm90_publish"] = Capsule(dsv41::PublishSm90FFI);
     d["dsv41_sm90_sparse_select"] = Capsule(dsv41::SparseSelectSm90FFI);
+    d["dsv41_sm90_sparse_logits"] = Capsule(dsv41::SparseLogitsSm90FFI);
     d["dsv41_sm90_decode_step"] = Capsule(dsv41::DecodeStepSm90FFI);
     d["dsv41_sm90_decode_step_traced"] = Capsule(dsv41::DecodeStepTracedSm90FFI);
     d["dsv41_sm90_mqa_logits"] = Capsule(dsv41::MqaLogitsSm90FFI);
@@ -131,7 +132,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       }
       if (sm90) {
         prepares.insert(prepares.end(),
-                        {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90});
+                        {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90,
+                         dsv41::PrepareSparseLogitsSm90});
       }
       if (sm100) {
         prepares.insert(prepares.end(), {dsv41::PreparePagedSparseMqaLogitsSm100,

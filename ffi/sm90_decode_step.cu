@@ -4,22 +4,20 @@
 // Every indexer layer of one decode step as one custom call: the step's row lengths and tables
 // (lengths clamped to the page table, each query row's length, the every-block table, the
 // per-row page table), DeepGEMM's schedule, the candidate source layer (its top-k and the
-// published table), the schedule of the sparse rows when a consumer reads only its candidate
-// blocks, then each consumer and plain layer, in that order, through the same plans as the
-// per-layer calls (sm90_indexer_layers.h): the results are bitwise theirs. XLA sees one thunk a
+// published table), then each consumer and plain layer, in that order, through the same plans as
+// the per-layer calls (sm90_indexer_layers.h): the results are bitwise theirs. XLA sees one thunk a
 // step and no kernel of its own; with `graphs` the launches replay as one cached CUDA graph
 // (graph_cache.h), so a serving loop pays one graph launch a step. The `_traced` target is the
 // same handler with XLA's command-buffer trait (XLA captures it, `graphs` off).
 //
 // Buffers, in order (one layer = q [b, n, h, 128] fp8, weights [b, n, h] f32, its cache):
-//   args: context_lens [b] (any int32), block_table [b, P], compact_table [rows, C / 8] (a
-//         sparse consumer, else [1, 1]), then every layer's three, the source layer first;
+//   args: context_lens [b] (any int32), block_table [b, P], then every layer's three, the
+//         source layer first;
 //   rets: blocks, count, valid_lens, physical (the table), every layer's out [rows, k] (one
 //         [layers, rows, k] result when `stacked`, layer i at slot slots[i]), then the
 //         workspaces: lens [b], row_lens [rows], all_selected [rows, C] (all_blocks), row page
-//         table [rows, P] (next_n > 1), schedule [257, 2], sparse schedule [257, 2], logits
-//         [rows, cols], block scores [rows, nb], selected [rows, C], compact cache
-//         [rows * C / 8, 64, 1, 132], sparse logits [rows, C * 8], columns [rows, k] (each
+//         table [rows, P] (next_n > 1), schedule [257, 2], logits [rows, cols], block scores
+//         [rows, nb], selected [rows, C], sparse logits [rows, C * 8], columns [rows, k] (each
 //         [1, ...] when unused).
 // `roles[i]` of layer i: 0 the source (layer 0 only), 1 dense, 2 mask (inside the table's
 // blocks), 3 sparse; `selects[i]` its select.
@@ -34,7 +32,7 @@ namespace dsv41 {
 namespace {
 
 constexpr const char* kOp = "dsv41_sm90_decode_step";
-constexpr size_t kArgsBefore = 3, kRetsBefore = 4, kWorkspaces = 12;
+constexpr size_t kArgsBefore = 2, kRetsBefore = 4, kWorkspaces = 10;
 enum Role : int32_t { kSource = 0, kDense = 1, kMask = 2, kSparse = 3 };
 
 GraphCache g_graphs;
@@ -44,8 +42,8 @@ struct Step {
   PublishPlan source;
   std::vector<DensePlan> dense;    // dense and mask layers, in order
   std::vector<SparsePlan> sparse;  // sparse layers, in order
-  const int32_t *context_lens, *block_table, *valid_lens;
-  int32_t *lens, *row_lens, *all_selected, *row_table, *schedule, *sparse_schedule;
+  const int32_t *context_lens, *block_table;
+  int32_t *lens, *row_lens, *all_selected, *row_table, *schedule;
   int64_t batch, next_n, rows, capacity, c, max_pages;
   int32_t block_size;
 };
@@ -82,7 +80,6 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
   using S32 = Buffer<ffi::S32>;
   DSV41_TRY(context_lens, ArgAt<S32>(args, 0));
   DSV41_TRY(block_table, ArgAt<S32>(args, 1));
-  DSV41_TRY(compact_table, ArgAt<S32>(args, 2));
   DSV41_TRY(blocks, RetAt<ffi::S32>(rets, 0));
   DSV41_TRY(count, RetAt<ffi::S32>(rets, 1));
   DSV41_TRY(valid_lens, RetAt<ffi::S32>(rets, 2));
@@ -93,16 +90,13 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
   DSV41_TRY(all_selected, RetAt<ffi::S32>(rets, ws + 2));
   DSV41_TRY(row_table, RetAt<ffi::S32>(rets, ws + 3));
   DSV41_TRY(schedule, RetAt<ffi::S32>(rets, ws + 4));
-  DSV41_TRY(sparse_schedule, RetAt<ffi::S32>(rets, ws + 5));
-  DSV41_TRY(logits, RetAt<ffi::F32>(rets, ws + 6));
-  DSV41_TRY(block_scores, RetAt<ffi::F32>(rets, ws + 7));
-  DSV41_TRY(selected, RetAt<ffi::S32>(rets, ws + 8));
-  DSV41_TRY(compact, RetAt<ffi::U8>(rets, ws + 9));
-  DSV41_TRY(sparse_logits, RetAt<ffi::F32>(rets, ws + 10));
-  DSV41_TRY(columns, RetAt<ffi::S32>(rets, ws + 11));
-  if (schedule.element_count() != 2 * kSm90ScheduleRows ||
-      sparse_schedule.element_count() != 2 * kSm90ScheduleRows) {
-    return InvalidArgument(kOp, "expected schedules [257, 2]");
+  DSV41_TRY(logits, RetAt<ffi::F32>(rets, ws + 5));
+  DSV41_TRY(block_scores, RetAt<ffi::F32>(rets, ws + 6));
+  DSV41_TRY(selected, RetAt<ffi::S32>(rets, ws + 7));
+  DSV41_TRY(sparse_logits, RetAt<ffi::F32>(rets, ws + 8));
+  DSV41_TRY(columns, RetAt<ffi::S32>(rets, ws + 9));
+  if (schedule.element_count() != 2 * kSm90ScheduleRows) {
+    return InvalidArgument(kOp, "expected the schedule [257, 2]");
   }
   const auto bd = block_table.dimensions();
   if (bd.size() != 2 || lens.element_count() != context_lens.element_count() ||
@@ -158,9 +152,8 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
                                     block_size, page_size, all_blocks));
       step.source = plan;
     } else if (roles[i] == kSparse) {
-      DSV41_TRY(plan, SparsePlanOf(kOp, q, w, kv, physical, blocks, valid_lens, compact_table,
-                                   out, compact, sparse_logits, columns, k, selects[i],
-                                   block_size));
+      DSV41_TRY(plan, SparsePlanOf(kOp, q, w, kv, physical, blocks, valid_lens, out,
+                                   sparse_logits, columns, k, selects[i], block_size));
       step.sparse.push_back(plan);
     } else {
       DSV41_TRY(plan, DensePlanOf(kOp, q, w, kv, lens, row_lens, block_table,
@@ -181,13 +174,11 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
   step.block_size = block_size;
   step.context_lens = context_lens.typed_data();
   step.block_table = block_table.typed_data();
-  step.valid_lens = valid_lens.typed_data();
   step.lens = lens.typed_data();
   step.row_lens = row_lens.typed_data();
   step.all_selected = all_blocks ? all_selected.typed_data() : nullptr;
   step.row_table = own_row_table ? row_table.typed_data() : nullptr;
   step.schedule = schedule.typed_data();
-  step.sparse_schedule = sparse_schedule.typed_data();
   return step;
 }
 
@@ -204,16 +195,10 @@ ffi::Error Launch(const Step& s, cudaStream_t stream) {
     return e;
   }
   if (auto e = LaunchPublish(kOp, stream, s.source, s.schedule); e.failure()) return e;
-  if (!s.sparse.empty()) {  // one compact request per query row, over the table's valid_lens
-    if (auto e = LaunchSm90Schedule(kOp, stream, s.rows, 1, s.valid_lens, s.sparse_schedule);
-        e.failure()) {
-      return e;
-    }
-  }
   size_t dense = 0, sparse = 0;
   for (size_t i = 1; i < s.roles.size(); ++i) {
     const ffi::Error e = s.roles[i] == kSparse
-                             ? LaunchSparse(kOp, stream, s.sparse[sparse++], s.sparse_schedule)
+                             ? LaunchSparse(kOp, stream, s.sparse[sparse++])
                              : LaunchDense(kOp, stream, s.dense[dense++], s.schedule);
     if (e.failure()) return e;
   }

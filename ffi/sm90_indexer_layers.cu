@@ -4,18 +4,17 @@
 //
 // One indexer layer of a decode step as one custom call: the same kernels, in the same order
 // and on the same data, as the layer's ops called one by one (paged logits, the exact select,
-// block scores, the top-C blocks, the candidate table, the candidate gather), so the results are
+// block scores, the top-C blocks, the candidate table, the sparse logits), so the results are
 // bitwise those of the ops. A serving loop pays XLA's per-call host work once a layer instead of
 // once an op. The DeepGEMM schedule is an input: it depends only on the lengths, so a step
 // computes it once (dsv41_sm90_paged_mqa_schedule) for all the layers that share them.
-// Intermediates (logits, block scores, the compact cache) are workspace results. The plans
+// Intermediates (logits, block scores, chosen columns) are workspace results. The plans
 // (sm90_indexer_layers.h) are shared with the whole step as one call (sm90_decode_step.cu).
 #include "sm90_indexer_layers.h"
 
 #include <algorithm>
 
 #include "smxx_block_ops.cuh"
-#include "smxx_gather_blocks.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -159,56 +158,36 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
   return CudaStatus(op, LaunchSortCandidateBlocks(sort, stream));
 }
 
-ffi::ErrorOr<SparsePlan> SparsePlanOf(
-    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
-    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& physical, const Buffer<ffi::S32>& blocks,
-    const Buffer<ffi::S32>& valid_lens, const Buffer<ffi::S32>& compact_table,
-    int32_t* out, const Buffer<ffi::U8>& compact, const Buffer<ffi::F32>& logits,
-    const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size) {
-  const auto qd = q.dimensions(), kd = kv.dimensions(), pd = physical.dimensions();
-  const auto cd = compact.dimensions(), ld = logits.dimensions(), td = compact_table.dimensions();
-  if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(op, "q must be float8_e4m3fn");
-  if (qd.size() != 4 || kd.size() != 4 || pd.size() != 2 || cd.size() != 4 || ld.size() != 2 ||
-      td.size() != 2) {
-    return InvalidArgument(op, "expected q [b, n, h, d], caches [pages, 64, 1, 132], "
-                               "physical [rows, C], logits [rows, C * 8], table [rows, C / 8]");
-  }
-  const int64_t rows = qd[0] * qd[1], heads = qd[2], c = pd[1];
+ffi::ErrorOr<SparsePlan> SparsePlanOf(const char* op, const ffi::AnyBuffer& q,
+                                      const Buffer<ffi::F32>& weights, const Buffer<ffi::U8>& kv,
+                                      const Buffer<ffi::S32>& physical,
+                                      const Buffer<ffi::S32>& blocks,
+                                      const Buffer<ffi::S32>& valid_lens, int32_t* out,
+                                      const Buffer<ffi::F32>& logits,
+                                      const Buffer<ffi::S32>& columns, int32_t k, int32_t select,
+                                      int32_t block_size) {
+  auto call = Sm90SparseLogitsOf(op, q, weights, kv, physical, valid_lens, logits);
+  if (call.has_error()) return call.error();
   auto sel = SelectOf(op, select);
   if (sel.has_error()) return sel.error();
-  if (block_size != kGatherBlockSize || c % 32 != 0 || c == 0) {
-    return InvalidArgument(op, "needs blocks of 8 and C a positive multiple of 32");
+  const int64_t rows = call->rows, cols = logits.dimensions()[1];
+  if (block_size != 8) return InvalidArgument(op, "needs candidate blocks of 8");
+  if (blocks.element_count() != rows * call->c || columns.element_count() != rows * k) {
+    return InvalidArgument(op, "inconsistent shapes (blocks [rows, C], columns [rows, k])");
   }
-  if (qd[3] != 128 || (heads != 32 && heads != 64) || kd[1] != kGatherPageSize || kd[2] != 1 ||
-      kd[3] != kGatherHeadDim + 4) {
-    return InvalidArgument(op, "needs head_dim 128, 32 or 64 heads and an fp8 cache of 64-token pages");
-  }
-  if (pd[0] != rows || blocks.element_count() != rows * c || valid_lens.element_count() != rows ||
-      td[0] != rows || td[1] != c / 8 || cd[0] != rows * c / 8 || cd[1] != kd[1] || cd[2] != 1 ||
-      cd[3] != kd[3] || ld[0] != rows || ld[1] != c * block_size ||
-      weights.element_count() != rows * heads || columns.element_count() != rows * k ||
-      rows > 1024) {
-    return InvalidArgument(op, "inconsistent shapes (at most 1024 rows)");
-  }
-  if (auto e = CheckTopk(op, *sel, ld[1], 0, false, k, block_size, 0); e.failure()) return e;
-  // One query row per compact request: q [b, n, h, d] is [b * n, 1, h, d] in memory.
-  const Sm90PagedLogits call{q.untyped_data(), weights.typed_data(), compact.typed_data(),
-                             compact_table.typed_data(), logits.typed_data(), rows, 1, heads,
-                             rows * c / 8, c / 8, c * block_size};
-  return SparsePlan{call, kv.typed_data(), kd[0], physical.typed_data(), blocks.typed_data(),
-                    valid_lens.typed_data(), compact.typed_data(), columns.typed_data(), out,
-                    rows, c, *sel, k, block_size};
+  if (auto e = CheckTopk(op, *sel, cols, 0, false, k, block_size, 0); e.failure()) return e;
+  return SparsePlan{*call, blocks.typed_data(), columns.typed_data(), out, *sel, k, block_size};
 }
 
-ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p,
-                        const int32_t* schedule) {
-  if (p.rows == 0) return ffi::Error::Success();
-  LaunchGatherCandidateBlocks(p.kv, p.num_pages, p.physical, p.rows, p.c, p.compact, stream);
-  if (auto e = LastCudaError(op); e.failure()) return e;
-  const DensePlan columns{p.call, p.valid_lens, p.valid_lens, nullptr, 0, p.columns, p.select,
-                          p.k, p.block_size};
-  if (auto e = LaunchDense(op, stream, columns, schedule); e.failure()) return e;
-  LaunchColumnsToPositions(p.columns, p.blocks, p.rows, p.k, p.c, p.block_size, p.out, stream);
+ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p) {
+  const int64_t rows = p.call.rows, cols = p.call.c * p.block_size;
+  if (rows == 0) return ffi::Error::Success();
+  if (auto e = LaunchSm90SparseLogits(op, stream, p.call); e.failure()) return e;
+  // The select reads only the columns below each row's valid length.
+  const TopkArgs args{p.call.logits, p.call.valid_lens, nullptr, nullptr, p.columns, rows, cols,
+                      0, p.k, p.block_size, TopkMode::kPositions, false};
+  if (auto e = CudaStatus(op, LaunchTopk(p.select, args, stream)); e.failure()) return e;
+  LaunchColumnsToPositions(p.columns, p.blocks, rows, p.k, p.call.c, p.block_size, p.out, stream);
   return LastCudaError(op);
 }
 
@@ -253,18 +232,15 @@ ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> w
 
 ffi::Error SparseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                             Buffer<ffi::U8> kv, Buffer<ffi::S32> physical, Buffer<ffi::S32> blocks,
-                            Buffer<ffi::S32> valid_lens, Buffer<ffi::S32> compact_table,
-                            Buffer<ffi::S32> schedule, Result<ffi::S32> out,
-                            Result<ffi::U8> compact, Result<ffi::F32> logits,
-                            Result<ffi::S32> columns, int32_t k, int32_t select,
-                            int32_t block_size) {
+                            Buffer<ffi::S32> valid_lens, Result<ffi::S32> out,
+                            Result<ffi::F32> logits, Result<ffi::S32> columns, int32_t k,
+                            int32_t select, int32_t block_size) {
   constexpr const char* kOp = "dsv41_sm90_sparse_select";
-  if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
   if (auto e = CheckOut(kOp, *out, valid_lens.element_count(), k); e.failure()) return e;
-  auto plan = SparsePlanOf(kOp, q, weights, kv, physical, blocks, valid_lens, compact_table,
-                           out->typed_data(), *compact, *logits, *columns, k, select, block_size);
+  auto plan = SparsePlanOf(kOp, q, weights, kv, physical, blocks, valid_lens, out->typed_data(),
+                           *logits, *columns, k, select, block_size);
   if (plan.has_error()) return plan.error();
-  return LaunchSparse(kOp, stream, *plan, schedule.typed_data());
+  return LaunchSparse(kOp, stream, *plan);
 }
 
 }  // namespace
@@ -325,10 +301,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SparseSelectSm90FFI, SparseSelectSm90,
                                   .Arg<Buffer<ffi::S32>>()   // table physical [rows, C]
                                   .Arg<Buffer<ffi::S32>>()   // table blocks [rows, C]
                                   .Arg<Buffer<ffi::S32>>()   // valid_lens [rows], <= C * 8
-                                  .Arg<Buffer<ffi::S32>>()   // compact page table [rows, C / 8]
-                                  .Arg<Buffer<ffi::S32>>()   // schedule [257, 2] over valid_lens
                                   .Ret<Buffer<ffi::S32>>()   // out [rows, k] positions
-                                  .Ret<Buffer<ffi::U8>>()    // compact cache [rows * C / 8, ...]
                                   .Ret<Buffer<ffi::F32>>()   // logits workspace [rows, C * 8]
                                   .Ret<Buffer<ffi::S32>>()   // columns workspace [rows, k]
                                   .Attr<int32_t>("k")

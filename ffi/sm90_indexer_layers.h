@@ -2,13 +2,14 @@
 // (sm90_indexer_layers.cu) and the whole decode step as one call (sm90_decode_step.cu) build and
 // launch the same plans, so both run the same kernels on the same data as the ops called one by
 // one: the paged logits, the exact select, block scores, the top-C blocks, the candidate table,
-// the candidate gather.
+// the sparse logits.
 #pragma once
 
 #include <cstdint>
 
 #include "common.h"
 #include "sm90_paged_mqa_logits.h"
+#include "sm90_sparse_logits.h"
 #include "topk.h"
 
 namespace dsv41 {
@@ -72,35 +73,32 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
     const Buffer<ffi::S32>& selected, int32_t k, int32_t select, int32_t select_c,
     int32_t block_size, int32_t page_size, bool all_blocks);
 
-// A consumer's top-k over its candidate blocks only: the blocks gathered into a compact cache
-// (one 64-token page per 8 blocks), DeepGEMM's logits over it (one query row per compact
-// request), the select over those columns, the columns mapped back to positions.
+// A consumer's top-k over its candidate blocks only: the sparse logits kernel scores the blocks
+// where they lie in the paged cache (sm90_sparse_logits.h), the select runs over those columns,
+// the chosen columns map back to positions.
 struct SparsePlan {
-  Sm90PagedLogits call;  // over the compact cache
-  const uint8_t* kv;
-  int64_t num_pages;
-  const int32_t *physical, *blocks, *valid_lens;
-  uint8_t* compact;
+  Sm90SparseLogits call;
+  const int32_t* blocks;
   int32_t *columns, *out;
-  int64_t rows, c;
   Select select;
   int32_t k, block_size;
 };
 
-ffi::ErrorOr<SparsePlan> SparsePlanOf(
-    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
-    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& physical, const Buffer<ffi::S32>& blocks,
-    const Buffer<ffi::S32>& valid_lens, const Buffer<ffi::S32>& compact_table,
-    int32_t* out, const Buffer<ffi::U8>& compact, const Buffer<ffi::F32>& logits,
-    const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size);
+ffi::ErrorOr<SparsePlan> SparsePlanOf(const char* op, const ffi::AnyBuffer& q,
+                                      const Buffer<ffi::F32>& weights, const Buffer<ffi::U8>& kv,
+                                      const Buffer<ffi::S32>& physical,
+                                      const Buffer<ffi::S32>& blocks,
+                                      const Buffer<ffi::S32>& valid_lens, int32_t* out,
+                                      const Buffer<ffi::F32>& logits,
+                                      const Buffer<ffi::S32>& columns, int32_t k, int32_t select,
+                                      int32_t block_size);
 
-// The launches, with DeepGEMM's schedule over the plan's lengths (the requests' for dense and
-// publish, the sparse rows' valid_lens for sparse). Nothing to launch for zero rows.
+// The launches, dense and publish with DeepGEMM's schedule over the requests' lengths. Nothing
+// to launch for zero rows.
 ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& plan,
                        const int32_t* schedule);
 ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan& plan,
                          const int32_t* schedule);
-ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& plan,
-                        const int32_t* schedule);
+ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& plan);
 
 }  // namespace dsv41

@@ -34,13 +34,15 @@ inline EncodeTiledFn TensorMapEncoder() {
 
 // A tiled map over a row-major tensor: `dims` innermost first (elements), `strides_bytes` for
 // dims 1.. (bytes), `box` innermost first; boxes past the tensor read zeros, or NaN with
-// CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA (float types). Returns false when the
+// CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA (float types). `l2` is the L2 fetch size
+// (256 B suits boxes that large; a small scattered box wants less). Returns false when the
 // driver rejects it.
 inline bool EncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, const void* base,
                         std::initializer_list<uint64_t> dims,
                         std::initializer_list<uint64_t> strides_bytes,
                         std::initializer_list<uint32_t> box, CUtensorMapSwizzle swizzle,
-                        CUtensorMapFloatOOBfill oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) {
+                        CUtensorMapFloatOOBfill oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+                        CUtensorMapL2promotion l2 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   auto encode = TensorMapEncoder();
   if (encode == nullptr) return false;
   const uint32_t rank = static_cast<uint32_t>(dims.size());
@@ -54,8 +56,7 @@ inline bool EncodeTiled(CUtensorMap* map, CUtensorMapDataType dtype, const void*
   for (uint32_t v : box) b[i++] = v;
   for (i = 0; i < rank; ++i) e[i] = 1;
   return encode(map, dtype, rank, const_cast<void*>(base), d, s, b, e,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                oob_fill) == CUDA_SUCCESS;
+                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, l2, oob_fill) == CUDA_SUCCESS;
 }
 
 // DeepGEMM's SM100 MXFP4 query maps, the same for its dense, ragged and sparse logits kernels:

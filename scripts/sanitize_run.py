@@ -96,7 +96,7 @@ def topc():
 
 
 def sparse():
-    # The Hopper sparse path: gather (with a page id past the cache and -1 padding) + dense kernel.
+    # The Hopper sparse logits kernel, a page id past the cache and -1 padding among its slots.
     bad_bt = dj.row_block_table(bt, 2).at[0, 0].set(batch * pages + 50)
     table = dj.sort_candidate_blocks(
         jnp.asarray(rng.integers(-3, 400, (6, 32)).astype(np.int32)),

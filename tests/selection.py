@@ -252,7 +252,7 @@ def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
 
 
 def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
-    """Runs one of the small kernels (tests/simt/main.cc: "gather", "l2p", "ragged", "amax", "cols")
+    """Runs one of the small kernels (tests/simt/main.cc: "l2p", "ragged", "amax", "cols")
     on the CPU stand-in: `header` up to 8 ints, then `arrays` in order; returns the output
     bytes viewed as `out_dtype` in `out_shape`."""
     status, out = _launch(exe, kernel, list(header) + [0] * (8 - len(header)), arrays)

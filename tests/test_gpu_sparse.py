@@ -58,6 +58,52 @@ def test_sparse_logits_bitwise_equal_dense(rng, heads, next_n, kind):
     np.testing.assert_array_equal(sparse.view(np.uint32)[vis], want.view(np.uint32)[vis])
 
 
+@pytest.mark.parametrize("heads,next_n,c", [(32, 1, 40), (64, 1, 32), (32, 2, 8), (64, 2, 264)])
+def test_sparse_logits_on_any_slots_bitwise_dense(rng, heads, next_n, c):
+    """The kernel on `physical` slots of every kind (the table passed as is): repeated, far,
+    unordered, padding (-1, NaN) and past the cache (NaN), with valid lengths at every tile
+    edge and outside [0, C·8]. Against the dense FFI logits of an identity page table, a slot's
+    8 columns are bitwise the dense logits of its 8 tokens; every column of a tile that starts
+    below the row's length is written (outputs poisoned first)."""
+    batch, pages = 6, 40
+    cache, _ = paged_cache(rng, 1, pages - 3, 64, 128)  # `pages` pages in all (3 spare)
+    assert cache.num_pages == pages
+    q = query(rng, batch, next_n, heads, 128)
+    rows, slots = batch * next_n, pages * 8
+    # Every row sees every page (one page more, so next_n rows all reach the last token).
+    bt = jnp.tile(jnp.arange(pages + 1, dtype=jnp.int32) % pages, (batch, 1))
+    ctx = jnp.full((batch,), (pages + 1) * 64, jnp.int32)
+    physical = rng.integers(0, slots, (rows, c)).astype(np.int32)
+    physical[0, :] = physical[0, 0]  # one slot, repeated
+    physical[1, ::3] = -1  # padding
+    physical[2, 1::4] = rng.integers(slots, slots + 50, physical[2, 1::4].shape)  # past the cache
+    physical[3, :] = np.arange(c)[::-1] * 7 % slots  # unordered, far apart
+    edges = [0, 1, 7, 8, 9, 63, 64, 65, c * 8 - 1, c * 8, c * 8 + 1, -3, 2**31 - 1]
+    valid = np.array([edges[i % len(edges)] for i in range(rows)], np.int32)
+    valid[:4], valid[4] = c * 8, 0  # the rows of special slots in full; an empty row
+    zeros = jnp.zeros((rows, c), jnp.int32)
+    table = dj.CandidateTable(
+        zeros, jnp.zeros(rows, jnp.int32), jnp.asarray(valid), jnp.asarray(physical), block_size=8
+    )
+    poison_device_memory()
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    got = np.asarray(logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, table, 8))
+    dense = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt, implementation="ffi"))
+    cols = np.arange(c * 8)
+    slot = physical[:, cols // 8]
+    ok = (slot >= 0) & (slot < slots)
+    pos = np.where(ok, slot // 8 * 64 + slot % 8 * 8 + cols % 8, 0)
+    want = np.where(ok, np.take_along_axis(dense, pos, axis=1), np.nan).astype(np.float32)
+    tiles = -(-np.clip(valid, 0, c * 8) // 64)
+    written = cols[None] < tiles[:, None] * 64
+    assert written[:4].all() and not written[4].any()
+    g, w = got[written], want[written]
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    fin = ~np.isnan(w)
+    np.testing.assert_array_equal(g[fin].view(np.uint32), w[fin].view(np.uint32))
+
+
 def test_sparse_logits_invalid_pages_are_nan(rng):
     batch, pages, c = 4, 40, 32
     cfg = config(32, 1, c)
@@ -150,7 +196,7 @@ def hand_made_blocks(rng, rows, c, nb):
 @pytest.mark.parametrize("heads,next_n", [(32, 1), (64, 2)])
 def test_hand_made_tables_sparse_and_auto_equal_mask(rng, heads, next_n):
     """Issue 30 case 4 on the kernels: a table with junk count / valid_lens / physical and
-    blocks of every kind; the sparse path (the gather reads the rebuilt `physical`) and auto
+    blocks of every kind; the sparse path (its kernel reads the rebuilt `physical`) and auto
     select what the mask path does, under jit, and nothing outside the table's blocks."""
     batch, pages, c = 8, 48, 32
     cfg = config(heads, next_n, c)

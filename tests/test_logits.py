@@ -260,37 +260,6 @@ def test_ffi_logits_bitwise_repeatable_and_jit(rng):
 
 
 # ------------------------------------------------ the page kernels on the CPU stand-in
-def test_gather_kernel_on_the_stand_in(simt_topk, rng):
-    """The sparse path's gather of candidate blocks into compact pages (cuda/smxx_gather_blocks)
-    on the CPU stand-in, under AddressSanitizer: padding, negative ids and ids past the cache
-    read nothing and give zero values with NaN scales."""
-    from selection import emulate_page_kernel
-
-    num_pages, rows, c = 5, 3, 16
-    page_bytes = 64 * (128 + 4)
-    cache = rng.integers(0, 256, (num_pages, page_bytes), dtype=np.uint8)
-    physical = rng.integers(0, num_pages * 8, (rows, c)).astype(np.int32)
-    physical[0, :4] = [-1, num_pages * 8, num_pages * 8 + 7, 2**31 - 1]
-    got = emulate_page_kernel(
-        simt_topk, "gather", (num_pages, rows, c), (cache, physical), np.uint8, (rows * c // 8, -1)
-    )
-    nan = np.frombuffer(np.full(8, np.nan, np.float32).tobytes(), np.uint8)
-    for r in range(rows):
-        for j in range(c):
-            out_page, at = got[r * c // 8 + j // 8], (j % 8) * 8
-            values = out_page[at * 128 : (at + 8) * 128]
-            scales = out_page[64 * 128 + at * 4 : 64 * 128 + (at + 8) * 4]
-            blk = int(physical[r, j])
-            if 0 <= blk < num_pages * 8:
-                page, token = blk // 8, blk % 8 * 8  # slot block -> page, first token in it
-                np.testing.assert_array_equal(values, cache[page, token * 128 : (token + 8) * 128])
-                first = 64 * 128 + token * 4
-                np.testing.assert_array_equal(scales, cache[page, first : first + 32])
-            else:
-                assert not values.any()
-                np.testing.assert_array_equal(scales.view(np.uint32), nan.view(np.uint32))
-
-
 def test_ragged_rows_kernel_on_the_stand_in(simt_topk):
     """The prefill rows' preparation (cuda/smxx_ragged_rows): ranges clamped to
     0 <= ks <= ke <= cols, -inf past each row's keys and nothing else written, padding rows

@@ -146,8 +146,10 @@ def sparse_paged_mqa_logits(
     `sort_candidate_blocks` return it): the reference reads `blocks`, the kernels `physical`
     (SM90) or `blocks` (SM100) with `valid_lens`; `select` rebuilds any table it is given.
     The reference gives float32 with -inf in the other columns; the "ffi" implementation
-    (DeepGEMM's SM100 kernel: Blackwell only, compile-verified only) gives bfloat16 with the
-    other columns unspecified. Same formula as `paged_mqa_logits`.
+    leaves the other columns unspecified and gives float32 on SM90 (the project's kernel over
+    the paged cache: bitwise the SM90 `paged_mqa_logits` at the same positions, NaN on slots
+    outside the cache) or bfloat16 on SM100 (DeepGEMM's kernel: compile-verified only). Same
+    formula as `paged_mqa_logits`.
     """
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")

@@ -130,7 +130,7 @@ def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
 
 
 SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
-GATHER_TARGET = "dsv41_gather_candidate_blocks"
+SM90_SPARSE_TARGET = "dsv41_sm90_sparse_logits"
 
 
 def _on_sm100() -> bool:
@@ -148,7 +148,7 @@ def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> list[t
         (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
         (block_size != 8, "needs candidate blocks of 8"),
         (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
-        (c % 32 or c == 0, "needs C a positive multiple of 32 (whole 256-position splits)"),
+        (c % 8 or c == 0, "needs C a positive multiple of 8 (whole 64-position tiles)"),
         (query.num_rows > 1024, "needs at most 1024 query rows"),
         (query.num_rows == 0 or cache.num_pages == 0, "needs non-empty inputs"),
     ]
@@ -164,7 +164,7 @@ def _sm100_sparse_unsupported(query, cache, num_candidates, block_size) -> list[
 
 
 def sm90_sparse_declines(query, cache, num_candidates: int, block_size: int) -> str | None:
-    """Why the SM90 sparse path (gather + DeepGEMM's paged kernel) cannot take these inputs."""
+    """Why the SM90 sparse logits kernel cannot take these inputs."""
     checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
     return "; ".join(why for bad, why in checks if bad) or None
 
@@ -199,26 +199,20 @@ def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, bloc
 
 
 def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
-    """Hopper: the candidate blocks' bytes gathered into a compact cache (one copy kernel), then
-    DeepGEMM's SM90 paged kernel over it, one query row per request. The logit of a position is
-    computed by the same kernel, instruction shapes and head order as in `paged_mqa_logits`, so
-    it is bitwise the dense logit. float32 `[rows, C·B]`, columns past `valid_lens`
-    unspecified; blocks on pages outside the cache read as NaN."""
+    """Hopper: each row's candidate blocks scored where they lie in the paged cache, one kernel
+    (ffi/sm90_sparse_logits.cu) whose instructions and head-reduction order are those of
+    DeepGEMM's dense SM90 kernel, so a position's logit is bitwise its `paged_mqa_logits` logit.
+    float32 `[rows, C·B]`, columns past `valid_lens` unspecified; blocks on pages outside the
+    cache (or padding slots) read as NaN."""
     rows, c = table.physical.shape
-    _decline(f"{GATHER_TARGET} + {TARGET}", _sm90_sparse_unsupported(query, cache, c, block_size))
-    pages = c // 8  # 8 blocks of 8 per 64-token page
-    compact = jax.ffi.ffi_call(
-        GATHER_TARGET,
-        jax.ShapeDtypeStruct((rows * pages, 64, 1, cache.data.shape[3]), jnp.uint8),
-        vmap_method="sequential",
-    )(cache.data, table.physical.astype(jnp.int32))
-    one_row = QueryBundle(
-        query.values.reshape(rows, 1, *query.values.shape[2:]),
-        query.weights.reshape(rows, 1, query.num_heads),
-    )
-    compact_table = jnp.arange(rows * pages, dtype=jnp.int32).reshape(rows, pages)
-    return paged_mqa_logits(
-        one_row, PagedIndexCache(compact), table.valid_lens, compact_table, c * block_size
+    _decline(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(query, cache, c, block_size))
+    out = jax.ShapeDtypeStruct((rows, c * block_size), jnp.float32)
+    return jax.ffi.ffi_call(SM90_SPARSE_TARGET, out, vmap_method="sequential")(
+        query.values,
+        query.weights,
+        cache.data,
+        _checks.int32(table.physical),
+        _checks.int32(table.valid_lens),
     )
 
 

@@ -1,7 +1,7 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
 //   kernels_emu filter|radix|short CASE OUT   (the top-k selects; format below)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
-//   kernels_emu gather|l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
+//   kernels_emu l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
 // [rows, num_members]. OUT: int32 status,
@@ -14,7 +14,6 @@
 
 #include "smxx_block_ops.cuh"
 #include "smxx_filter_topk.cuh"
-#include "smxx_gather_blocks.cuh"
 #include "smxx_page_transform.cuh"
 #include "smxx_radix_topk.cuh"
 #include "smxx_ragged_rows.cuh"
@@ -93,8 +92,6 @@ static int RunSort(const char* case_path, const char* out_path) {
 
 // CASE: int64 header h[8]; then the kernel's arrays. OUT: int32 status, then the output array
 // (poisoned with 0x7e bytes before the launch, so unwritten elements show).
-//   gather: h = {num_pages, rows, candidates}; uint8 cache [num_pages * 8448]; int32 physical
-//           [rows, candidates] -> uint8 out [rows * candidates / 8 * 8448]
 //   l2p:    h = {rows, k, max_pages, page_size}; int32 indices [rows, k], block_table
 //           [rows, max_pages] -> int32 out [rows, k]
 //   ragged: h = {rows, rows_padded, cols}; int32 starts [rows], ends [rows] -> float logits
@@ -114,15 +111,7 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
   if (!Read(f, h, 8)) return 2;
   emu::on_cta_start = nullptr, emu::on_cta_end = nullptr;  // no dynamic shared memory
   std::vector<uint8_t> out;
-  if (which == "gather") {
-    std::vector<uint8_t> cache;
-    std::vector<int32_t> physical;
-    const int64_t page_bytes = dsv41::kGatherPageSize * (dsv41::kGatherHeadDim + 4);
-    if (!Read(f, cache, h[0] * page_bytes) || !Read(f, physical, h[1] * h[2])) return 2;
-    out.assign(h[1] * h[2] / 8 * page_bytes, 0x7e);
-    dsv41::LaunchGatherCandidateBlocks(cache.data(), h[0], physical.data(), h[1], h[2],
-                                       out.data(), nullptr);
-  } else if (which == "l2p") {
+  if (which == "l2p") {
     std::vector<int32_t> indices, table, result(h[0] * h[1], 0x7e7e7e7e);
     if (!Read(f, indices, h[0] * h[1]) || !Read(f, table, h[0] * h[2])) return 2;
     dsv41::LaunchLogicalToPhysical(indices.data(), table.data(), result.data(), h[0], h[1], h[2],
@@ -186,7 +175,7 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
-  if (which == "gather" || which == "l2p" || which == "ragged" ||
+  if (which == "l2p" || which == "ragged" ||
       which == "amax" || which == "cols" || which == "steprows") {
     return RunPageKernel(which, argv[2], argv[3]);
   }
