@@ -292,7 +292,8 @@ def _select(
     """`select`; `published_here`: the table was published by this step from the same
     `context_lens` and `block_table` (so, when the page table fits in C·B positions, it holds
     every block of every row and the dense top-k is the answer); `share` / `sparse_share`: the
-    step's lengths and schedules for the fused layers (computed here when None)."""
+    step's lengths, schedule and sparse rows' lengths for the fused layers (computed here when
+    None)."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
