@@ -195,6 +195,32 @@ def test_logical_to_physical_contract_or_named_error(case):
         (lambda: dj.PagedIndexCache.zeros(4, 0, 128), "page_size"),
         (lambda: dj.PagedIndexCache.zeros(4, 64, 100, "mxfp4"), "head_dim"),
         (lambda: dj.IndexerConfig(index_topk=np.int64(512)), None),
+        (
+            lambda: dj.write_cache(jnp.zeros((4, 16, 1, 68), jnp.uint8), jnp.ones((2, 64)), [0, 1]),
+            "cache must be a PagedIndexCache",
+        ),
+        (lambda: dj.write_cache(dj.PagedIndexCache.zeros(2, 16, 64), [[1.0] * 63], [0]), "keys"),
+        (lambda: dj.write_cache(dj.PagedIndexCache.zeros(2, 16, 64), [[1.0] * 64], [0]), None),
+        (lambda: dj.quantize_queries([[[[1.0] * 64]]], [[[1.0]]]), None),
+        (lambda: dj.quantize_queries([[[[1] * 64]]], [[[1.0]]]), "q must have a floating"),
+        (lambda: dj.quantize_keys([[1.0] * 64]), None),
+        (lambda: dj.PagedIndexCache([[0] * 68]), "PagedIndexCache.data must be an array"),
+        (
+            lambda: dj.KeyBuffer(jnp.zeros((4, 64), jnp.float8_e4m3fn), jnp.zeros((5,))),
+            "KeyBuffer.scales must have shape \\(4,\\)",
+        ),
+        (lambda: dj.KeyBuffer(jnp.zeros((4, 64)), jnp.zeros((4,))), "quantize_keys"),
+        (
+            lambda: dj.KeyBuffer(
+                jnp.zeros((4, 32), jnp.uint8), jnp.zeros((4, 1), jnp.uint8), "mxfp4"
+            ),
+            "KeyBuffer.scales must have shape \\(4, 2\\)",
+        ),
+        (
+            lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2**40),
+            "k must be at most 2\\*\\*31 - 1",
+        ),
+        (lambda: dj.IndexerConfig(index_topk=2**40), None),
     ],
 )
 def test_new_user_errors(call, match):
@@ -355,45 +381,6 @@ def test_block_amax_returns_float32_for_bf16_scores():
     s = jnp.asarray([[1.0, 3.5, -2.0, 0.25]], jnp.bfloat16)
     out = dj.block_amax(s, jnp.array([4]), block_size=2, pin_newest=False)
     assert out.dtype == jnp.float32 and np.asarray(out).tolist() == [[3.5, 0.25]]
-
-
-@pytest.mark.parametrize(
-    "call,match",
-    [
-        (
-            lambda: dj.write_cache(jnp.zeros((4, 16, 1, 68), jnp.uint8), jnp.ones((2, 64)), [0, 1]),
-            "cache must be a PagedIndexCache",
-        ),
-        (lambda: dj.write_cache(dj.PagedIndexCache.zeros(2, 16, 64), [[1.0] * 63], [0]), "keys"),
-        (lambda: dj.write_cache(dj.PagedIndexCache.zeros(2, 16, 64), [[1.0] * 64], [0]), None),
-        (lambda: dj.quantize_queries([[[[1.0] * 64]]], [[[1.0]]]), None),
-        (lambda: dj.quantize_queries([[[[1] * 64]]], [[[1.0]]]), "q must have a floating"),
-        (lambda: dj.quantize_keys([[1.0] * 64]), None),
-        (lambda: dj.PagedIndexCache([[0] * 68]), "PagedIndexCache.data must be an array"),
-        (
-            lambda: dj.KeyBuffer(jnp.zeros((4, 64), jnp.float8_e4m3fn), jnp.zeros((5,))),
-            "KeyBuffer.scales must have shape \\(4,\\)",
-        ),
-        (lambda: dj.KeyBuffer(jnp.zeros((4, 64)), jnp.zeros((4,))), "quantize_keys"),
-        (
-            lambda: dj.KeyBuffer(
-                jnp.zeros((4, 32), jnp.uint8), jnp.zeros((4, 1), jnp.uint8), "mxfp4"
-            ),
-            "KeyBuffer.scales must have shape \\(4, 2\\)",
-        ),
-        (
-            lambda: dj.topk(jnp.zeros((2, 8)), jnp.ones(2, jnp.int32), 2**40),
-            "k must be at most 2\\*\\*31 - 1",
-        ),
-        (lambda: dj.IndexerConfig(index_topk=2**40), None),
-    ],
-)
-def test_a_new_users_calls(call, match):
-    if match is None:
-        call()
-        return
-    with pytest.raises(ValueError, match=match):
-        call()
 
 
 def test_prefill_keys_must_be_a_keybuffer(rng):
