@@ -12,8 +12,8 @@
 // A CTA is one math warpgroup and one producer warp, over a contiguous range of one row's tiles
 // (several CTAs an SM hide each other's latency); the producer stages tiles through a ring of
 // kStages buffers with mbarriers. Tiles at or past the row's valid length are skipped.
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <cutlass/arch/barrier.h>
+#include <cute/arch/copy_sm90_tma.hpp>
 #include <deep_gemm/common/math.cuh>
 #include <deep_gemm/mma/sm90.cuh>
 #include <deep_gemm/ptx/ld_st.cuh>
@@ -22,6 +22,7 @@
 #include <algorithm>
 
 #include "sm90_sparse_logits.h"
+#include "smxx_launch.cuh"
 #include "tma.h"
 
 namespace dsv41 {
@@ -35,10 +36,10 @@ constexpr uint32_t kBlocksPerTile = kTile / kBlock;
 constexpr uint32_t kStages = 4;
 constexpr uint32_t kMathThreads = 128, kThreads = kMathThreads + 32;
 constexpr uint32_t kCtasPerSm = 4;
-constexpr uint32_t kTileBytes = kTile * kHeadDim;        // 8 KiB of values
-constexpr uint32_t kBlockBytes = kBlock * kHeadDim;      // 1 KiB: one 8-row swizzle atom
-constexpr uint32_t kScaleSlot = 32;                      // floats between two blocks' scales
-constexpr uint32_t kScaleBoxBytes = kBlock * 4;          // one block's 8 scales
+constexpr uint32_t kTileBytes = kTile * kHeadDim;    // 8 KiB of values
+constexpr uint32_t kBlockBytes = kBlock * kHeadDim;  // 1 KiB: one 8-row swizzle atom
+constexpr uint32_t kScaleSlot = 32;                  // floats between two blocks' scales
+constexpr uint32_t kScaleBoxBytes = kBlock * 4;      // one block's 8 scales
 constexpr CUtensorMapL2promotion kScaleL2 = CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
 
 // Dynamic shared memory, 1024-aligned by hand (the 128B swizzle's period); a TMA destination of
@@ -70,8 +71,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   using WGMMA = typename deep_gemm::mma::sm90::FP8MMASelector<kHeads>::type;
   using Barrier = cutlass::arch::ClusterTransactionBarrier;
   extern __shared__ uint8_t smem_raw[];
-  auto& s = *reinterpret_cast<Smem<kHeads>*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto& s = *reinterpret_cast<Smem<kHeads>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~uintptr_t(1023));
   auto full = reinterpret_cast<Barrier*>(s.full), empty = reinterpret_cast<Barrier*>(s.empty);
   auto q_full = reinterpret_cast<Barrier*>(&s.q_full);
 
@@ -111,7 +112,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
         // Padding (-1) reads page -1 and a page past the cache reads past it: out of bounds,
         // zero values and NaN scales, so NaN logits, as on the dense kernel's bad pages.
         const int32_t page = slot >= 0 ? slot / int32_t(kPageSize / kBlock) : -1;
-        const int32_t token = slot >= 0 ? (slot % int32_t(kPageSize / kBlock)) * int32_t(kBlock) : 0;
+        const int32_t token =
+            slot >= 0 ? (slot % int32_t(kPageSize / kBlock)) * int32_t(kBlock) : 0;
         auto bar = reinterpret_cast<uint64_t*>(&full[stage]);
         cute::SM90_TMA_LOAD_3D::copy(&kv_map, bar, kHint, s.kv[stage] + lane * kBlockBytes, 0,
                                      token, page);
@@ -129,14 +131,16 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   const uint32_t sub_warp = (warp % 4) * 16, v0_at = lane / 4, v1_at = lane / 4 + 8;
   const float* row_weights = weights + uint64_t(row) * kHeads;
 #pragma unroll
-  for (uint32_t j = 0; j < kHeads / 4; ++j) w[j] = row_weights[(j / 2) * 8 + (j & 1) + (lane % 4) * 2];
+  for (uint32_t j = 0; j < kHeads / 4; ++j)
+    w[j] = row_weights[(j / 2) * 8 + (j & 1) + (lane % 4) * 2];
   q_full->wait(0);
   float* out = logits + uint64_t(row) * row_cols;
   for (uint32_t i = 0; i < tiles; ++i) {
     const uint32_t stage = i % kStages, phase = (i / kStages) & 1;
     full[stage].wait(phase);
 #pragma unroll
-    for (uint32_t j = 0; j < WGMMA::kNumAccum; ++j) deep_gemm::ptx::warpgroup_fence_operand(accum[j]);
+    for (uint32_t j = 0; j < WGMMA::kNumAccum; ++j)
+      deep_gemm::ptx::warpgroup_fence_operand(accum[j]);
     deep_gemm::ptx::warpgroup_arrive();
 #pragma unroll
     for (uint32_t k = 0; k < kHeadDim / WGMMA::K; ++k) {
@@ -150,15 +154,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     deep_gemm::ptx::warpgroup_commit_batch();
 #pragma unroll
-    for (uint32_t j = 0; j < WGMMA::kNumAccum; ++j) deep_gemm::ptx::warpgroup_fence_operand(accum[j]);
+    for (uint32_t j = 0; j < WGMMA::kNumAccum; ++j)
+      deep_gemm::ptx::warpgroup_fence_operand(accum[j]);
     // Position p of the tile is token p % 8 of block p / 8: its scale sits in that block's slot.
     const uint32_t p0 = sub_warp + v0_at, p1 = sub_warp + v1_at;
-    const float scale_0 = deep_gemm::ptx::ld_shared(s.scales[stage] + (p0 / kBlock) * kScaleSlot + p0 % kBlock);
-    const float scale_1 = deep_gemm::ptx::ld_shared(s.scales[stage] + (p1 / kBlock) * kScaleSlot + p1 % kBlock);
+    const float scale_0 =
+        deep_gemm::ptx::ld_shared(s.scales[stage] + (p0 / kBlock) * kScaleSlot + p0 % kBlock);
+    const float scale_1 =
+        deep_gemm::ptx::ld_shared(s.scales[stage] + (p1 / kBlock) * kScaleSlot + p1 % kBlock);
     deep_gemm::ptx::warpgroup_wait<0>();
     empty[stage].arrive();
 
-    const auto transform = [&](uint32_t j) { return fmaxf(accum[j], 0) * w[(j / 4) * 2 + (j & 1)]; };
+    const auto transform = [&](uint32_t j) {
+      return fmaxf(accum[j], 0) * w[(j / 4) * 2 + (j & 1)];
+    };
     float sum[4] = {transform(0), transform(1), transform(2), transform(3)};
 #pragma unroll
     for (uint32_t j = 1; j < kHeads / 8; ++j) {
@@ -193,11 +202,12 @@ cudaError_t Launch(cudaStream_t stream, const Sm90SparseLogits& c, uint32_t num_
   const uint32_t row_tiles = uint32_t(c.c) / kBlocksPerTile;
   const uint64_t slots = uint64_t(num_sms) * kCtasPerSm;
   const uint32_t per = std::min<uint32_t>(
-      row_tiles, std::max<uint32_t>(2, uint32_t((uint64_t(c.rows) * row_tiles + slots - 1) / slots)));
+      row_tiles,
+      std::max<uint32_t>(2, uint32_t((uint64_t(c.rows) * row_tiles + slots - 1) / slots)));
   const dim3 grid(CeilDiv(row_tiles, per), uint32_t(c.rows));
-  SparseLogitsKernel<kHeads><<<grid, kThreads, SmemBytes<kHeads>(), stream>>>(
-      q_map, kv_map, scale_map, c.weights, c.physical, c.valid_lens, c.logits, uint32_t(c.c), per);
-  return cudaGetLastError();
+  return LaunchKernel(SparseLogitsKernel<kHeads>, grid, dim3(kThreads), SmemBytes<kHeads>(), stream,
+                      0, q_map, kv_map, scale_map, c.weights, c.physical, c.valid_lens, c.logits,
+                      uint32_t(c.c), per);
 }
 
 }  // namespace
@@ -212,26 +222,36 @@ ffi::ErrorOr<Sm90SparseLogits> Sm90SparseLogitsOf(const char* op, const ffi::Any
   const auto qd = q.dimensions(), kd = kv.dimensions(), pd = physical.dimensions();
   const auto ld = logits.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || pd.size() != 2 || ld.size() != 2) {
-    return InvalidArgument(op, "expected q [b, n, h, d], cache [pages, 64, 1, 132], "
-                               "physical [rows, C], logits [rows, C * 8]");
+    return InvalidArgument(op,
+                           "expected q [b, n, h, d], cache [pages, 64, 1, 132], "
+                           "physical [rows, C], logits [rows, C * 8]");
   }
   const int64_t rows = qd[0] * qd[1], heads = qd[2], c = pd[1];
   if (qd[3] != kHeadDim || (heads != 32 && heads != 64) || kd[1] != kPageSize || kd[2] != 1 ||
       kd[3] != kHeadDim + 4) {
-    return InvalidArgument(op, "needs head_dim 128, 32 or 64 heads and an fp8 cache of 64-token pages");
+    return InvalidArgument(op,
+                           "needs head_dim 128, 32 or 64 heads and an fp8 cache of 64-token pages");
   }
-  if (c <= 0 || c % kBlocksPerTile != 0) return InvalidArgument(op, "needs C a positive multiple of 8");
-  if (pd[0] != rows || valid_lens.element_count() != rows || ld[0] != rows ||
-      ld[1] != c * kBlock || weights.element_count() != rows * heads) {
+  if (c <= 0 || c % kBlocksPerTile != 0)
+    return InvalidArgument(op, "needs C a positive multiple of 8");
+  if (pd[0] != rows || valid_lens.element_count() != rows || ld[0] != rows || ld[1] != c * kBlock ||
+      weights.element_count() != rows * heads) {
     return InvalidArgument(op, "inconsistent shapes");
   }
   if (rows > 65535 || c * kBlock > (int64_t(1) << 30) || kd[0] > (int64_t(1) << 31) - 1) {
     return InvalidArgument(op, "at most 65535 rows, 2^30 columns and 2^31 - 1 pages");
   }
   if (rows > 0 && kd[0] == 0) return InvalidArgument(op, "empty cache");
-  return Sm90SparseLogits{q.untyped_data(), weights.typed_data(), kv.typed_data(),
-                          physical.typed_data(), valid_lens.typed_data(), logits.typed_data(),
-                          rows, heads, kd[0], c};
+  return Sm90SparseLogits{q.untyped_data(),
+                          weights.typed_data(),
+                          kv.typed_data(),
+                          physical.typed_data(),
+                          valid_lens.typed_data(),
+                          logits.typed_data(),
+                          rows,
+                          heads,
+                          kd[0],
+                          c};
 }
 
 ffi::Error LaunchSm90SparseLogits(const char* op, cudaStream_t stream, const Sm90SparseLogits& c) {
@@ -245,17 +265,16 @@ ffi::Error LaunchSm90SparseLogits(const char* op, cudaStream_t stream, const Sm9
   // bounds), fetched into L2 in 64-byte pieces rather than 256 (a block's scales are 32 bytes).
   const uint64_t page_bytes = kPageSize * (kHeadDim + 4);
   CUtensorMap q_map, kv_map, scale_map;
-  const bool ok =
-      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, c.q,
-                  {kHeadDim, uint64_t(c.rows * c.heads)}, {kHeadDim},
-                  {kHeadDim, uint32_t(c.heads)}, CU_TENSOR_MAP_SWIZZLE_128B) &&
-      EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, c.kv,
-                  {kHeadDim, kPageSize, uint64_t(c.num_pages)}, {kHeadDim, page_bytes},
-                  {kHeadDim, kBlock, 1}, CU_TENSOR_MAP_SWIZZLE_128B) &&
-      EncodeTiled(&scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, c.kv + kPageSize * kHeadDim,
-                  {kPageSize, uint64_t(c.num_pages)}, {page_bytes}, {kBlock, 1},
-                  CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
-                  kScaleL2);
+  const bool ok = EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, c.q,
+                              {kHeadDim, uint64_t(c.rows * c.heads)}, {kHeadDim},
+                              {kHeadDim, uint32_t(c.heads)}, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                  EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, c.kv,
+                              {kHeadDim, kPageSize, uint64_t(c.num_pages)}, {kHeadDim, page_bytes},
+                              {kHeadDim, kBlock, 1}, CU_TENSOR_MAP_SWIZZLE_128B) &&
+                  EncodeTiled(&scale_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                              c.kv + kPageSize * kHeadDim, {kPageSize, uint64_t(c.num_pages)},
+                              {page_bytes}, {kBlock, 1}, CU_TENSOR_MAP_SWIZZLE_NONE,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA, kScaleL2);
   if (!ok) return ffi::Error::Internal(std::string(op) + ": cuTensorMapEncodeTiled failed");
   const auto launch = c.heads == 32 ? Launch<32> : Launch<64>;
   return CudaStatus(op, launch(stream, c, uint32_t(num_sms), q_map, kv_map, scale_map));
@@ -264,12 +283,7 @@ ffi::Error LaunchSm90SparseLogits(const char* op, cudaStream_t stream, const Sm9
 cudaError_t PrepareSparseLogitsSm90() {
   g_num_sms.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
   if (g_num_sms.Current() == 0) return cudaErrorInvalidDevice;
-  cudaError_t err = cudaFuncSetAttribute(SparseLogitsKernel<32>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(SmemBytes<32>()));
-  if (err != cudaSuccess) return err;
-  return cudaFuncSetAttribute(SparseLogitsKernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              int(SmemBytes<64>()));
+  return SetMaxDynamicSmem(SmemBytes<64>(), SparseLogitsKernel<32>, SparseLogitsKernel<64>);
 }
 
 namespace {

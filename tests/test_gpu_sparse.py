@@ -12,6 +12,7 @@ import pytest
 from factories import paged_cache, poison_device_memory, query
 
 import dsv41_jax as dj
+from dsv41_jax.logits import ffi as logits_ffi
 
 pytestmark = pytest.mark.gpu
 
@@ -86,8 +87,6 @@ def test_sparse_logits_on_any_slots_bitwise_dense(rng, heads, next_n, c):
         zeros, jnp.zeros(rows, jnp.int32), jnp.asarray(valid), jnp.asarray(physical), block_size=8
     )
     poison_device_memory()
-    from dsv41_jax.logits import ffi as logits_ffi
-
     got = np.asarray(logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, table, 8))
     dense = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt, implementation="ffi"))
     cols = np.arange(c * 8)

@@ -19,8 +19,8 @@ constexpr int kC = 2048, kRowBlocks = 16384, kThreads = 256, kPerWarp = 4;
 
 // One warp reads kPerWarp blocks: 64 lanes-worth of 16 B values (two loads a lane) and the
 // block's 32 B of scales (two lanes), all issued before any is used.
-__global__ void __launch_bounds__(kThreads) Scattered(const uint8_t* cache, const int32_t* slots,
-                                                      int64_t total, uint32_t* sink) {
+__global__ void __launch_bounds__(kThreads)
+    Scattered(const uint8_t* cache, const int32_t* slots, int64_t total, uint32_t* sink) {
   const int64_t warp = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   uint4 v[kPerWarp][2];
@@ -48,7 +48,8 @@ __global__ void __launch_bounds__(kThreads) Scattered(const uint8_t* cache, cons
 }
 
 // The same bytes read contiguously, 16 B a thread.
-__global__ void __launch_bounds__(kThreads) Streaming(const uint4* data, int64_t n, uint32_t* sink) {
+__global__ void __launch_bounds__(kThreads)
+    Streaming(const uint4* data, int64_t n, uint32_t* sink) {
   uint32_t x = 0;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * kThreads) {
@@ -98,7 +99,8 @@ int main() {
       std::sort(pick.begin(), pick.begin() + kC);
       for (int i = 0; i < kC; ++i) {
         const int32_t logical = pick[i];
-        const int32_t page = perm[int64_t(r) * (kRowBlocks / kBlocksPerPage) + logical / kBlocksPerPage];
+        const int32_t page =
+            perm[int64_t(r) * (kRowBlocks / kBlocksPerPage) + logical / kBlocksPerPage];
         slots.push_back(page * int32_t(kBlocksPerPage) + logical % kBlocksPerPage);
       }
     }
@@ -108,15 +110,18 @@ int main() {
     const double bytes = double(total) * (1024 + 32);
     const int64_t warps = (total + kPerWarp - 1) / kPerWarp;
     const unsigned ctas = unsigned((warps * 32 + kThreads - 1) / kThreads);
-    const float scattered = MedianUs([&] { Scattered<<<ctas, kThreads>>>(cache, slots_d, total, sink); });
+    const float scattered =
+        MedianUs([&] { Scattered<<<ctas, kThreads>>>(cache, slots_d, total, sink); });
     const int64_t vecs = int64_t(bytes) / 16;
     const float streaming = MedianUs([&] {
       Streaming<<<132 * 8, kThreads>>>(reinterpret_cast<const uint4*>(cache), vecs, sink);
     });
     const cudaError_t err = cudaDeviceSynchronize();
-    std::printf("TIME rows %d: %lld blocks, %.1f MB: scattered %.1f us (%.2f TB/s), contiguous %.1f us (%.2f TB/s) %s\n",
-                rows, (long long)total, bytes / 1e6, scattered, bytes / scattered / 1e6, streaming,
-                bytes / streaming / 1e6, err == cudaSuccess ? "OK" : cudaGetErrorString(err));
+    std::printf(
+        "TIME rows %d: %lld blocks, %.1f MB: scattered %.1f us (%.2f TB/s), contiguous %.1f us "
+        "(%.2f TB/s) %s\n",
+        rows, (long long)total, bytes / 1e6, scattered, bytes / scattered / 1e6, streaming,
+        bytes / streaming / 1e6, err == cudaSuccess ? "OK" : cudaGetErrorString(err));
     cudaFree(cache);
     cudaFree(sink);
     cudaFree(slots_d);
