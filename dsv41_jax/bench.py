@@ -391,9 +391,12 @@ def bench_select(rng, bw, quick: bool) -> list[Row]:
         rows.append(Row("publish (layer 20)", shape, "default", t, bs * ctx * 132 / (bw * 1e3)))
         floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
         sets = [(qs[1], caches[1], lens, bt, table), (qs[0], caches[0], lens, bt, table)]
-        for path in ("sparse", "mask"):
-            t = jax_time_us(lambda *a, p=path: dj.select(*a, cfg, path=p), sets)
-            rows.append(Row("select (consumer layer)", shape, f"{path} path", t, floor))
+        # The sparse path: its logits, then a select (default); forced "onchip", one kernel.
+        for path, algorithm in (("sparse", None), ("sparse", "onchip"), ("mask", None)):
+            with _forcing(algorithm):  # traced inside
+                t = jax_time_us(lambda *a, p=path: dj.select(*a, cfg, path=p), sets)
+            name = f"{path} path" + (f", {algorithm} top-k forced" if algorithm else "")
+            rows.append(Row("select (consumer layer)", shape, name, t, floor))
         # torch: the mask path's selection part on the same dense logits (DeepGEMM logits are
         # not callable from this torch); add the logits row below to compare whole layers.
         logits = jax.jit(lambda q, c, n, b: dj.paged_mqa_logits(q, c, n, b))(

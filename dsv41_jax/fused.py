@@ -244,7 +244,7 @@ def sparse_select(
         _checks.int32(table.blocks),
         shared.lens,
         k=np.int32(k),
-        select=_select_attr(topk_ffi.algorithm_for(logits, k, None, b)),
+        select=_select_attr(topk_ffi.sparse_algorithm(logits, k, b)),
         block_size=np.int32(b),
     )
     return positions
@@ -316,12 +316,9 @@ def decode_step(
         sparse_logits, columns = ws((1, 1), f32), ws((1, 1))
     members = jax.ShapeDtypeStruct((rows, c), i32)
     selects = [
-        topk_ffi.algorithm_for(
-            sparse_logits if role == "sparse" else logits,
-            k,
-            members if role == "mask" else None,
-            b,
-        )
+        topk_ffi.sparse_algorithm(sparse_logits, k, b)
+        if role == "sparse"
+        else topk_ffi.algorithm_for(logits, k, members if role == "mask" else None, b)
         for role in roles
     ]
     schedule = ws((_ext.limit("sm90_schedule_rows"), 2))

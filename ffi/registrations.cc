@@ -10,6 +10,7 @@
 
 #include "sm100_paged_sparse_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
+#include "sm90_sparse_select.h"
 #include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
 #include "smxx_short_topk.cuh"
@@ -72,6 +73,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["select_cluster"] = static_cast<int32_t>(dsv41::Select::kCluster);
   limits["select_filter"] = static_cast<int32_t>(dsv41::Select::kFilter);
   limits["select_short"] = static_cast<int32_t>(dsv41::Select::kShort);
+  limits["select_onchip"] = dsv41::kSelectOnChip;  // the sparse layers only
+  limits["onchip_max_columns"] = dsv41::SparseSelectMaxColumns();
   m.attr("LIMITS") = limits;
   m.def("registrations", []() {
     pybind11::dict d;
@@ -107,6 +110,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   });
   // Clusters of `cluster` short-row select CTAs the current device runs at once (0: unknown).
   m.def("short_topk_max_clusters", &dsv41::ShortTopkMaxActiveClusters);
+  // CTAs a row of the one-kernel sparse select for (rows, C) on the current device (0: cannot).
+  m.def("sparse_select_cluster_size", &dsv41::SparseSelectClusterSize);
   // Kernel attributes and device facts, set once per device before any call: the handlers
   // themselves must not make such calls (illegal while XLA captures a CUDA graph).
   m.def("prepare", []() {
@@ -133,7 +138,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       if (sm90) {
         prepares.insert(prepares.end(),
                         {dsv41::PreparePagedMqaLogitsSm90, dsv41::PrepareMqaLogitsSm90,
-                         dsv41::PrepareSparseLogitsSm90});
+                         dsv41::PrepareSparseLogitsSm90, dsv41::PrepareSparseSelectSm90});
       }
       if (sm100) {
         prepares.insert(prepares.end(), {dsv41::PreparePagedSparseMqaLogitsSm100,

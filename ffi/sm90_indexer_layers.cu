@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "sm90_sparse_select.h"
 #include "smxx_block_ops.cuh"
 #include "smxx_sort_blocks.cuh"
 
@@ -29,7 +30,7 @@ ffi::Error CheckOut(const char* op, const Buffer<ffi::S32>& out, int64_t rows, i
 namespace {
 
 ffi::ErrorOr<Select> SelectOf(const char* op, int32_t select) {
-  if (select < 0 || select > 2) return InvalidArgument(op, "select must be 0, 1 or 2");
+  if (select < 0 || select > 2) return InvalidArgument(op, "select must be 0, 1 or 2 (3: sparse)");
   return static_cast<Select>(select);
 }
 
@@ -168,20 +169,31 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(const char* op, const ffi::AnyBuffer& q,
                                       int32_t block_size) {
   auto call = Sm90SparseLogitsOf(op, q, weights, kv, physical, valid_lens, logits);
   if (call.has_error()) return call.error();
-  auto sel = SelectOf(op, select);
+  const bool onchip = select == kSelectOnChip;
+  auto sel = SelectOf(op, onchip ? 0 : select);
   if (sel.has_error()) return sel.error();
   const int64_t rows = call->rows, cols = logits.dimensions()[1];
   if (block_size != 8) return InvalidArgument(op, "needs candidate blocks of 8");
   if (blocks.element_count() != rows * call->c || columns.element_count() != rows * k) {
     return InvalidArgument(op, "inconsistent shapes (blocks [rows, C], columns [rows, k])");
   }
-  if (auto e = CheckTopk(op, *sel, cols, 0, false, k, block_size, 0); e.failure()) return e;
-  return SparsePlan{*call, blocks.typed_data(), columns.typed_data(), out, *sel, k, block_size};
+  if (onchip) {
+    if (k <= 0) return InvalidArgument(op, "k must be positive");
+    if (cols > SparseSelectMaxColumns()) {
+      return InvalidArgument(op, "the on-chip select takes rows of at most " +
+                                     std::to_string(SparseSelectMaxColumns()) + " columns");
+    }
+  } else if (auto e = CheckTopk(op, *sel, cols, 0, false, k, block_size, 0); e.failure()) {
+    return e;
+  }
+  return SparsePlan{*call, blocks.typed_data(), columns.typed_data(), out, *sel, onchip, k,
+                    block_size};
 }
 
 ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p) {
   const int64_t rows = p.call.rows, cols = p.call.c * p.block_size;
   if (rows == 0) return ffi::Error::Success();
+  if (p.onchip) return LaunchSm90SparseSelect(op, stream, p.call, p.blocks, p.k, p.out);
   if (auto e = LaunchSm90SparseLogits(op, stream, p.call); e.failure()) return e;
   // The select reads only the columns below each row's valid length.
   const TopkArgs args{p.call.logits, p.call.valid_lens, nullptr, nullptr, p.columns, rows, cols,

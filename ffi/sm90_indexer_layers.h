@@ -80,7 +80,8 @@ struct SparsePlan {
   Sm90SparseLogits call;
   const int32_t* blocks;
   int32_t *columns, *out;
-  Select select;
+  Select select;  // the select after the logits, unless onchip
+  bool onchip;    // the one-kernel select (sm90_sparse_select.h): no logits or columns written
   int32_t k, block_size;
 };
 

@@ -58,7 +58,7 @@ for step in $STEPS; do
       compute-sanitizer --tool memcheck --error-exitcode 3 $PY scripts/sanitize_run.py \
         ${SANITIZE_MEMCHECK:-} >"$OUT/sanitize_memcheck.log" 2>&1
       note "compute-sanitizer memcheck: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_memcheck.log" | tail -1)"
-      for section in ${SANITIZE_SECTIONS:-logits sort physical topk filter short topc sparse prefill amax fused}; do
+      for section in ${SANITIZE_SECTIONS:-logits sort physical topk filter short topc sparse onchip prefill amax fused}; do
         compute-sanitizer --tool racecheck --error-exitcode 3 $PY scripts/sanitize_run.py $section \
           >"$OUT/sanitize_racecheck_$section.log" 2>&1
         note "compute-sanitizer racecheck $section: rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitize_racecheck_$section.log" | tail -1)"

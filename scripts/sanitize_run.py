@@ -110,6 +110,34 @@ def sparse():
     return float(jnp.nansum(out[:, :8]))
 
 
+def onchip():
+    # The one-kernel sparse select (forced): clusters of 1 (6 rows of C 32) and 16 (a row of C
+    # 2048), -1 padding and a page past the cache among the slots, lengths 0 to past the row.
+    from dsv41_jax import _ext
+    from dsv41_jax import fused as fused_layers
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    _ext.require_gpu(fused_layers.SPARSE_SELECT)  # registers the targets (the ops do it too)
+    total = 0
+    for r, c, k in ((6, 32, 64), (1, 2048, 512)):
+        physical = rng.integers(-1, batch * pages * 8 + 9, (r, c)).astype(np.int32)
+        valid = np.array([0, 7, 64, c * 8 - 1, c * 8, c * 8 + 5] if r > 1 else [c * 8], np.int32)
+        table = dj.CandidateTable(
+            jnp.asarray(rng.integers(0, 1000, (r, c)).astype(np.int32)),
+            jnp.zeros(r, jnp.int32),
+            jnp.asarray(valid),
+            jnp.asarray(physical),
+            block_size=8,
+        )
+        qr = q if r == 6 else dj.QueryBundle(q.values[:1, :1], q.weights[:1, :1])
+        with topk_ffi.forced_algorithm("onchip"):
+            out = fused_layers.sparse_select(
+                qr, cache, table, fused_layers.SparseShared.of(table), k
+            )
+        total += int(out.sum())
+    return total
+
+
 def prefill():
     # Ragged rows (one past the buffer, one reversed, a partial last query block) under jit.
     t = 777
@@ -161,6 +189,7 @@ SECTIONS = dict(
     short=lambda: forced("short"),
     topc=topc,
     sparse=sparse,
+    onchip=onchip,
     prefill=prefill,
     amax=amax,
     fused=fused,

@@ -322,9 +322,31 @@ def test_public_topk_dispatch_policy(monkeypatch):
     with topk_ffi.forced_algorithm("short"):
         assert target(4, short_max + 1, 512) == "filter"
     assert target(4, 9000, 512) == "short"
+    with topk_ffi.forced_algorithm("onchip"):  # the sparse consumer's only: the others keep theirs
+        assert target(4, 9000, 512) == "short"
     with pytest.raises(ValueError, match="algorithm must be one of"):
         with topk_ffi.forced_algorithm("fast"):
             pass
+
+
+@needs_ext
+def test_sparse_consumer_select_is_logits_then_select_unless_onchip_is_forced():
+    """The SM90 sparse consumer's select attribute: the short select after the logits by
+    default (the faster on the H200), the one-kernel select (attribute select_onchip) only when
+    forced and only where its cluster holds the row."""
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    spec = jax.ShapeDtypeStruct((8, 2048 * 8), jnp.float32)
+    wide = jax.ShapeDtypeStruct((8, _ext.limit("onchip_max_columns") + 8), jnp.float32)
+    assert topk_ffi.sparse_algorithm(spec, 512, 8) == "short"
+    with topk_ffi.forced_algorithm("onchip"):
+        assert topk_ffi.sparse_algorithm(spec, 512, 8) == "onchip"
+        assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
+    with topk_ffi.forced_algorithm("cluster"):
+        assert topk_ffi.sparse_algorithm(spec, 512, 8) == "cluster"
+    assert _ext.limit("select_onchip") not in {
+        _ext.limit(f"select_{a}") for a in topk_ffi.ALGORITHMS
+    }
 
 
 @needs_ext
@@ -406,8 +428,10 @@ def test_limits_come_from_the_extension():
         "select_cluster",
         "select_filter",
         "select_short",
+        "select_onchip",
+        "onchip_max_columns",
     }
     assert all(isinstance(v, int) for v in limits.values())
-    assert len({limits[f"select_{s}"] for s in ("cluster", "filter", "short")}) == 3
+    assert len({limits[f"select_{s}"] for s in ("cluster", "filter", "short", "onchip")}) == 4
     assert limits["topk_mode_positions"] != limits["topk_mode_candidate_blocks"]
     assert _ext.limit("sm90_schedule_rows") == limits["sm90_schedule_rows"]

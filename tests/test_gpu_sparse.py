@@ -12,7 +12,9 @@ import pytest
 from factories import paged_cache, poison_device_memory, query
 
 import dsv41_jax as dj
+from dsv41_jax import fused
 from dsv41_jax.logits import ffi as logits_ffi
+from dsv41_jax.topk import ffi as topk_ffi
 
 pytestmark = pytest.mark.gpu
 
@@ -242,3 +244,109 @@ def test_traced_lengths_past_capacity_on_the_kernels(rng):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
     newest = (cap - 1) // 8
     assert (np.asarray(got.table.blocks)[2:] == newest).any(axis=1).all()
+
+
+def columns_topk(logits, valid, k):
+    """The exact top-k columns of each row's first valid[r] logits (NaN and -inf never, ties
+    by lower column), in column order, -1 past the columns there are."""
+    rows, n = logits.shape
+    out = np.full((rows, k), -1, np.int64)
+    for r in range(rows):
+        v = logits[r, : min(max(int(valid[r]), 0), n)]
+        cols = np.nonzero(~np.isnan(v) & (v != -np.inf))[0]
+        chosen = np.sort(cols[np.lexsort((cols, -v[cols]))[:k]])
+        out[r, : len(chosen)] = chosen
+    return out
+
+
+def positions_of(columns, blocks):
+    """Columns mapped through the rows' blocks (int32 arithmetic, as the kernels)."""
+    b = np.take_along_axis(blocks.astype(np.int64), np.maximum(columns, 0) // 8, axis=1)
+    return np.where(columns >= 0, b * 8 + columns % 8, -1).astype(np.int32)
+
+
+@pytest.mark.parametrize(
+    "heads,next_n,batch,c,k",
+    [
+        (32, 1, 1, 2048, 512),
+        (64, 1, 8, 2048, 512),
+        (32, 2, 8, 2048, 512),
+        (64, 1, 64, 2048, 512),
+        (32, 1, 150, 264, 64),
+        (64, 2, 5, 40, 512),
+        (32, 1, 3, 8, 1),
+    ],
+)
+def test_onchip_select_on_any_slots_equals_reference(rng, heads, next_n, batch, c, k):
+    """The one-kernel sparse select on a table passed as is (slots repeated, padding -1, past
+    the cache, blocks of any value; lengths at the edges of tiles, of the cluster's chunks and
+    outside [0, C·8]; many exactly tied logits): the exact top-k of the sparse logits kernel's
+    own logits, and what the logits-then-select path gives. Outputs poisoned first."""
+    pages = 40
+    cache, _ = paged_cache(rng, 1, pages - 3, 64, 128)
+    data = np.array(cache.data)
+    data[: pages // 2 * 2 : 2] = data[
+        1 : pages // 2 * 2 : 2
+    ]  # pages in pairs: whole blocks of tied logits
+    cache = dj.PagedIndexCache(jnp.asarray(data))
+    q = query(rng, batch, next_n, heads, 128)
+    rows, slots, cols = batch * next_n, pages * 8, c * 8
+    physical = rng.integers(0, slots, (rows, c)).astype(np.int32)
+    physical[0, ::5] = -1  # padding: NaN logits, never selected
+    if rows > 1:
+        physical[1, 1::4] = rng.integers(slots, slots + 50, physical[1, 1::4].shape)
+    if rows > 2:
+        physical[2, :] = physical[2, 0]  # one slot, repeated: 8 distinct logits a row
+    edges = [cols, 0, 1, 7, 8, 9, k - 1, k, k + 1, 63, 64, 65, 1023, 1024, 1025, 2049, 8191]
+    edges += [cols - 1, cols + 1, -3, 2**31 - 1]
+    valid = np.array([edges[i % len(edges)] for i in range(rows)], np.int64)
+    valid[rows // 2 :] = rng.integers(0, cols + 1, rows - rows // 2)
+    valid = np.clip(valid, -3, 2**31 - 1).astype(np.int32)
+    blocks = rng.integers(-(2**20), 2**20, (rows, c)).astype(np.int32)
+    table = dj.CandidateTable(
+        jnp.asarray(blocks),
+        jnp.zeros(rows, jnp.int32),
+        jnp.asarray(valid),
+        jnp.asarray(physical),
+        block_size=8,
+    )
+    shared = fused.SparseShared.of(table)
+    logits = np.asarray(logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, table, 8))
+    want = positions_of(columns_topk(logits, np.clip(valid, 0, cols), k), blocks)
+    spec = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
+    poison_device_memory()
+    with topk_ffi.forced_algorithm("onchip"):
+        assert topk_ffi.sparse_algorithm(spec, k, 8) == "onchip"
+        got = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    np.testing.assert_array_equal(got, want)
+    assert topk_ffi.sparse_algorithm(spec, k, 8) != "onchip"  # the default: logits, then select
+    two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    np.testing.assert_array_equal(two_pass, want)
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_onchip_select_at_v41_shape_equals_logits_then_select(rng, batch):
+    """V4.1's defaults (k 512, C 2048) through the public select and the one-call step: the
+    one-kernel select (forced) equals the default logits-then-select path and the mask path."""
+    cfg = dj.IndexerConfig()
+    pages = 300
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    cache2, _ = paged_cache(rng, batch, pages, 64, 128)
+    q, q2 = query(rng, batch, 1, 32, 128), query(rng, batch, 1, 32, 128)
+    ctx = jnp.asarray(np.minimum(lengths(rng, batch, pages * 64, 2048), pages * 64))
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    f = jax.jit(lambda *a, path: dj.select(*a, cfg, path=path), static_argnames="path")
+    poison_device_memory()
+    sparse = np.asarray(f(q2, cache2, ctx, bt, table, path="sparse"))
+    mask = np.asarray(f(q2, cache2, ctx, bt, table, path="mask"))
+    with topk_ffi.forced_algorithm("onchip"):
+        onchip = np.asarray(
+            jax.jit(lambda *a: dj.select(*a, cfg, path="sparse"))(q2, cache2, ctx, bt, table)
+        )
+        ix = dj.make_two_level_indexer(cfg, source_layer=0, consumer_layers=(1,), path="sparse")
+        step = jax.jit(lambda *a: ix.decode(*a))({0: q, 1: q2}, {0: cache, 1: cache2}, ctx, bt)
+    np.testing.assert_array_equal(sparse, mask)
+    np.testing.assert_array_equal(onchip, mask)
+    want = ix.decode({0: q, 1: q2}, {0: cache, 1: cache2}, ctx, bt)
+    for g, w in zip(jax.tree.leaves(step), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

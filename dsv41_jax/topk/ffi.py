@@ -32,6 +32,8 @@ RADIX_TOPK = "dsv41_radix_topk"
 FILTER_TOPK = "dsv41_filter_topk"
 SHORT_TOPK = "dsv41_short_topk"
 ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
+# The sparse consumer's one-kernel select (`sparse_algorithm`): not a select of arbitrary scores.
+ONCHIP = "onchip"
 
 
 def radix_topk(
@@ -78,12 +80,14 @@ _forced: str | None = None
 @contextlib.contextmanager
 def forced_algorithm(algorithm: str) -> Iterator[None]:
     """Within the block, calls traced through the public ops use `algorithm` ("cluster",
-    "filter" or "short") wherever it takes the call: the benchmark times whole paths (publish,
+    "filter" or "short"; "onchip": the SM90 sparse consumer's one-kernel select, the other calls
+    keep their default) wherever it takes the call: the benchmark times whole paths (publish,
     select, the step) with each select. It acts at trace time, so jit functions traced inside the
     block; not for serving code."""
     global _forced
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    if algorithm not in (*ALGORITHMS, ONCHIP):
+        names = sorted((*ALGORITHMS, ONCHIP))
+        raise ValueError(f"algorithm must be one of {names}, got {algorithm!r}")
     previous, _forced = _forced, algorithm
     try:
         yield
@@ -98,6 +102,8 @@ def short_max_n() -> int:
 
 def _declines(algorithm: str, scores, k: int, members, block_size: int) -> str | None:
     """Why a CUDA select cannot take a call (its limits, read from the extension), or None."""
+    if algorithm == ONCHIP:
+        return "the on-chip select takes the sparse consumer's rows only"
     if algorithm == "short" and scores.shape[1] > short_max_n():
         return f"rows of {scores.shape[1]} scores (> {short_max_n()})"
     if algorithm != "filter":
@@ -131,6 +137,18 @@ def algorithm_for(scores, k: int, members, block_size: int) -> str:
     if not _declines("filter", scores, k, members, block_size):
         return "filter"
     return "cluster"
+
+
+def sparse_algorithm(logits, k: int, block_size: int) -> str:
+    """The select of the SM90 sparse consumer over its sparse row `logits` [rows, C * 8]: the
+    sparse logits kernel, then `algorithm_for`'s select and the column-to-position map (the
+    faster on the H200 at every bench shape, BENCHMARKS.md); or, forced with
+    `forced_algorithm("onchip")`, "onchip": one kernel that scores and selects each row on chip
+    without writing its logits (exact, the same selection; slower today), where its cluster holds
+    the row."""
+    if _forced == ONCHIP and logits.shape[1] <= _ext.limit("onchip_max_columns"):
+        return ONCHIP
+    return algorithm_for(logits, k, None, block_size)
 
 
 def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:

@@ -1,0 +1,183 @@
+// The SM90 sparse consumer's select in one kernel (sm90_sparse_select.h): a row's logits never
+// leave the chip.
+//
+// A row is a cluster of `cl` CTAs (1-16, one an SM), CTA r over a contiguous chunk of the row's
+// 64-column tiles. Phase 1 scores them as the logits kernel does (sm90_sparse_tiles.cuh: the same
+// instructions, so the same logits bitwise) with four math warpgroups taking the staged tiles in
+// turn, and keeps each logit's key in shared memory (a 16K-column row is 64 KB over the cluster);
+// phase 2 is the cluster's exact select over those keys (cuda/smxx_onchip_select.cuh). No logits
+// are written, no second kernel reads them, and the column-to-position map is the select's
+// output step.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "sm90_sparse_select.h"
+#include "sm90_sparse_tiles.cuh"
+#include "smxx_launch.cuh"
+#include "smxx_onchip_select.cuh"
+#include "tma.h"
+
+namespace dsv41 {
+namespace {
+
+namespace cg = cooperative_groups;
+using namespace sparse_tiles;
+
+constexpr uint32_t kMathGroups = 4;
+constexpr uint32_t kStages = 16;  // a multiple of kMathGroups: a stage always feeds one group
+constexpr uint32_t kThreads = kMathGroups * kMathThreads + 32;
+constexpr uint32_t kChunkTiles = onchip::kMaxChunk / kTile;  // most tiles a CTA
+static_assert(kStages % kMathGroups == 0);
+
+// Dynamic shared memory: the ring (whose buffers the select's histograms reuse once the tiles
+// are scored), then the chunk's keys, uint32 [chunk_tiles * 64], then its slots, int32
+// [chunk_tiles * 8] (staged once: the producer never waits on a global load).
+template <uint32_t kHeads>
+using Smem = Ring<kHeads, kStages>;
+static_assert(sizeof(onchip::Shared) <= sizeof(Smem<32>::kv));
+
+template <uint32_t kHeads>
+constexpr size_t SmemBytes(uint32_t chunk_tiles) {
+  return sizeof(Smem<kHeads>) + size_t(chunk_tiles) * (kTile + kBlocksPerTile) * 4 + 1024;
+}
+static_assert(SmemBytes<64>(kChunkTiles) <= 227 * 1024, "one CTA an SM");
+
+template <uint32_t kHeads>
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseSelectKernel(const __grid_constant__ CUtensorMap q_map,
+                       const __grid_constant__ CUtensorMap kv_map, const uint8_t* __restrict__ kv,
+                       int64_t num_pages, const float* __restrict__ weights,
+                       const int32_t* __restrict__ physical, const int32_t* __restrict__ valid_lens,
+                       const int32_t* __restrict__ blocks, int32_t* __restrict__ out, uint32_t c,
+                       uint32_t chunk_tiles, int32_t k) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ uint8_t smem_raw[];
+  auto& s = AlignedRing<Smem<kHeads>>(smem_raw);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(&s + 1);
+  int32_t* slots = reinterpret_cast<int32_t*>(keys + chunk_tiles * kTile);
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const uint32_t row = blockIdx.x / uint32_t(cl), row_cols = c * kBlock;
+  const uint32_t len = uint32_t(min(max(valid_lens[row], 0), int32_t(row_cols)));
+  const uint32_t first = uint32_t(rank) * chunk_tiles;
+  const uint32_t last = min(first + chunk_tiles, CeilDiv(len, kTile));
+  const uint32_t tiles = last > first ? last - first : 0;
+  const int32_t n = int32_t(
+      min(max(int64_t(len) - int64_t(first) * kTile, int64_t(0)), int64_t(chunk_tiles) * kTile));
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  const int32_t* row_slots = physical + uint64_t(row) * c + first * kBlocksPerTile;
+  for (uint32_t i = threadIdx.x; i < tiles * kBlocksPerTile; i += kThreads) slots[i] = row_slots[i];
+  if (threadIdx.x == kMathGroups * kMathThreads) InitRing(s, kMathThreads);
+  __syncthreads();
+  if (tiles > 0 && warp == kMathGroups * 4) {
+    ProduceTiles(s, q_map, kv_map, kv, num_pages, slots, row, tiles, lane);
+  } else if (tiles > 0) {  // math group warp / 4 takes tiles warp / 4, + kMathGroups, ...
+    const Scorer<kHeads> scorer(weights + uint64_t(row) * kHeads, warp, lane);
+    reinterpret_cast<Barrier*>(&s.q_full)->wait(0);
+    for (uint32_t i = warp / 4; i < tiles; i += kMathGroups) {
+      float v0, v1;
+      scorer.Score(s, i % kStages, (i / kStages) & 1, lane, v0, v1);
+      if (lane % 4 == 0) {  // the quad holds one value
+        uint32_t* tile = keys + i * kTile + scorer.sub_warp;
+        tile[scorer.v0_at] = onchip::KeyOfLogit(v0);
+        tile[scorer.v1_at] = onchip::KeyOfLogit(v1);
+      }
+    }
+  }
+  __syncthreads();  // every tile scored: the ring's buffers are free
+  auto& select = *reinterpret_cast<onchip::Shared*>(&s.kv[0][0]);
+  onchip::SelectToPositions<int(kThreads)>(select, keys, n, int64_t(chunk_tiles) * kTile, cluster,
+                                           cl, rank, k, blocks + uint64_t(row) * c,
+                                           out + uint64_t(row) * uint32_t(k));
+#endif
+}
+
+PerDevice g_num_sms;          // recorded by PrepareSparseSelectSm90
+PerDevice g_max_clusters[5];  // clusters of 1, 2, 4, 8, 16 CTAs that run at once
+
+constexpr int Log2(int cl) { return cl <= 1 ? 0 : 1 + Log2(cl / 2); }
+
+// The cluster a row: the fewest CTAs whose chunks hold the row, doubled while twice the CTAs
+// still run at once in one wave (at most one CTA an SM) and each keeps two tiles or more.
+int ClusterSize(int64_t rows, uint32_t row_tiles, int num_sms) {
+  int cl = 1;
+  while (cl < onchip::kMaxCluster && CeilDiv(row_tiles, uint32_t(cl)) > kChunkTiles) cl *= 2;
+  if (CeilDiv(row_tiles, uint32_t(cl)) > kChunkTiles) return 0;
+  while (cl < onchip::kMaxCluster && rows * cl * 2 <= num_sms && row_tiles >= uint32_t(4 * cl) &&
+         g_max_clusters[Log2(cl * 2)].Current() >= rows) {
+    cl *= 2;
+  }
+  return cl;
+}
+
+}  // namespace
+
+int32_t SparseSelectClusterSize(int64_t rows, int64_t c) {
+  const int num_sms = g_num_sms.Current();
+  if (num_sms == 0 || rows <= 0 || c <= 0 || c % kBlocksPerTile != 0) return 0;
+  return ClusterSize(rows, uint32_t(c / kBlocksPerTile), num_sms);
+}
+
+int64_t SparseSelectMaxColumns() { return int64_t(onchip::kMaxCluster) * onchip::kMaxChunk; }
+
+ffi::Error LaunchSm90SparseSelect(const char* op, cudaStream_t stream, const Sm90SparseLogits& c,
+                                  const int32_t* blocks, int32_t k, int32_t* out) {
+  if (c.rows == 0) return ffi::Error::Success();
+  const int num_sms = g_num_sms.Current();
+  if (num_sms == 0) {
+    return ffi::Error::Internal(std::string(op) + ": device not prepared (dsv41_jax._ext.prepare)");
+  }
+  const uint32_t row_tiles = uint32_t(c.c) / kBlocksPerTile;
+  const int cl = ClusterSize(c.rows, row_tiles, num_sms);
+  if (cl == 0) {
+    return InvalidArgument(op, "the on-chip select takes rows of at most " +
+                                   std::to_string(SparseSelectMaxColumns()) + " columns");
+  }
+  CUtensorMap q_map, kv_map;
+  if (!EncodeSparseMaps(q_map, kv_map, c.q, c.rows * c.heads, uint32_t(c.heads), c.kv,
+                        c.num_pages)) {
+    return ffi::Error::Internal(std::string(op) + ": cuTensorMapEncodeTiled failed");
+  }
+  const uint32_t chunk_tiles = CeilDiv(row_tiles, uint32_t(cl));
+  const auto kernel = c.heads == 32 ? SparseSelectKernel<32> : SparseSelectKernel<64>;
+  const size_t smem = c.heads == 32 ? SmemBytes<32>(chunk_tiles) : SmemBytes<64>(chunk_tiles);
+  return CudaStatus(
+      op, LaunchKernel(kernel, dim3(unsigned(c.rows * cl)), dim3(kThreads), smem, stream,
+                       unsigned(cl), q_map, kv_map, c.kv, c.num_pages, c.weights, c.physical,
+                       c.valid_lens, blocks, out, uint32_t(c.c), chunk_tiles, k));
+}
+
+cudaError_t PrepareSparseSelectSm90() {
+  g_num_sms.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
+  if (g_num_sms.Current() == 0) return cudaErrorInvalidDevice;
+  const size_t smem = SmemBytes<64>(kChunkTiles);
+  for (auto kernel : {SparseSelectKernel<32>, SparseSelectKernel<64>}) {
+    if (cudaError_t e = SetMaxDynamicSmem(smem, kernel); e != cudaSuccess) return e;
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return e;
+  }
+  // Occupancy with the largest chunk: one CTA an SM whatever the chunk.
+  for (int i = 0, cl = 1; cl <= onchip::kMaxCluster; ++i, cl *= 2) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(unsigned(cl));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {unsigned(cl), 1, 1};
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int count = 0;
+    if (cudaOccupancyMaxActiveClusters(&count, SparseSelectKernel<64>, &config) != cudaSuccess) {
+      cudaGetLastError();
+      count = 0;
+    }
+    g_max_clusters[i].Record(count);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace dsv41
