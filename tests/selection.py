@@ -4,7 +4,7 @@ each op has one test file parametrised over all of them:
 - reference: the pure-jnp oracle-checked path (the baseline every other one must equal);
 - interpret: the Pallas Mosaic GPU kernels in interpret mode on the CPU;
 - emulated-cluster / emulated-filter / emulated-short: the CUDA kernels' own source on the CPU
-  (tests/simt/);
+  (tests/simt/; also the on-chip select of the SM90 sparse consumer, `emulate_onchip`);
 - ffi (the public dispatch) / ffi-cluster / ffi-filter / ffi-short / pallas: the kernels on the
   GPU (device machine; marked `gpu`).
 
@@ -15,6 +15,7 @@ is collected just to be skipped.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import pathlib
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import oracle
 import pytest
 from factories import POISON, poison_device_memory
 
@@ -168,34 +170,64 @@ def case_inputs(rng, case: Case, make_scores: Callable) -> dict:
 
 
 # ---------------------------------------------------------------------------- the CPU stand-in
-def build_emulator(directory: pathlib.Path) -> pathlib.Path:
-    """Compiles tests/simt/ with the kernels' source (the top-k selects and the candidate-table
-    sort); skips without g++."""
+SIMT_SOURCES = (
+    "main.cc",
+    "filter_topk.cc",
+    "radix_topk.cc",
+    "short_topk.cc",
+    "sort_blocks.cc",
+    "page_kernels.cc",
+    "ragged_rows.cc",
+    "onchip_select.cc",
+)
+
+
+def build_emulator(
+    directory: pathlib.Path,
+    include: pathlib.Path | None = None,
+    base: pathlib.Path | None = None,
+    rebuild: Iterable[str] = (),
+) -> pathlib.Path:
+    """Compiles tests/simt/ with the kernels' source (the top-k selects, the candidate-table
+    sort, the page kernels, the on-chip select), one object a source in parallel; skips without
+    g++.
+
+    A variant (a mutant test): `include`, searched before cuda/, holds edited copies of kernel
+    headers; with `base`, an earlier build's folder, only the sources named in `rebuild` are
+    compiled again and the others' objects are linked from there."""
     cxx = shutil.which("g++")
     if cxx is None:
         pytest.skip("needs g++ to build the SIMT stand-in")
     exe = directory / "kernels_emu"
-    names = (
-        "main.cc",
-        "filter_topk.cc",
-        "radix_topk.cc",
-        "short_topk.cc",
-        "sort_blocks.cc",
-        "page_kernels.cc",
-        "ragged_rows.cc",
-    )
-    sources = [str(SIMT / f) for f in names]
-    flags = ["-std=c++20", "-O2", "-fno-extern-tls-init", f"-I{SIMT}", f"-I{ROOT / 'cuda'}"]
+    first = [f"-I{include}"] if include is not None else []
+    flags = ["-std=c++20", "-O2", "-fno-extern-tls-init", *first, f"-I{SIMT}", f"-I{ROOT / 'cuda'}"]
     # AddressSanitizer: the kernels' global loads and stores hit exact-size host buffers, so a
     # read or write past any of them aborts the run (where the toolchain has libasan).
     asan = ["-fsanitize=address", "-fno-omit-frame-pointer"]
+    rebuild = set(rebuild)
     for extra in (asan, []):
-        built = subprocess.run(
-            [cxx, *flags, *extra, "-o", str(exe), *sources, "-lpthread"], capture_output=True
-        )
-        if built.returncode == 0:
+        if base is not None and (base / "asan").exists() != bool(extra):
+            continue  # the objects reused were built the other way
+        objects, commands = [], []
+        for name in SIMT_SOURCES:
+            obj = directory / name.replace(".cc", ".o")
+            if base is not None and name not in rebuild:
+                obj = base / obj.name
+            else:
+                commands.append([cxx, *flags, *extra, "-c", str(SIMT / name), "-o", str(obj)])
+            objects.append(str(obj))
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            done = list(pool.map(lambda c: subprocess.run(c, capture_output=True), commands))
+        if all(d.returncode == 0 for d in done):
+            linked = [cxx, *extra, "-o", str(exe), *objects, "-lpthread"]
+            done.append(subprocess.run(linked, capture_output=True))
+        if all(d.returncode == 0 for d in done):
+            (directory / "asan").unlink(missing_ok=True)
+            if extra:
+                (directory / "asan").touch()
             return exe
-    raise RuntimeError(f"building the SIMT stand-in failed:\n{built.stderr.decode()}")
+    errors = "\n".join(d.stderr.decode() for d in done if d.returncode != 0)
+    raise RuntimeError(f"building the SIMT stand-in failed:\n{errors}")
 
 
 def _run(exe, *args) -> None:
@@ -258,6 +290,32 @@ def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
     status, out = _launch(exe, kernel, list(header) + [0] * (8 - len(header)), arrays)
     assert status == 0
     return out.view(out_dtype).reshape(out_shape)
+
+
+def emulate_onchip(exe, scores, lens, k, blocks, cl):
+    """Runs the on-chip select (cuda/smxx_onchip_select.cuh behind tests/simt/onchip_select.cc)
+    on the CPU stand-in, a row a cluster of `cl` CTAs; `blocks` [rows, >= ceil(n / 8)] is each
+    row's candidate-block table. Returns (cudaError, out [rows, k])."""
+    scores = np.asarray(scores, np.float32)
+    rows, n = scores.shape
+    blocks = np.asarray(blocks, np.int32)
+    header = [rows, n, k, 8, 0, False, True, blocks.shape[1], False]
+    arrays = [scores, np.asarray(lens, np.int32), np.zeros(rows, np.int32), blocks]
+    status, out = _launch(exe, f"onchip:{cl}", header, arrays)
+    return status, out.view(np.int32).reshape(rows, k)
+
+
+def onchip_reference(scores, lens, k, blocks, block_size=8) -> np.ndarray:
+    """What the on-chip select returns: each row's top-k of scores[:len] by the contract
+    (oracle.topk_row: NaN and -inf never, larger first, ties by lower column, ascending column
+    order, -1 padded), column j written as position blocks[j // block_size] * block_size +
+    j % block_size."""
+    out = np.full((len(scores), k), -1, np.int32)
+    for r, row in enumerate(np.asarray(scores)):
+        length = min(max(int(lens[r]), 0), row.shape[0])
+        cols = np.array([c for c in oracle.topk_row(row, length, k) if c >= 0], np.int64)
+        out[r, : len(cols)] = blocks[r][cols // block_size] * block_size + cols % block_size
+    return out
 
 
 # ---------------------------------------------------------------------------------- the runners

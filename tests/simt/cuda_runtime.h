@@ -3,12 +3,13 @@
 //
 // Every CUDA thread is a fiber (ucontext); one OS thread runs one CTA's fibers, each until it
 // waits at a barrier, in a pseudo-random order that changes every pass. Barriers
-// (__syncthreads, the warp exchange inside __shfl_up_sync, cluster.sync) are generation
-// counters, so a fiber resumes only once its whole group arrived.
+// (__syncthreads, the warp exchange inside __shfl_up_sync / __shfl_sync / __ballot_sync,
+// cluster.sync) are generation counters, so a fiber resumes only once its whole group arrived.
 // The CTAs of a cluster run on concurrent OS threads; `__shared__` variables are thread_local,
 // so each CTA has its own, and map_shared_rank moves an address between the CTAs' thread-local
-// blocks (same layout in every thread). Atomics are plain operations: a CTA's fibers share one
-// OS thread and never interleave inside an expression.
+// blocks (same layout in every thread); a CTA that exits while a peer may still read its shared
+// memory (no cluster.sync of its own after the read) fails the launch. Atomics are plain
+// operations: a CTA's fibers share one OS thread and never interleave inside an expression.
 //
 // It checks the kernels' logic (indexing, barriers, the cluster protocol) against the reference.
 // It is not the GPU: no memory model, no timing, no out-of-bounds traps beyond what the host
@@ -18,13 +19,14 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
-#include <barrier>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -108,11 +110,54 @@ namespace emu {
 
 constexpr size_t kStack = 128 * 1024;  // per fiber, reserved lazily (MAP_NORESERVE)
 
+// The CTAs' OS threads meet here at each cluster.sync. A CTA that exits while a peer waits, or
+// that a peer waits for after it exited, would hang the launch (the CTAs passed different numbers
+// of cluster.syncs): the stand-in aborts instead.
+class ClusterBarrier {
+ public:
+  explicit ClusterBarrier(int n) : size_(n) {}
+  void ArriveAndWait() {
+    std::unique_lock<std::mutex> lock(m_);
+    const long g = gen_;
+    if (++arrived_ == size_) {
+      arrived_ = 0, ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lock, [&] { return gen_ != g || exited_ > 0; });
+    if (gen_ == g) Mismatch();
+  }
+  void Exit() {
+    std::lock_guard<std::mutex> lock(m_);
+    ++exited_;
+    if (arrived_ > 0) Mismatch();
+    cv_.notify_all();
+  }
+
+ private:
+  [[noreturn]] static void Mismatch() {
+    std::fprintf(stderr,
+                 "emu: deadlock in a cluster (a CTA exited while its peers wait at a "
+                 "cluster.sync: the CTAs pass different numbers of them)\n");
+    std::abort();
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  int size_, arrived_ = 0, exited_ = 0;
+  long gen_ = 0;
+};
+
 struct Cluster {
   int size;
   std::vector<char*> anchors;  // each CTA's thread-local anchor
-  std::barrier<> os_barrier;
-  explicit Cluster(int n) : size(n), anchors(n), os_barrier(n) {}
+  ClusterBarrier os_barrier;
+  // Distributed shared memory lifetime: read_at[r][q] is the last cluster.sync count at which CTA
+  // r mapped CTA q's shared memory (-1: never), exit_at[q] the count CTA q exited at. A read is
+  // only safe if its target passes one more cluster.sync after it (each CTA writes its own row).
+  std::vector<std::vector<long>> read_at;
+  std::vector<long> exit_at;
+  explicit Cluster(int n)
+      : size(n), anchors(n), os_barrier(n), read_at(n, std::vector<long>(n, -1)), exit_at(n, 0) {}
 };
 
 struct Cta {
@@ -130,6 +175,7 @@ struct Cta {
   std::function<void()> body;
   Cluster* cluster = nullptr;
   int rank = 0;
+  long cluster_syncs = 0;  // cluster.sync calls this CTA passed
 };
 
 inline thread_local Cta* tl_cta = nullptr;
@@ -213,6 +259,10 @@ inline void RunCta(Cta& c, size_t dynamic_smem) {
     }
   }
   munmap(c.stacks, bytes);
+  if (c.cluster != nullptr) {
+    c.cluster->exit_at[c.rank] = c.cluster_syncs;
+    c.cluster->os_barrier.Exit();
+  }
   if (on_cta_end) on_cta_end(dynamic_smem);
 }
 
@@ -247,6 +297,19 @@ T __shfl_sync(unsigned, T v, int src) {
   emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
   T out;
   std::memcpy(&out, &c->lanes[w * 32 + (src & 31)], sizeof(T));
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  return out;
+}
+
+// Every lane of the warp calls it (the mask is not modelled): bit l of the result is lane l's
+// `pred`.
+inline unsigned __ballot_sync(unsigned, int pred) {
+  emu::Cta* c = emu::tl_cta;
+  const int t = c->cur, w = t / 32;
+  c->lanes[t] = pred != 0;
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  unsigned out = 0;
+  for (int l = 0; l < 32; ++l) out |= unsigned(c->lanes[w * 32 + l] != 0) << l;
   emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
   return out;
 }
@@ -304,11 +367,22 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
             cta.body = body;
             cta.cluster = &cluster;
             cta.rank = r;
-            cluster.os_barrier.arrive_and_wait();  // every anchor is known
+            cluster.os_barrier.ArriveAndWait();  // every anchor is known
             emu::RunCta(cta, config->dynamicSmemBytes);
           });
         }
         for (auto& t : ctas) t.join();
+        for (int r = 0; r < cl; ++r) {
+          for (int q = 0; q < cl; ++q) {
+            if (cluster.read_at[r][q] >= cluster.exit_at[q]) {
+              std::fprintf(stderr,
+                           "emu: CTA %d of a cluster read CTA %d's shared memory after its "
+                           "cluster.sync #%ld, and CTA %d exited without another one\n",
+                           r, q, cluster.read_at[r][q], q);
+              std::abort();
+            }
+          }
+        }
       }
     }
   }

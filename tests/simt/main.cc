@@ -1,5 +1,6 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
 //   kernels_emu filter|radix|short CASE OUT   (the top-k selects; format below)
+//   kernels_emu onchip:CL CASE OUT         (the on-chip select, clusters of CL; at RunOnChip)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
 //   kernels_emu l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
@@ -7,6 +8,7 @@
 // [rows, num_members]. OUT: int32 status,
 // then int32 out [rows, k] (poisoned before the launch, so unwritten elements show).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -25,6 +27,10 @@ std::pair<void*, std::size_t> FilterTopkSharedMemory();
 std::pair<void*, std::size_t> RadixTopkSharedMemory();
 std::pair<void*, std::size_t> ShortTopkSharedMemory();
 std::pair<void*, std::size_t> SortBlocksSharedMemory();
+std::pair<void*, std::size_t> OnChipSelectSharedMemory();
+cudaError_t LaunchOnChipSelectForTest(const float* scores, const int32_t* lens,
+                                      const int32_t* blocks, int32_t* out, int64_t rows, int64_t n,
+                                      int64_t nblocks, int32_t k, int cl);  // onchip_select.cc
 }  // namespace dsv41
 
 // Each CTA's dynamic shared memory starts as garbage (as on the GPU); the bytes past what the
@@ -171,10 +177,38 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
   return 0;
 }
 
+// The top-k CASE format with float scores (bf16 = 0) and members [rows, num_members] = each row's
+// candidate blocks (block_size 8: column j of the row is position blocks[j / 8] * 8 + j % 8);
+// mode, has_starts and the starts are ignored. OUT as for the top-k selects.
+static int RunOnChip(int cl, const char* case_path, const char* out_path) {
+  std::FILE* f = std::fopen(case_path, "rb");
+  if (!f) return 2;
+  std::vector<int64_t> h;
+  std::vector<float> scores;
+  std::vector<int32_t> lens, starts, blocks;
+  if (!Read(f, h, 9)) return 2;
+  const int64_t rows = h[0], n = h[1], k = h[2], m = h[7];
+  if (k < 0 || h[3] != 8 || h[8] != 0 || !Read(f, scores, rows * n) || !Read(f, lens, rows) ||
+      !Read(f, starts, rows) || !Read(f, blocks, rows * m)) {
+    return 2;
+  }
+  std::fclose(f);
+  std::vector<int32_t> out(rows * k, 0x7eadbeef);
+  GuardSharedMemory(dsv41::OnChipSelectSharedMemory);
+  const int32_t status = dsv41::LaunchOnChipSelectForTest(
+      scores.data(), lens.data(), blocks.data(), out.data(), rows, n, m, int32_t(k), cl);
+  std::FILE* o = std::fopen(out_path, "wb");
+  std::fwrite(&status, 4, 1, o);
+  std::fwrite(out.data(), 4, out.size(), o);
+  std::fclose(o);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
+  if (which.rfind("onchip:", 0) == 0) return RunOnChip(std::atoi(argv[1] + 7), argv[2], argv[3]);
   if (which == "l2p" || which == "ragged" ||
       which == "amax" || which == "cols" || which == "steprows") {
     return RunPageKernel(which, argv[2], argv[3]);

@@ -1,0 +1,267 @@
+"""The on-chip select of the SM90 sparse consumer (cuda/smxx_onchip_select.cuh) on the CPU
+stand-in: the exact top-k of a row whose keys sit in the shared memory of a cluster's CTAs (1-16
+a row), in column order, each column written as the position its candidate block maps to. The
+GPU kernel around it (ffi/sm90_sparse_select.cu) needs WGMMA / TMA; tests/simt/onchip_select.cc
+makes the same keys from given scores in the same layout and calls the same select, with 544
+threads a CTA and whole 64-column tiles a CTA as there.
+
+The stand-in is slow (a CTA of 544 fibers costs some 50 ms), so the cases are many short rows
+in few launches and a handful of wide ones."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pathlib
+
+import numpy as np
+import pytest
+from factories import scores as make_scores
+from selection import (
+    ROOT,
+    UNWRITTEN,
+    build_emulator,
+    emulate_onchip,
+    onchip_reference,
+)
+
+TILE, MAX_CHUNK = 64, 16384  # onchip_select.cc's tiles; onchip::kMaxChunk
+
+
+def chunk_of(n: int, cl: int) -> int:
+    """Columns a CTA: whole tiles, as LaunchOnChipSelectForTest (and the GPU kernel) splits."""
+    tiles = -(-n // TILE)
+    return max(-(-tiles // cl), 1) * TILE
+
+
+def block_tables(rng, rows: int, n: int) -> np.ndarray:
+    """Each row's candidate blocks: a random permutation of 4x the blocks needed (even rows), or
+    an increasing sequence with gaps (odd rows), so the position map is not the identity."""
+    nb = -(-n // 8)
+    out = np.empty((rows, nb), np.int32)
+    for r in range(rows):
+        if r % 2:
+            out[r] = np.cumsum(rng.integers(1, 6, nb)) - 1
+        else:
+            out[r] = rng.permutation(4 * nb)[:nb]
+    return out
+
+
+def check(exe, rng, scores, lens, k: int, cl: int) -> None:
+    """The stand-in's output (poisoned before the launch) equals the reference exactly."""
+    scores = np.asarray(scores, np.float32)
+    blocks = block_tables(rng, *scores.shape)
+    status, got = emulate_onchip(exe, scores, lens, k, blocks, cl)
+    assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
+    want = onchip_reference(scores, lens, k, blocks)
+    for r in range(len(got)):
+        np.testing.assert_array_equal(got[r], want[r], err_msg=f"row {r} (len {lens[r]})")
+
+
+def edge_lengths(n: int, k: int, cl: int) -> list[int]:
+    """0, 1, 7, 8, 9, k - 1, k, k + 1, the whole row, n - 1, one CTA's chunk exactly and one
+    past it, and one that leaves the last CTAs without keys (where the cluster has them)."""
+    chunk = chunk_of(n, cl)
+    edges = [0, 1, 7, 8, 9, k - 1, k, k + 1, n, n - 1, chunk, chunk + 1, (cl - 1) * chunk - 5]
+    return sorted({x for x in edges if 0 <= x <= n})
+
+
+KINDS = ("random", "ties", "special", "equal", "descending")
+
+
+def mixed_rows(rng, rows: int, n: int) -> np.ndarray:
+    """Rows of the factories' kinds in turn (random, few distinct values, NaN / -inf / +inf /
+    -0 mixed in, all equal, sorted)."""
+    return np.concatenate([make_scores(rng, 1, n, KINDS[r % len(KINDS)]) for r in range(rows)])
+
+
+# (cluster, k): every cluster size with k of 1, 64, 512 and 2048 over them (a launch a pair)
+PAIRS = [(1, 1), (1, 64), (1, 512), (1, 2048), (2, 64), (2, 2048), (4, 1), (4, 512), (16, 64)]
+
+
+@pytest.mark.parametrize("cl,k", PAIRS, ids=[f"cl{c}-k{k}" for c, k in PAIRS])
+def test_lengths_at_the_edges(simt_topk, rng, cl, k):
+    """Every edge length on rows of every kind; n not a multiple of a CTA's 64-column tiles,
+    and the scores past a row's length +inf, which only a read past it would take."""
+    n = max(k + 2, 2 * TILE * cl) + 37
+    lens = np.array(edge_lengths(n, k, cl), np.int32)
+    if cl == 16:  # 16 CTAs a row: the lengths that matter most
+        lens = np.array(sorted({0, 1, k, k + 1, n, chunk_of(n, cl) + 1}), np.int32)
+    s = mixed_rows(rng, len(lens), n)
+    s[np.arange(n)[None] >= lens[:, None]] = np.inf
+    check(simt_topk, rng, s, lens, k, cl)
+
+
+def special_rows(rng, n: int, k: int, chunk: int) -> np.ndarray:
+    """Ties and the keys that are never selected, over CTA boundaries."""
+    rows = []
+    rows.append(np.full(n, 0.75))  # all equal: the k-th key's ties span every CTA
+    tie = rng.standard_normal(n)  # many equal values across each CTA boundary
+    for b in [n // 2, *range(chunk, n, chunk)]:
+        tie[max(b - 3 * k // 4, 0) : b + k // 2] = 2.5
+    rows.append(tie)
+    rows.append(rng.integers(0, 3, n).astype(np.float64))  # few values: ties at the k-th key
+    runs = rng.standard_normal(n)  # NaN and -inf runs, across CTA boundaries
+    runs[n // 8 : n // 2] = np.nan
+    runs[n // 2 : 3 * n // 4] = -np.inf
+    runs[n - min(chunk, n) // 3 :] = np.nan
+    rows.append(runs)
+    zeros = np.where(rng.random(n) < 0.5, 0.0, -0.0)  # +0 and -0 tie
+    zeros[rng.choice(n, 3, replace=False)] = [1.0, -1.0, -0.5]
+    rows.append(zeros)
+    few = np.full(n, np.nan)  # fewer valid keys than k
+    pick = rng.choice(n, max(k // 2, 1), replace=False)
+    few[pick] = rng.integers(-2, 2, len(pick))
+    few[rng.choice(n, n // 3, replace=False)] = -np.inf
+    rows.append(few)
+    rows.append(np.where(rng.random(n) < 0.5, np.nan, -np.inf))  # nothing valid
+    return np.array(rows, np.float32)
+
+
+@pytest.mark.parametrize("cl,k", [(1, 512), (2, 64), (4, 2048), (16, 64)])
+def test_ties_nan_inf_and_zeros(simt_topk, rng, cl, k):
+    n = max(3 * k, 5 * TILE * cl) - 11
+    chunk = chunk_of(n, cl)
+    s = special_rows(rng, n, k, chunk)
+    if cl == 16:  # 16 CTAs a row: the ties and the NaN / -inf runs
+        s = s[[1, 2, 3, 5]]
+    lens = np.full(len(s), n, np.int32)
+    lens[1] = n - chunk // 2  # a tie run cut by the length
+    check(simt_topk, rng, s, lens, k, cl)
+
+
+BASE = 0x3F800000  # 1.0f: the low 23 bits clear, so + (a << 21 | b << 10 | c) sets the digits
+
+
+def digit_row(rng, n: int, k: int, stop: int) -> np.ndarray:
+    """A row whose k-th key the select finds at a chosen step: `stop` 0 / 1 when the bin of pass
+    0 / 1 holds exactly the keys still needed; 2 with ties at the k-th key and fewer of them
+    needed; 3 when the pass-2 bin of the k-th key holds exactly the keys still needed. Keys'
+    digits a (pass 0, top 11 bits), b (pass 1) and c (pass 2) over 1.0's bits, columns shuffled."""
+    above = int(rng.integers(0, k))  # keys in bins above the k-th key's (a = 3)
+    rest = k - above
+    a = rng.integers(0, 2, n)  # the keys below
+    b = rng.integers(0, 1 << 11, n)
+    c = rng.integers(0, 1 << 10, n)
+    a[:above] = 3
+    group = slice(above, above + rest)
+    a[group] = 2
+    if stop == 0:
+        b[above], c[above] = 0, 0  # the lowest key of the k-th key's pass-0 bin
+    if stop >= 1:
+        b[group] = 7
+        c[above] = 0  # the lowest key of its pass-1 bin
+        a[above + rest : above + rest + 5] = 2  # in the k-th key's pass-0 bin, below its pass-1 bin
+        b[above + rest : above + rest + 5] = rng.integers(0, 7, 5)
+    if stop >= 2:
+        split = int(rng.integers(0, rest))  # keys above the k-th one in its pass-1 bin
+        c[above : above + split] = rng.integers(10, 1 << 10, split)
+        ties = rest - split + (int(rng.integers(1, 40)) if stop == 2 else 0)
+        lo = above + split
+        a[lo : lo + ties], b[lo : lo + ties], c[lo : lo + ties] = 2, 7, 9
+        below = lo + max(ties, rest - split)  # same pass-1 bin, below the k-th key's pass-2 bin
+        a[below : below + 6], b[below : below + 6] = 2, 7
+        c[below : below + 6] = rng.integers(0, 9, 6)
+    bits = (BASE + (a << 21 | b << 10 | c)).astype(np.uint32)
+    return rng.permutation(bits.view(np.float32))
+
+
+@pytest.mark.parametrize("cl,k", [(1, 64), (2, 2048), (4, 512)])
+def test_kth_key_found_at_each_digit_pass(simt_topk, rng, cl, k):
+    n = max(2 * k + 200, 3 * TILE * cl)
+    s = np.array([digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3, 0, 2)])
+    check(simt_topk, rng, s, np.full(len(s), n, np.int32), k, cl)
+
+
+@pytest.mark.parametrize(
+    "cl,n,k,kinds",
+    [
+        (1, MAX_CHUNK, 2048, ("random", "ties")),  # one CTA, its largest chunk
+        (2, 2 * MAX_CHUNK, 2048, ("ties",)),  # two CTAs of kMaxChunk keys each
+        (16, MAX_CHUNK, 512, ("random",)),
+        (16, 16 * MAX_CHUNK - 100, 2048, ("equal",)),  # the widest row: 16 full chunks, all tied
+    ],
+    ids=["cl1-16k", "cl2-32k", "cl16-16k", "cl16-256k"],
+)
+def test_wide_rows(simt_topk, rng, cl, n, k, kinds):
+    s = np.concatenate([make_scores(rng, 1, n, kind) for kind in kinds])
+    lens = np.full(len(s), n, np.int32)
+    check(simt_topk, rng, s, lens, k, cl)
+
+
+@pytest.mark.parametrize(
+    "cl,n,k",
+    [(1, MAX_CHUNK + 1, 8), (2, 2 * MAX_CHUNK + 1, 8), (3, 256, 8), (32, 4096, 8), (2, 256, 0)],
+    ids=["chunk-too-wide", "chunk-too-wide-cl2", "cl3", "cl32", "k0"],
+)
+def test_launcher_refuses(simt_topk, rng, cl, n, k):
+    """Chunks past onchip::kMaxChunk keys, clusters that are not 1-16 CTAs of a power of two, and
+    k < 1 are refused before anything runs."""
+    s = rng.standard_normal((2, n)).astype(np.float32)
+    status, got = emulate_onchip(simt_topk, s, [n, n], k, block_tables(rng, 2, n), cl)
+    assert status != 0
+    assert (got == UNWRITTEN).all()
+
+
+# ------------------------------------------------------------------------------------- mutants
+HEADER = ROOT / "cuda" / "smxx_onchip_select.cuh"
+# (what, the text of the header, its replacement): each breaks the select in a way the cases
+# above must see.
+MUTANTS = [
+    ("ties-not-capped", "out[g + min(e, need)] = pos;", "out[g + e] = pos;"),
+    (
+        "wrong-owner",
+        "cluster.map_shared_rank(sh.reduced, d / slice)[d]",
+        "cluster.map_shared_rank(sh.reduced, d % cl)[d]",
+    ),
+    ("own-counts-added", "x[q] = q < rank ?", "x[q] = q <= rank ?"),
+    (
+        "no-final-sync",
+        "if (cl > 1) cluster.sync();  // the peers have read",
+        "if (false) cluster.sync();  // the peers have read",
+    ),
+    ("bin-start-taken", "thresh = Below(prefix << 21);", "thresh = prefix << 21;"),
+    ("bin-end-wrong", "k_rem <= above + c[j]) {", "k_rem < above + c[j]) {"),
+    ("one-tie-too-many", "& 1u) && e < need) {", "& 1u) && e <= need) {"),
+    ("past-the-keys", "key = i < hi ? keys[i] : topk::kExcluded;", "key = keys[i];"),
+]
+
+
+def _mutant_build(base: pathlib.Path, work: pathlib.Path, old: str, new: str) -> pathlib.Path:
+    source = HEADER.read_text()
+    assert source.count(old) == 1, f"the header changed: {old!r} is not there once"
+    (work / "include").mkdir(parents=True)
+    (work / "include" / HEADER.name).write_text(source.replace(old, new))
+    return build_emulator(work, work / "include", base, rebuild=("onchip_select.cc",))
+
+
+def _mutant_cases(exe, seed: int) -> None:
+    """A few of the cases above, on `exe`: one launch of rows whose k-th key is found at each
+    pass, one of ties (four CTAs a row)."""
+    rng = np.random.default_rng(seed)
+    k, cl = 64, 4
+    n = 3 * TILE * cl + 37
+    lens = np.full(3, n, np.int32)
+    check(exe, rng, [digit_row(rng, n, k, stop) for stop in (0, 1, 2)], lens, k, cl)
+    check(exe, rng, special_rows(rng, n, k, chunk_of(n, cl))[:3], lens, k, cl)
+
+
+def _caught(exe, seed: int) -> bool:
+    try:
+        _mutant_cases(exe, seed)
+    except AssertionError:
+        return True
+    return False
+
+
+def test_mutants_are_caught(simt_topk, rng, tmp_path):
+    """Each mutant of the select (an edited copy of the header, shadowing cuda/ when only
+    onchip_select.cc is compiled again) fails the cases that the header itself passes. Not
+    here: the equivalent mutants (`need > 0 && key == thresh` -> `key == thresh`: with need 0
+    the ties' counts are never used; the -1 padding by another rank than 0)."""
+    base, seed = pathlib.Path(simt_topk).parent, int(rng.integers(1 << 30))
+    _mutant_cases(simt_topk, seed)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        builds = list(pool.map(lambda m: _mutant_build(base, tmp_path / m[0], m[1], m[2]), MUTANTS))
+    survived = [m[0] for m, exe in zip(MUTANTS, builds) if not _caught(exe, seed)]
+    assert not survived, f"mutants not caught: {survived}"
