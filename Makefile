@@ -66,10 +66,14 @@ demo: install
 
 # ruff pinned: a new release's rules or formatting must not fail CI on unchanged code.
 LINTED := dsv41_jax tests examples scripts
+# The project's C++ / CUDA (.clang-format); DeepGEMM's headers are not ours.
+CXX_LINTED := $(shell find ffi cuda tests/simt scripts/probes -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.cc' -o -name '*.h' \) | sort)
 lint: install
-	$(PY) -m pip install -q "ruff==0.17.6"
+	$(PY) -m pip install -q "ruff==0.17.6" "clang-format==23.1.5"
 	$(PY) -m ruff check $(LINTED)
 	$(PY) -m ruff format --check $(LINTED)
+	@echo "$(VENV)/bin/clang-format --dry-run --Werror ($(words $(CXX_LINTED)) C++ / CUDA files)"
+	@$(VENV)/bin/clang-format --dry-run --Werror $(CXX_LINTED)
 
 # mypy -p dsv41_jax with [tool.mypy] of pyproject.toml (tests/test_types.py runs it too).
 typecheck: install

@@ -13,8 +13,8 @@ namespace dsv41 {
 // ids outside the range are ignored), after clearing those hi - lo bits. Every thread of the
 // block calls it (it synchronises twice).
 template <int kThreads>
-__device__ __forceinline__ void MarkIds(uint32_t* bits, int64_t lo, int64_t hi,
-                                        const int32_t* ids, int64_t n) {
+__device__ __forceinline__ void MarkIds(uint32_t* bits, int64_t lo, int64_t hi, const int32_t* ids,
+                                        int64_t n) {
   const int64_t words = (hi - lo + 31) / 32;
   for (int64_t w = threadIdx.x; w < words; w += kThreads) bits[w] = 0;
   __syncthreads();
@@ -26,9 +26,9 @@ __device__ __forceinline__ void MarkIds(uint32_t* bits, int64_t lo, int64_t hi,
 }
 
 // Calls emit(b, i, n) for every set bit b of bitmap[0, words), i being b's rank among the n set
-// bits, so ascending b lands at ascending i. Each thread owns a contiguous run of words: one block scan
-// of their popcounts gives every thread its first rank, and no comparison is needed. Returns the
-// number of set bits. Every thread of the block calls it (it synchronises).
+// bits, so ascending b lands at ascending i. Each thread owns a contiguous run of words: one block
+// scan of their popcounts gives every thread its first rank, and no comparison is needed. Returns
+// the number of set bits. Every thread of the block calls it (it synchronises).
 template <int kThreads, class Emit>
 __device__ __forceinline__ int32_t ForEachSetBitInOrder(const uint32_t* bitmap, int64_t words,
                                                         int32_t* warp_sums, int32_t* total,

@@ -12,11 +12,10 @@ constexpr int kBlockOpThreads = 256;
 
 // One thread per (row, block): the block's B scores are contiguous, so a warp reads 32 adjacent
 // blocks.
-__global__ void __launch_bounds__(kBlockOpThreads) BlockAmaxKernel(const float* __restrict__ scores,
-                                                            int64_t stride, int64_t n,
-                                                            const int32_t* __restrict__ lens,
-                                                            int32_t block_size, bool pin_newest,
-                                                            float* __restrict__ out, int64_t nb) {
+__global__ void __launch_bounds__(kBlockOpThreads)
+    BlockAmaxKernel(const float* __restrict__ scores, int64_t stride, int64_t n,
+                    const int32_t* __restrict__ lens, int32_t block_size, bool pin_newest,
+                    float* __restrict__ out, int64_t nb) {
   const int64_t row = blockIdx.y;
   const int64_t b = int64_t(blockIdx.x) * kBlockOpThreads + threadIdx.x;
   if (b >= nb) return;
@@ -37,9 +36,10 @@ __global__ void __launch_bounds__(kBlockOpThreads) BlockAmaxKernel(const float* 
   out[row * nb + b] = best;
 }
 
-__global__ void __launch_bounds__(kBlockOpThreads) ColumnsToPositionsKernel(
-    const int32_t* __restrict__ columns, const int32_t* __restrict__ blocks, int64_t total,
-    int64_t k, int64_t c, int32_t block_size, int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kBlockOpThreads)
+    ColumnsToPositionsKernel(const int32_t* __restrict__ columns,
+                             const int32_t* __restrict__ blocks, int64_t total, int64_t k,
+                             int64_t c, int32_t block_size, int32_t* __restrict__ out) {
   for (int64_t i = int64_t(blockIdx.x) * kBlockOpThreads + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * kBlockOpThreads) {
     const int64_t row = i / k;
@@ -53,11 +53,12 @@ __global__ void __launch_bounds__(kBlockOpThreads) ColumnsToPositionsKernel(
 }
 
 // One CTA per query row.
-__global__ void __launch_bounds__(kBlockOpThreads) StepRowsKernel(
-    const int32_t* __restrict__ lens, int32_t next_n, int64_t capacity,
-    int32_t* __restrict__ lens_out, int32_t* __restrict__ row_lens,
-    int32_t* __restrict__ all_selected, int64_t c, int32_t block_size,
-    const int32_t* __restrict__ block_table, int64_t max_pages, int32_t* __restrict__ row_table) {
+__global__ void __launch_bounds__(kBlockOpThreads)
+    StepRowsKernel(const int32_t* __restrict__ lens, int32_t next_n, int64_t capacity,
+                   int32_t* __restrict__ lens_out, int32_t* __restrict__ row_lens,
+                   int32_t* __restrict__ all_selected, int64_t c, int32_t block_size,
+                   const int32_t* __restrict__ block_table, int64_t max_pages,
+                   int32_t* __restrict__ row_table) {
   const int64_t r = blockIdx.x, b = r / next_n, j = r % next_n;
   const int64_t raw = lens[b];
   const int64_t len = raw < 0 ? 0 : (raw > capacity ? capacity : raw);

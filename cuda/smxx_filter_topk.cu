@@ -34,9 +34,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPer = 8;                  // consecutive elements per thread per round
 constexpr int kRound = kThreads * kPer;  // 8192 elements per round
 constexpr int kBins = 256;
-constexpr int kHists = 8;                // histogram copies (warp w adds to copy w % 8)
-constexpr int kSample = kThreads;        // one sampled key per thread
-constexpr int kMaxCluster = 8;           // portable cluster size: one CTA per SM fits a GPC
+constexpr int kHists = 8;          // histogram copies (warp w adds to copy w % 8)
+constexpr int kSample = kThreads;  // one sampled key per thread
+constexpr int kMaxCluster = 8;     // portable cluster size: one CTA per SM fits a GPC
 constexpr int64_t kCap = kFilterCapacity;
 static_assert(kFilterMaxK + kRound <= kCap, "a cut buffer plus one round must fit");
 using topk::kExcluded;
@@ -304,9 +304,9 @@ __device__ int64_t MaskBlocks(Shared& sh, const TopkArgs& a, int64_t row, int64_
   const int64_t nblocks = (len + a.block_size - 1) / a.block_size;
   const int64_t words = (nblocks + 31) / 32;
   MarkIds<kThreads>(bits, 0, nblocks, a.members + row * a.num_members, a.num_members);
-  const int32_t total = ForEachSetBitInOrder<kThreads>(
-      bits, words, sh.warp_sums, &sh.scan_total,
-      [&](int32_t b, int32_t i, int32_t) { blocks[i] = b; });
+  const int32_t total =
+      ForEachSetBitInOrder<kThreads>(bits, words, sh.warp_sums, &sh.scan_total,
+                                     [&](int32_t b, int32_t i, int32_t) { blocks[i] = b; });
   __syncthreads();
   return total;
 }

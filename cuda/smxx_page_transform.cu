@@ -1,5 +1,5 @@
-#include "smxx_page_transform.cuh"
 #include "smxx_launch.cuh"
+#include "smxx_page_transform.cuh"
 
 namespace dsv41 {
 namespace {
@@ -30,8 +30,7 @@ void LaunchLogicalToPhysical(const int32_t* indices, const int32_t* block_table,
   const int threads = 256;
   const int64_t blocks = (n + threads - 1) / threads;
   LaunchKernel(LogicalToPhysicalKernel, dim3(unsigned(blocks < 65535 ? blocks : 65535)),
-               dim3(threads), 0, stream, 0, indices, block_table, out, n, k, max_pages,
-               page_size);
+               dim3(threads), 0, stream, 0, indices, block_table, out, n, k, max_pages, page_size);
 }
 
 }  // namespace dsv41

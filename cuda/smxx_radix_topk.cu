@@ -25,7 +25,7 @@ constexpr int kBins = 256;
 constexpr int kPerThread = 8;                 // consecutive elements per thread per round
 constexpr int kTile = kThreads * kPerThread;  // elements per round (one load batch)
 constexpr int kWarps = kThreads / 32;
-constexpr int64_t kCachedKeys = 16384;        // a chunk up to this size keeps its keys in smem
+constexpr int64_t kCachedKeys = 16384;           // a chunk up to this size keeps its keys in smem
 constexpr int64_t kCompacted = kCachedKeys / 2;  // (key, position) pairs kept after pass 0
 constexpr int kMaxCluster = 16;
 constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareRadixTopk (not under capture)
@@ -208,10 +208,9 @@ __device__ __forceinline__ void CompactToBucket(Shared& sh, const TopkArgs& a, L
 // This CTA's first output slot and tie rank (sh.out_base, sh.eq_before) and the row's total
 // (sh.total), from every CTA's count of keys above the k-th and of ties at it.
 template <class List, class IsGt, class IsEq>
-__device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_group& cluster,
-                                               int cl, int rank, const TopkArgs& a,
-                                               const List& list, int32_t need_eq, IsGt is_gt,
-                                               IsEq is_eq) {
+__device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_group& cluster, int cl,
+                                               int rank, const TopkArgs& a, const List& list,
+                                               int32_t need_eq, IsGt is_gt, IsEq is_eq) {
   int32_t gt = 0, eq = 0;
   for (int64_t base = 0; base < list.len; base += kTile) {
     uint32_t kk[kPerThread];
@@ -254,8 +253,7 @@ __device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_gro
 // round: the above-T and tie counts packed in 16 bits each (a round holds 4096 entries).
 template <class List, class IsGt, class IsEq>
 __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row, int cl, int rank,
-                                     const List& list, int32_t need_eq, IsGt is_gt,
-                                     IsEq is_eq) {
+                                     const List& list, int32_t need_eq, IsGt is_gt, IsEq is_eq) {
   int32_t* out = a.out + row * int64_t(a.k);
   int32_t out_base = sh.out_base, eq_before = sh.eq_before;
   const int32_t total = sh.total;
@@ -363,11 +361,10 @@ cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   const int64_t member_words = args.members ? (chunk / args.block_size + 2 + 31) / 32 + 1 : 0;
   const size_t smem = size_t(kCachedKeys + member_words) * sizeof(uint32_t);
   if (smem > kMaxTopkSmem) return cudaErrorInvalidValue;  // rows beyond ~50M positions
-  return args.bf16
-             ? topk::LaunchRowClusters(RadixTopkKernel<topk::Bf16>, args, chunk, cl, kThreads, smem,
-                                       stream)
-             : topk::LaunchRowClusters(RadixTopkKernel<float>, args, chunk, cl, kThreads, smem,
-                                       stream);
+  return args.bf16 ? topk::LaunchRowClusters(RadixTopkKernel<topk::Bf16>, args, chunk, cl, kThreads,
+                                             smem, stream)
+                   : topk::LaunchRowClusters(RadixTopkKernel<float>, args, chunk, cl, kThreads,
+                                             smem, stream);
 }
 
 }  // namespace dsv41

@@ -25,7 +25,7 @@ struct TopkArgs {
   int64_t rows, n, num_members;
   int32_t k, block_size;
   TopkMode mode;
-  bool bf16;               // scores are bfloat16 (keys of their exact float32 values)
+  bool bf16;  // scores are bfloat16 (keys of their exact float32 values)
 };
 
 // One-time kernel attributes of the current device; call outside any stream capture.

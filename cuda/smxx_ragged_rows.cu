@@ -14,15 +14,19 @@ constexpr int kThreads = 256;
 template <typename T>
 __device__ T NegativeInfinity();
 template <>
-__device__ float NegativeInfinity<float>() { return -INFINITY; }
+__device__ float NegativeInfinity<float>() {
+  return -INFINITY;
+}
 template <>
-__device__ __nv_bfloat16 NegativeInfinity<__nv_bfloat16>() { return __float2bfloat16(-INFINITY); }
+__device__ __nv_bfloat16 NegativeInfinity<__nv_bfloat16>() {
+  return __float2bfloat16(-INFINITY);
+}
 
 // One block per row: its range into the workspace, then -inf past the row's keys.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) PrepareRaggedRowsKernel(
-    T* logits, int64_t cols, const int32_t* starts, const int32_t* ends, int64_t rows,
-    int64_t rows_padded, uint32_t* ranges) {
+__global__ void __launch_bounds__(kThreads)
+    PrepareRaggedRowsKernel(T* logits, int64_t cols, const int32_t* starts, const int32_t* ends,
+                            int64_t rows, int64_t rows_padded, uint32_t* ranges) {
   const int64_t row = blockIdx.x;
   const int64_t src = row < rows ? row : rows - 1;
   const int64_t s = min(max(int64_t(starts[src]), int64_t(0)), cols);
@@ -50,7 +54,7 @@ cudaError_t LaunchPrepareRaggedRows(cudaStream_t stream, T* logits, int64_t cols
 template cudaError_t LaunchPrepareRaggedRows<float>(cudaStream_t, float*, int64_t, const int32_t*,
                                                     const int32_t*, int64_t, int64_t, uint32_t*);
 template cudaError_t LaunchPrepareRaggedRows<__nv_bfloat16>(cudaStream_t, __nv_bfloat16*, int64_t,
-                                                            const int32_t*, const int32_t*,
-                                                            int64_t, int64_t, uint32_t*);
+                                                            const int32_t*, const int32_t*, int64_t,
+                                                            int64_t, uint32_t*);
 
 }  // namespace dsv41

@@ -27,8 +27,8 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPer = int(kShortChunk / kThreads);  // keys per thread
-constexpr int kSegment = 32 * kPer;                 // a warp's consecutive scores
-constexpr int kBins = 2048;                         // the widest digit: 11 bits
+constexpr int kSegment = 32 * kPer;                // a warp's consecutive scores
+constexpr int kBins = 2048;                        // the widest digit: 11 bits
 // A chunk's candidate bitmap: at block size 1 one bit per score, plus the straddling ends.
 constexpr int kMaskWords = int(kShortChunk / 32) + 2;
 static_assert(kShortChunk % kThreads == 0 && kPer % 8 == 0, "whole 16-byte vectors per thread");
@@ -59,8 +59,9 @@ struct Digit {
 // holding the k_rem-th largest of them, the keys above that bin and in it, and how many keys
 // took part (over the whole cluster). All threads of all the cluster's CTAs call it.
 template <int kShift, int kWidth>
-__device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer], const cg::cluster_group& cluster,
-                           int cl, uint32_t prefix, int32_t k_rem) {
+__device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
+                           const cg::cluster_group& cluster, int cl, uint32_t prefix,
+                           int32_t k_rem) {
   constexpr int kDigits = 1 << kWidth, kDigitsPer = kDigits / kThreads;
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kDigitsPer >= 1);
@@ -113,7 +114,8 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   DSV41_STAMP(0);
 
   // ---- the chunk's keys: tile j of lane l of warp w holds chunk elements
-  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous bytes
+  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous
+  //      bytes
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
   const int64_t mine = r.hi - r.lo;
   const bool aligned = topk::Aligned(r);
@@ -121,7 +123,8 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
   float v[kTiles][kVec];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j) topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
+  for (int j = 0; j < kTiles; ++j)
+    topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (a.members != nullptr) {  // the candidate blocks this chunk overlaps (it synchronises)
     const int64_t b0 = r.lo / a.block_size, b1 = (r.hi + a.block_size - 1) / a.block_size;
@@ -190,8 +193,8 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   }
   // Only lane 31 contributes: every thread's exclusive scan is the sum over the warps before its
   // own (a CTA's counts stay below 2^15 each, so the packing holds).
-  const int32_t warps_before =
-      BlockExclusiveScan<kThreads>(lane == 31 ? int32_t(warp_total) : 0, sh.warp_sums, &sh.scan_total);
+  const int32_t warps_before = BlockExclusiveScan<kThreads>(lane == 31 ? int32_t(warp_total) : 0,
+                                                            sh.warp_sums, &sh.scan_total);
   int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
   if (cl > 1) {
     if (threadIdx.x == 0) sh.counts = sh.scan_total;
@@ -230,8 +233,8 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
   // Fewest CTAs that hold the row, equal chunks of whole warp segments (16-byte aligned).
   const int64_t cl = max((args.n + kShortChunk - 1) / kShortChunk, int64_t(1));
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
-  return topk::LaunchRowClusters(ShortTopkKernel<T>, args, chunk, int(cl), kThreads,
-                                 sizeof(Shared), stream);
+  return topk::LaunchRowClusters(ShortTopkKernel<T>, args, chunk, int(cl), kThreads, sizeof(Shared),
+                                 stream);
 }
 
 }  // namespace

@@ -39,9 +39,8 @@ __device__ __forceinline__ void ForEachBatched(const int32_t* src, int64_t begin
 }
 
 // `spp_shift`: log2 of the blocks per page when that is a power of two, else -1.
-__global__ void __launch_bounds__(kThreads) SortCandidateBlocksKernel(SortBlocksArgs a,
-                                                                      int64_t bitmap_words,
-                                                                      int32_t spp_shift) {
+__global__ void __launch_bounds__(kThreads)
+    SortCandidateBlocksKernel(SortBlocksArgs a, int64_t bitmap_words, int32_t spp_shift) {
   const bool stage = a.max_pages <= kMaxStagedPages;
   // Dynamic shared memory: [bitmap | staged page table | the table's blocks | physical slots].
   extern __shared__ uint32_t bitmap[];

@@ -32,10 +32,10 @@ __device__ __forceinline__ uint32_t OrderedKey(float v) {
 // Score type T: float or Bf16 (the kernels are instantiated for both).
 template <class T>
 struct Row {
-  const T* scores;      // the row's position 0
-  int64_t len;          // positions (or blocks) that may be selected
-  int64_t lo, hi;       // this CTA's chunk
-  int64_t newest;       // kCandidateBlocks: the pinned block
+  const T* scores;              // the row's position 0
+  int64_t len;                  // positions (or blocks) that may be selected
+  int64_t lo, hi;               // this CTA's chunk
+  int64_t newest;               // kCandidateBlocks: the pinned block
   const uint32_t* member_bits;  // this CTA's candidate bitmap (kPositions with members)
   int64_t member_base;          // first block covered by member_bits
 };
@@ -94,8 +94,8 @@ __device__ __forceinline__ float Unpack(const uint32_t* w, int j, Bf16) {
 // Scores of chunk elements [i0, i0 + kPer) as float (0 past the chunk's `mine` elements), loads
 // issued together (16-byte loads when aligned) so a thread has them all in flight at once.
 template <int kPer, class T>
-__device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_t i0,
-                                           bool aligned, float (&v)[kPer]) {
+__device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_t i0, bool aligned,
+                                           float (&v)[kPer]) {
   constexpr int kWords = kPer * int(sizeof(T)) / 4;
   static_assert(kWords % 4 == 0, "whole 16-byte loads");
   if (aligned && i0 + kPer <= mine) {

@@ -10,8 +10,7 @@ static ffi::Error LogicalToPhysicalImpl(cudaStream_t stream, Buffer<ffi::S32> in
   constexpr const char* kOp = "dsv41_logical_to_physical";
   const auto idx_dims = indices.dimensions();
   const auto bt_dims = block_table.dimensions();
-  if (idx_dims.size() != 2 || bt_dims.size() != 2 || bt_dims[0] != idx_dims[0] ||
-      bt_dims[1] < 1) {
+  if (idx_dims.size() != 2 || bt_dims.size() != 2 || bt_dims[0] != idx_dims[0] || bt_dims[1] < 1) {
     return InvalidArgument(kOp, "expected indices [rows, k] and block_table [rows, pages >= 1]");
   }
   if (page_size <= 0) return InvalidArgument(kOp, "page_size must be positive");

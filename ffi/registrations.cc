@@ -13,8 +13,8 @@
 #include "sm90_sparse_select.h"
 #include "smxx_filter_topk.cuh"
 #include "smxx_radix_topk.cuh"
-#include "smxx_short_topk.cuh"
 #include "smxx_ragged_rows.cuh"
+#include "smxx_short_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 #include "topk.h"
 
@@ -141,9 +141,9 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
                          dsv41::PrepareSparseLogitsSm90, dsv41::PrepareSparseSelectSm90});
       }
       if (sm100) {
-        prepares.insert(prepares.end(), {dsv41::PreparePagedSparseMqaLogitsSm100,
-                                         dsv41::PreparePagedMqaLogitsSm100,
-                                         dsv41::PrepareMqaLogitsSm100});
+        prepares.insert(prepares.end(),
+                        {dsv41::PreparePagedSparseMqaLogitsSm100, dsv41::PreparePagedMqaLogitsSm100,
+                         dsv41::PrepareMqaLogitsSm100});
       }
       for (auto prepare : prepares) {
         if (cudaError_t err = prepare(); err != cudaSuccess) {

@@ -25,9 +25,9 @@ constexpr uint32_t kQStages = 2, kKVStages = 8, kTmemStages = 3;
 constexpr uint32_t kSpecializedThreads = 128, kMathThreads = (kSplitKV / 128) * 128;
 static_assert(kBlockQ <= kMqaRowPadding, "ranges workspace padding");
 
-using Storage = deep_gemm::layout::MQALogitsSharedStorage<kHeads, kHeadDim, kBlockQ, kSplitKV, kUmmaN,
-                                                          kQStages, kKVStages, kTmemStages,
-                                                          cutlass::float_e2m1_t>;
+using Storage =
+    deep_gemm::layout::MQALogitsSharedStorage<kHeads, kHeadDim, kBlockQ, kSplitKV, kUmmaN, kQStages,
+                                              kKVStages, kTmemStages, cutlass::float_e2m1_t>;
 
 constexpr auto Kernel() {
   return &deep_gemm::sm100_mqa_logits<kHeads, kHeadDim, false, kBlockQ, kSplitKV, kUmmaN, kQStages,
@@ -39,13 +39,14 @@ PerDevice g_prepared;  // 1 once PrepareMqaLogitsSm100 set the kernel attributes
 
 ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S32> sf_q,
                           Buffer<ffi::BF16> weights, Buffer<ffi::U8> kv, Buffer<ffi::S32> sf_kv,
-                          Buffer<ffi::S32> starts, Buffer<ffi::S32> ends,
-                          Result<ffi::BF16> logits, Result<ffi::S32> ranges) {
+                          Buffer<ffi::S32> starts, Buffer<ffi::S32> ends, Result<ffi::BF16> logits,
+                          Result<ffi::S32> ranges) {
   constexpr const char* kOp = "dsv41_sm100_mqa_logits";
   if (auto e = RequireSm100(g_prepared, kOp); e.failure()) return e;
   const auto qd = q.dimensions(), kd = kv.dimensions(), ld = logits->dimensions();
   if (qd.size() != 3 || kd.size() != 2 || ld.size() != 2) {
-    return InvalidArgument(kOp, "expected q [rows, 32, 64], kv [tokens, 64], logits [rows, tokens]");
+    return InvalidArgument(kOp,
+                           "expected q [rows, 32, 64], kv [tokens, 64], logits [rows, tokens]");
   }
   const int64_t rows = qd[0], tokens = kd[0];
   const int64_t rows_padded = (rows + kBlockQ - 1) / kBlockQ * kBlockQ;
@@ -77,9 +78,9 @@ ffi::Error MqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ffi::S3
 
   auto* out = reinterpret_cast<__nv_bfloat16*>(logits->untyped_data());
   auto* range_data = reinterpret_cast<uint32_t*>(ranges->typed_data());
-  if (auto e = CudaStatus(kOp, LaunchPrepareRaggedRows(stream, out, tokens, starts.typed_data(),
-                                                        ends.typed_data(), rows, rows_padded,
-                                                        range_data));
+  if (auto e = CudaStatus(
+          kOp, LaunchPrepareRaggedRows(stream, out, tokens, starts.typed_data(), ends.typed_data(),
+                                       rows, rows_padded, range_data));
       e.failure()) {
     return e;
   }

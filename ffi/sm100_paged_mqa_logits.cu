@@ -19,24 +19,23 @@ namespace dsv41 {
 namespace {
 
 constexpr uint32_t kHeads = 32, kHeadDim = 128;
-constexpr uint32_t kBlockQ = 128 / kHeads;               // (row, head) pairs per UMMA N of 128
+constexpr uint32_t kBlockQ = 128 / kHeads;  // (row, head) pairs per UMMA N of 128
 constexpr uint32_t kUmmaN = kBlockQ * kHeads;
-constexpr uint32_t kSplitKV = kSm100LogitsSplit;         // positions per split: 3 math warpgroups
+constexpr uint32_t kSplitKV = kSm100LogitsSplit;  // positions per split: 3 math warpgroups
 constexpr uint32_t kQStages = 2, kKVStages = 8, kTmemStages = 3;  // FP4: deeper, half-size stages
 constexpr uint32_t kSplitsPerChunk = 8;
 constexpr uint32_t kSpecializedThreads = 128, kMathThreads = (kSplitKV / 128) * 128;
-constexpr uint32_t kTokenBytes = kHeadDim / 2 + 4;       // packed e2m1 values + 4 ue8m0 scales
+constexpr uint32_t kTokenBytes = kHeadDim / 2 + 4;  // packed e2m1 values + 4 ue8m0 scales
 
-using Storage = deep_gemm::layout::MQALogitsSharedStorage<kHeads, kHeadDim, kBlockQ, kSplitKV, kUmmaN,
-                                                          kQStages, kKVStages, kTmemStages,
-                                                          cutlass::float_e2m1_t>;
+using Storage =
+    deep_gemm::layout::MQALogitsSharedStorage<kHeads, kHeadDim, kBlockQ, kSplitKV, kUmmaN, kQStages,
+                                              kKVStages, kTmemStages, cutlass::float_e2m1_t>;
 
 template <uint32_t kPage>
 constexpr auto Kernel() {
-  return &deep_gemm::sm100_paged_mqa_logits<kHeads, kHeadDim, kPage, kBlockQ, kUmmaN, kQStages,
-                                            kKVStages, kTmemStages, kSplitKV, kSplitsPerChunk,
-                                            kSpecializedThreads, kMathThreads,
-                                            cutlass::float_e2m1_t>;
+  return &deep_gemm::sm100_paged_mqa_logits<
+      kHeads, kHeadDim, kPage, kBlockQ, kUmmaN, kQStages, kKVStages, kTmemStages, kSplitKV,
+      kSplitsPerChunk, kSpecializedThreads, kMathThreads, cutlass::float_e2m1_t>;
 }
 
 // The metadata kernel keeps two words per query row in shared memory; its block size grows with
@@ -76,8 +75,9 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
   const auto qd = q.dimensions(), cd = cache.dimensions(), bd = row_block_table.dimensions();
   const auto ld = logits->dimensions();
   if (qd.size() != 3 || cd.size() != 4 || bd.size() != 2 || ld.size() != 2) {
-    return InvalidArgument(kOp, "expected q [rows, 32, 64], cache [pages, P, 1, 68], "
-                                "row_block_table [rows, pages], logits [rows, cols]");
+    return InvalidArgument(kOp,
+                           "expected q [rows, 32, 64], cache [pages, P, 1, 68], "
+                           "row_block_table [rows, pages], logits [rows, cols]");
   }
   const int64_t rows = qd[0], page = cd[1];
   if (qd[1] != kHeads || qd[2] != kHeadDim / 2 || cd[2] != 1 || cd[3] != kTokenBytes ||
@@ -86,8 +86,9 @@ ffi::Error PagedMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buffer<ff
       request_ids.element_count() != rows || bd[0] != rows || ld[0] != rows ||
       ld[1] % kSplitKV != 0 || ld[1] < bd[1] * page ||
       schedule->element_count() != 2 * (kSm100SMs + 1)) {
-    return InvalidArgument(kOp, "inconsistent shapes (logits columns: a multiple of 384 covering "
-                                "the page table; schedule [149, 2])");
+    return InvalidArgument(kOp,
+                           "inconsistent shapes (logits columns: a multiple of 384 covering "
+                           "the page table; schedule [149, 2])");
   }
   if (rows > kSm100MaxRows) {
     return InvalidArgument(kOp, "more than " + std::to_string(kSm100MaxRows) + " query rows");

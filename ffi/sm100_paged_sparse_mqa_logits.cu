@@ -32,8 +32,8 @@ using MetadataStorage = sched::SharedStorage<kBlockQ, kMaxSparseBlocks, kSplitKV
                                              kSplitsPerEntry, kMetadataThreads>;
 
 template <uint32_t kPage>
-void Launch(cudaStream_t stream, int64_t rows, int64_t pages, int64_t max_pages,
-            const uint8_t* q, const int32_t* sf_q, const uint16_t* weights, const uint8_t* cache,
+void Launch(cudaStream_t stream, int64_t rows, int64_t pages, int64_t max_pages, const uint8_t* q,
+            const int32_t* sf_q, const uint16_t* weights, const uint8_t* cache,
             const int32_t* valid_lens, const int32_t* block_table, const int32_t* request_ids,
             const int32_t* blocks, uint16_t* logits, int64_t logits_stride, uint8_t* metadata,
             uint8_t* workspace, const CUtensorMap& q_map, const CUtensorMap& sf_map,
@@ -46,9 +46,10 @@ void Launch(cudaStream_t stream, int64_t rows, int64_t pages, int64_t max_pages,
                                           kMetadataThreads>
       <<<ctas, kMetadataThreads, metadata_smem, stream>>>(
           num_q, uint32_t(pages * kPage), nullptr, nullptr,
-          reinterpret_cast<const uint32_t*>(valid_lens), reinterpret_cast<const uint32_t*>(block_table),
-          uint32_t(max_pages), reinterpret_cast<const uint32_t*>(request_ids),
-          reinterpret_cast<const uint32_t*>(blocks), metadata, workspace);
+          reinterpret_cast<const uint32_t*>(valid_lens),
+          reinterpret_cast<const uint32_t*>(block_table), uint32_t(max_pages),
+          reinterpret_cast<const uint32_t*>(request_ids), reinterpret_cast<const uint32_t*>(blocks),
+          metadata, workspace);
   const uint32_t page_bytes = kPage * (128 / 2 + 4);
   deep_gemm::sm100_paged_sparse_mqa_logits<kHeads, kPage, kSparseBlock, kQStages, kKVStages,
                                            kTmemStages, kMathWarpGroups, kSm100SMs, kBlockQ, true>
@@ -83,8 +84,9 @@ ffi::Error PagedSparseMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buf
   const auto qd = q.dimensions(), cd = cache.dimensions(), bd = block_table.dimensions();
   const auto sd = blocks.dimensions(), ld = logits->dimensions();
   if (qd.size() != 3 || cd.size() != 4 || bd.size() != 2 || sd.size() != 2 || ld.size() != 2) {
-    return InvalidArgument(kOp, "expected q [rows, 32, 64], cache [pages, P, 1, 68], "
-                                "block_table [rows, pages], blocks [rows, 2048], logits [rows, cols]");
+    return InvalidArgument(kOp,
+                           "expected q [rows, 32, 64], cache [pages, P, 1, 68], "
+                           "block_table [rows, pages], blocks [rows, 2048], logits [rows, cols]");
   }
   const int64_t rows = qd[0];
   if (qd[1] != kHeads || qd[2] != 64 || cd[2] != 1 || cd[3] != 68 || sd[1] != kMaxSparseBlocks ||
@@ -120,10 +122,12 @@ ffi::Error PagedSparseMqaLogitsSm100(cudaStream_t stream, Buffer<ffi::U8> q, Buf
 
 int64_t Sm100SparseMetadataBytes(int64_t rows) {
   constexpr int64_t kBlocksPerSplit = kSplitKV / kSparseBlock;
-  constexpr int64_t kSplitBytes = sizeof(layout::KVSplitHeader) + kBlocksPerSplit * sizeof(layout::KVBlockInfo);
+  constexpr int64_t kSplitBytes =
+      sizeof(layout::KVSplitHeader) + kBlocksPerSplit * sizeof(layout::KVBlockInfo);
   const int64_t splits = rows * ((kMaxSparseBlocks + kBlocksPerSplit - 1) / kBlocksPerSplit);
   const int64_t entries = (splits + kSm100SMs - 1) / kSm100SMs * kSm100SMs;
-  return sizeof(layout::MetadataHeader) + splits * kSplitBytes + entries * sizeof(layout::ScheduleEntry);
+  return sizeof(layout::MetadataHeader) + splits * kSplitBytes +
+         entries * sizeof(layout::ScheduleEntry);
 }
 
 int64_t Sm100SparseWorkspaceBytes(int64_t rows) {

@@ -7,7 +7,7 @@
 
 namespace dsv41 {
 
-inline constexpr uint32_t kSm100SMs = 148;         // B200 / GB200: the schedule is built for it
+inline constexpr uint32_t kSm100SMs = 148;          // B200 / GB200: the schedule is built for it
 inline constexpr uint32_t kMaxSparseBlocks = 2048;  // C, candidate blocks per row
 inline constexpr uint32_t kSparseBlock = 8;         // B, positions per candidate block
 // The SM100 dense and ragged logits kernels: positions per split (their logits rows are whole

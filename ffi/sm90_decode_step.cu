@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "graph_cache.h"
-#include "smxx_block_ops.cuh"
 #include "sm90_indexer_layers.h"
+#include "smxx_block_ops.cuh"
 
 namespace dsv41 {
 namespace {
@@ -62,8 +62,8 @@ ffi::ErrorOr<Buffer<T>> RetAt(const ffi::RemainingRets& rets, size_t i) {
   return **r;
 }
 
-#define DSV41_TRY(name, expr)                 \
-  auto name##_or = (expr);                    \
+#define DSV41_TRY(name, expr)                          \
+  auto name##_or = (expr);                             \
   if (name##_or.has_error()) return name##_or.error(); \
   auto& name = *name##_or
 
@@ -127,9 +127,9 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
     if (stacked) taken[slot] = true;
     DSV41_TRY(out, RetAt<ffi::S32>(rets, kRetsBefore + (stacked ? 0 : i)));
     const auto od = out.dimensions();
-    const bool ok = stacked ? od.size() == 3 && od[0] == int64_t(layers) && od[1] == rows &&
-                                  od[2] == k
-                            : od.size() == 2 && od[0] == rows && od[1] == k;
+    const bool ok = stacked
+                        ? od.size() == 3 && od[0] == int64_t(layers) && od[1] == rows && od[2] == k
+                        : od.size() == 2 && od[0] == rows && od[1] == k;
     if (!ok) {
       return InvalidArgument(kOp, "expected out [rows, k] a layer (stacked: [layers, rows, k])");
     }
@@ -152,13 +152,13 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
                                     block_size, page_size, all_blocks));
       step.source = plan;
     } else if (roles[i] == kSparse) {
-      DSV41_TRY(plan, SparsePlanOf(kOp, q, w, kv, physical, blocks, valid_lens, out,
-                                   sparse_logits, columns, k, selects[i], block_size));
+      DSV41_TRY(plan, SparsePlanOf(kOp, q, w, kv, physical, blocks, valid_lens, out, sparse_logits,
+                                   columns, k, selects[i], block_size));
       step.sparse.push_back(plan);
     } else {
       DSV41_TRY(plan, DensePlanOf(kOp, q, w, kv, lens, row_lens, block_table,
-                                  roles[i] == kMask ? &blocks : nullptr, out, logits, k,
-                                  selects[i], block_size));
+                                  roles[i] == kMask ? &blocks : nullptr, out, logits, k, selects[i],
+                                  block_size));
       if (plan.call.next_n != next_n) {
         return InvalidArgument(kOp, "every layer needs the same next_n");
       }
@@ -230,15 +230,15 @@ ffi::Error DecodeStep(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
                       int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks,
                       bool stacked, ffi::Span<const int32_t> slots, bool graphs) {
   auto run = [&](cudaStream_t s) {
-    auto step = StepOf(args, rets, roles, selects, k, select_c, block_size, page_size,
-                       all_blocks, stacked, slots);
+    auto step = StepOf(args, rets, roles, selects, k, select_c, block_size, page_size, all_blocks,
+                       stacked, slots);
     if (step.has_error()) return step.error();
     return Launch(*step, s);
   };
   if (!graphs) return run(stream);
   // The key holds everything the plans are built from, so a hit replays a checked plan.
-  auto key = KeyOf(args, rets, {k, select_c, block_size, page_size, all_blocks, stacked}, roles,
-                   selects);
+  auto key =
+      KeyOf(args, rets, {k, select_c, block_size, page_size, all_blocks, stacked}, roles, selects);
   key.insert(key.end(), slots.begin(), slots.end());
   return g_graphs.Run(kOp, stream, key, run);
 }

@@ -66,17 +66,33 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
   if (auto e = CheckTopk(op, *sel, ld[1], m, members != nullptr, k, block_size, 0); e.failure()) {
     return e;
   }
-  return DensePlan{*call, lens.typed_data(), row_lens.typed_data(),
-                   members ? members->typed_data() : nullptr, m, out, *sel, k, block_size};
+  return DensePlan{*call,
+                   lens.typed_data(),
+                   row_lens.typed_data(),
+                   members ? members->typed_data() : nullptr,
+                   m,
+                   out,
+                   *sel,
+                   k,
+                   block_size};
 }
 
 ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
                        const int32_t* schedule) {
   if (p.call.batch == 0) return ffi::Error::Success();
   if (auto e = LaunchSm90PagedLogits(op, stream, p.call, p.lens, schedule); e.failure()) return e;
-  const TopkArgs args{p.call.logits, p.row_lens, nullptr, p.members, p.out,
-                      p.call.batch * p.call.next_n, p.call.cols, p.num_members, p.k,
-                      p.block_size, TopkMode::kPositions, false};
+  const TopkArgs args{p.call.logits,
+                      p.row_lens,
+                      nullptr,
+                      p.members,
+                      p.out,
+                      p.call.batch * p.call.next_n,
+                      p.call.cols,
+                      p.num_members,
+                      p.k,
+                      p.block_size,
+                      TopkMode::kPositions,
+                      false};
   return CudaStatus(op, LaunchTopk(p.select, args, stream));
 }
 
@@ -88,8 +104,8 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
     const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
     const Buffer<ffi::S32>& selected, int32_t k, int32_t select, int32_t select_c,
     int32_t block_size, int32_t page_size, bool all_blocks) {
-  auto topk = DensePlanOf(op, q, weights, kv, lens, row_lens, block_table, nullptr, out, logits,
-                          k, select, block_size);
+  auto topk = DensePlanOf(op, q, weights, kv, lens, row_lens, block_table, nullptr, out, logits, k,
+                          select, block_size);
   if (topk.has_error()) return topk.error();
   auto sel_c = SelectOf(op, select_c);
   if (sel_c.has_error()) return sel_c.error();
@@ -112,7 +128,8 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
   if (block_size <= 0 || page_size <= 0 || page_size % block_size != 0) {
     return InvalidArgument(op, "page_size must be a positive multiple of block_size");
   }
-  if ((rd[1] * page_size + block_size - 1) / block_size > kMaxSortBlocks || c > kMaxSortCandidates) {
+  if ((rd[1] * page_size + block_size - 1) / block_size > kMaxSortBlocks ||
+      c > kMaxSortCandidates) {
     return InvalidArgument(op, "rows longer than 2^20 blocks or tables wider than 4096 blocks");
   }
   if (!all_blocks) {
@@ -144,29 +161,35 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
   if (auto e = LaunchDense(op, stream, p.topk, schedule); e.failure()) return e;
   const int32_t* chosen = p.all_selected;
   if (!p.all_blocks) {  // block scores, then the top-C blocks (newest pinned)
-    LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size,
-                    true, p.block_scores, p.nb, stream);
+    LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size, true,
+                    p.block_scores, p.nb, stream);
     if (auto e = LastCudaError(op); e.failure()) return e;
-    const TopkArgs args{p.block_scores, p.topk.row_lens, nullptr, nullptr, p.selected, rows,
-                        p.nb, 0, int32_t(p.c), p.topk.block_size, TopkMode::kCandidateBlocks,
+    const TopkArgs args{p.block_scores,
+                        p.topk.row_lens,
+                        nullptr,
+                        nullptr,
+                        p.selected,
+                        rows,
+                        p.nb,
+                        0,
+                        int32_t(p.c),
+                        p.topk.block_size,
+                        TopkMode::kCandidateBlocks,
                         false};
     if (auto e = CudaStatus(op, LaunchTopk(p.select_c, args, stream)); e.failure()) return e;
     chosen = p.selected;
   }
-  const SortBlocksArgs sort{chosen, p.topk.row_lens, p.row_block_table, p.blocks, p.count,
-                            p.valid_lens, p.physical, rows, p.c, p.row_table_width,
-                            p.topk.block_size, p.page_size};
+  const SortBlocksArgs sort{chosen,  p.topk.row_lens,   p.row_block_table, p.blocks,
+                            p.count, p.valid_lens,      p.physical,        rows,
+                            p.c,     p.row_table_width, p.topk.block_size, p.page_size};
   return CudaStatus(op, LaunchSortCandidateBlocks(sort, stream));
 }
 
-ffi::ErrorOr<SparsePlan> SparsePlanOf(const char* op, const ffi::AnyBuffer& q,
-                                      const Buffer<ffi::F32>& weights, const Buffer<ffi::U8>& kv,
-                                      const Buffer<ffi::S32>& physical,
-                                      const Buffer<ffi::S32>& blocks,
-                                      const Buffer<ffi::S32>& valid_lens, int32_t* out,
-                                      const Buffer<ffi::F32>& logits,
-                                      const Buffer<ffi::S32>& columns, int32_t k, int32_t select,
-                                      int32_t block_size) {
+ffi::ErrorOr<SparsePlan> SparsePlanOf(
+    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
+    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& physical, const Buffer<ffi::S32>& blocks,
+    const Buffer<ffi::S32>& valid_lens, int32_t* out, const Buffer<ffi::F32>& logits,
+    const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size) {
   auto call = Sm90SparseLogitsOf(op, q, weights, kv, physical, valid_lens, logits);
   if (call.has_error()) return call.error();
   const bool onchip = select == kSelectOnChip;
@@ -186,8 +209,8 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(const char* op, const ffi::AnyBuffer& q,
   } else if (auto e = CheckTopk(op, *sel, cols, 0, false, k, block_size, 0); e.failure()) {
     return e;
   }
-  return SparsePlan{*call, blocks.typed_data(), columns.typed_data(), out, *sel, onchip, k,
-                    block_size};
+  return SparsePlan{*call, blocks.typed_data(), columns.typed_data(), out, *sel, onchip,
+                    k,     block_size};
 }
 
 ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p) {
@@ -196,8 +219,9 @@ ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p
   if (p.onchip) return LaunchSm90SparseSelect(op, stream, p.call, p.blocks, p.k, p.out);
   if (auto e = LaunchSm90SparseLogits(op, stream, p.call); e.failure()) return e;
   // The select reads only the columns below each row's valid length.
-  const TopkArgs args{p.call.logits, p.call.valid_lens, nullptr, nullptr, p.columns, rows, cols,
-                      0, p.k, p.block_size, TopkMode::kPositions, false};
+  const TopkArgs args{
+      p.call.logits, p.call.valid_lens,    nullptr, nullptr, p.columns, rows, cols, 0, p.k,
+      p.block_size,  TopkMode::kPositions, false};
   if (auto e = CudaStatus(op, LaunchTopk(p.select, args, stream)); e.failure()) return e;
   LaunchColumnsToPositions(p.columns, p.blocks, rows, p.k, p.call.c, p.block_size, p.out, stream);
   return LastCudaError(op);
@@ -208,9 +232,8 @@ namespace {
 ffi::Error DenseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                            Buffer<ffi::U8> kv, Buffer<ffi::S32> lens, Buffer<ffi::S32> row_lens,
                            Buffer<ffi::S32> block_table, Buffer<ffi::S32> schedule,
-                           Buffer<ffi::S32> members, Result<ffi::S32> out,
-                           Result<ffi::F32> logits, int32_t k, int32_t select, int32_t block_size,
-                           bool has_members) {
+                           Buffer<ffi::S32> members, Result<ffi::S32> out, Result<ffi::F32> logits,
+                           int32_t k, int32_t select, int32_t block_size, bool has_members) {
   constexpr const char* kOp = "dsv41_sm90_dense_select";
   if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
   if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
@@ -235,9 +258,8 @@ ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> w
   if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
   auto plan = PublishPlanOf(kOp, q, weights, kv, lens, row_lens, block_table, row_block_table,
                             all_selected, out->typed_data(),
-                            {*blocks, *count, *valid_lens, *physical},
-                            *logits, *block_scores, *selected, k, select, select_c, block_size,
-                            page_size, all_blocks);
+                            {*blocks, *count, *valid_lens, *physical}, *logits, *block_scores,
+                            *selected, k, select, select_c, block_size, page_size, all_blocks);
   if (plan.has_error()) return plan.error();
   return LaunchPublish(kOp, stream, *plan, schedule.typed_data());
 }
@@ -260,16 +282,16 @@ ffi::Error SparseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseSelectSm90FFI, DenseSelectSm90,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Arg<ffi::AnyBuffer>()     // q [batch, next_n, H, 128] fp8
-                                  .Arg<Buffer<ffi::F32>>()   // weights [batch, next_n, H]
-                                  .Arg<Buffer<ffi::U8>>()    // cache [pages, 64, 1, 132]
-                                  .Arg<Buffer<ffi::S32>>()   // lens [batch], clamped
-                                  .Arg<Buffer<ffi::S32>>()   // row_lens [rows], clamped
-                                  .Arg<Buffer<ffi::S32>>()   // block_table [batch, max_pages]
-                                  .Arg<Buffer<ffi::S32>>()   // schedule [257, 2] over lens
-                                  .Arg<Buffer<ffi::S32>>()   // members [rows, m] (has_members)
-                                  .Ret<Buffer<ffi::S32>>()   // out [rows, k]
-                                  .Ret<Buffer<ffi::F32>>()   // logits workspace [rows, cols]
+                                  .Arg<ffi::AnyBuffer>()    // q [batch, next_n, H, 128] fp8
+                                  .Arg<Buffer<ffi::F32>>()  // weights [batch, next_n, H]
+                                  .Arg<Buffer<ffi::U8>>()   // cache [pages, 64, 1, 132]
+                                  .Arg<Buffer<ffi::S32>>()  // lens [batch], clamped
+                                  .Arg<Buffer<ffi::S32>>()  // row_lens [rows], clamped
+                                  .Arg<Buffer<ffi::S32>>()  // block_table [batch, max_pages]
+                                  .Arg<Buffer<ffi::S32>>()  // schedule [257, 2] over lens
+                                  .Arg<Buffer<ffi::S32>>()  // members [rows, m] (has_members)
+                                  .Ret<Buffer<ffi::S32>>()  // out [rows, k]
+                                  .Ret<Buffer<ffi::F32>>()  // logits workspace [rows, cols]
                                   .Attr<int32_t>("k")
                                   .Attr<int32_t>("select")
                                   .Attr<int32_t>("block_size")
@@ -279,23 +301,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseSelectSm90FFI, DenseSelectSm90,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PublishSm90FFI, PublishSm90,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Arg<ffi::AnyBuffer>()     // q [batch, next_n, H, 128] fp8
-                                  .Arg<Buffer<ffi::F32>>()   // weights [batch, next_n, H]
-                                  .Arg<Buffer<ffi::U8>>()    // cache [pages, 64, 1, 132]
-                                  .Arg<Buffer<ffi::S32>>()   // lens [batch], clamped
-                                  .Arg<Buffer<ffi::S32>>()   // row_lens [rows], clamped
-                                  .Arg<Buffer<ffi::S32>>()   // block_table [batch, max_pages]
-                                  .Arg<Buffer<ffi::S32>>()   // row_block_table [rows, max_pages]
-                                  .Arg<Buffer<ffi::S32>>()   // schedule [257, 2] over lens
-                                  .Arg<Buffer<ffi::S32>>()   // all_selected [rows, C] (all_blocks)
-                                  .Ret<Buffer<ffi::S32>>()   // out [rows, k]
-                                  .Ret<Buffer<ffi::S32>>()   // blocks [rows, C]
-                                  .Ret<Buffer<ffi::S32>>()   // count [rows]
-                                  .Ret<Buffer<ffi::S32>>()   // valid_lens [rows]
-                                  .Ret<Buffer<ffi::S32>>()   // physical [rows, C]
-                                  .Ret<Buffer<ffi::F32>>()   // logits workspace [rows, cols]
-                                  .Ret<Buffer<ffi::F32>>()   // block scores workspace [rows, nb]
-                                  .Ret<Buffer<ffi::S32>>()   // selected workspace [rows, C]
+                                  .Arg<ffi::AnyBuffer>()    // q [batch, next_n, H, 128] fp8
+                                  .Arg<Buffer<ffi::F32>>()  // weights [batch, next_n, H]
+                                  .Arg<Buffer<ffi::U8>>()   // cache [pages, 64, 1, 132]
+                                  .Arg<Buffer<ffi::S32>>()  // lens [batch], clamped
+                                  .Arg<Buffer<ffi::S32>>()  // row_lens [rows], clamped
+                                  .Arg<Buffer<ffi::S32>>()  // block_table [batch, max_pages]
+                                  .Arg<Buffer<ffi::S32>>()  // row_block_table [rows, max_pages]
+                                  .Arg<Buffer<ffi::S32>>()  // schedule [257, 2] over lens
+                                  .Arg<Buffer<ffi::S32>>()  // all_selected [rows, C] (all_blocks)
+                                  .Ret<Buffer<ffi::S32>>()  // out [rows, k]
+                                  .Ret<Buffer<ffi::S32>>()  // blocks [rows, C]
+                                  .Ret<Buffer<ffi::S32>>()  // count [rows]
+                                  .Ret<Buffer<ffi::S32>>()  // valid_lens [rows]
+                                  .Ret<Buffer<ffi::S32>>()  // physical [rows, C]
+                                  .Ret<Buffer<ffi::F32>>()  // logits workspace [rows, cols]
+                                  .Ret<Buffer<ffi::F32>>()  // block scores workspace [rows, nb]
+                                  .Ret<Buffer<ffi::S32>>()  // selected workspace [rows, C]
                                   .Attr<int32_t>("k")
                                   .Attr<int32_t>("select")
                                   .Attr<int32_t>("select_c")
@@ -307,15 +329,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PublishSm90FFI, PublishSm90,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SparseSelectSm90FFI, SparseSelectSm90,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Arg<ffi::AnyBuffer>()     // q [batch, next_n, H, 128] fp8
-                                  .Arg<Buffer<ffi::F32>>()   // weights [batch, next_n, H]
-                                  .Arg<Buffer<ffi::U8>>()    // cache [pages, 64, 1, 132]
-                                  .Arg<Buffer<ffi::S32>>()   // table physical [rows, C]
-                                  .Arg<Buffer<ffi::S32>>()   // table blocks [rows, C]
-                                  .Arg<Buffer<ffi::S32>>()   // valid_lens [rows], <= C * 8
-                                  .Ret<Buffer<ffi::S32>>()   // out [rows, k] positions
-                                  .Ret<Buffer<ffi::F32>>()   // logits workspace [rows, C * 8]
-                                  .Ret<Buffer<ffi::S32>>()   // columns workspace [rows, k]
+                                  .Arg<ffi::AnyBuffer>()    // q [batch, next_n, H, 128] fp8
+                                  .Arg<Buffer<ffi::F32>>()  // weights [batch, next_n, H]
+                                  .Arg<Buffer<ffi::U8>>()   // cache [pages, 64, 1, 132]
+                                  .Arg<Buffer<ffi::S32>>()  // table physical [rows, C]
+                                  .Arg<Buffer<ffi::S32>>()  // table blocks [rows, C]
+                                  .Arg<Buffer<ffi::S32>>()  // valid_lens [rows], <= C * 8
+                                  .Ret<Buffer<ffi::S32>>()  // out [rows, k] positions
+                                  .Ret<Buffer<ffi::F32>>()  // logits workspace [rows, C * 8]
+                                  .Ret<Buffer<ffi::S32>>()  // columns workspace [rows, k]
                                   .Attr<int32_t>("k")
                                   .Attr<int32_t>("select")
                                   .Attr<int32_t>("block_size"),

@@ -85,14 +85,11 @@ struct SparsePlan {
   int32_t k, block_size;
 };
 
-ffi::ErrorOr<SparsePlan> SparsePlanOf(const char* op, const ffi::AnyBuffer& q,
-                                      const Buffer<ffi::F32>& weights, const Buffer<ffi::U8>& kv,
-                                      const Buffer<ffi::S32>& physical,
-                                      const Buffer<ffi::S32>& blocks,
-                                      const Buffer<ffi::S32>& valid_lens, int32_t* out,
-                                      const Buffer<ffi::F32>& logits,
-                                      const Buffer<ffi::S32>& columns, int32_t k, int32_t select,
-                                      int32_t block_size);
+ffi::ErrorOr<SparsePlan> SparsePlanOf(
+    const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
+    const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& physical, const Buffer<ffi::S32>& blocks,
+    const Buffer<ffi::S32>& valid_lens, int32_t* out, const Buffer<ffi::F32>& logits,
+    const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size);
 
 // The launches, dense and publish with DeepGEMM's schedule over the requests' lengths. Nothing
 // to launch for zero rows.

@@ -43,11 +43,10 @@ template <uint32_t kNumHeads, uint32_t kNumSMs>
 cudaError_t Launch(cudaStream_t stream, uint32_t rows_padded, uint32_t cols, const uint32_t* ranges,
                    float* logits, const CUtensorMap& q, const CUtensorMap& kv,
                    const CUtensorMap& scales, const CUtensorMap& w) {
-  Kernel<kNumHeads, kNumSMs>()<<<kNumSMs, kNumTMAThreads + kNumMathThreads, SmemBytes(kNumHeads),
-                                 stream>>>(rows_padded, cols, cols,
-                                           const_cast<uint32_t*>(ranges),
-                                           const_cast<uint32_t*>(ranges) + rows_padded, logits, q,
-                                           kv, scales, w);
+  Kernel<kNumHeads,
+         kNumSMs>()<<<kNumSMs, kNumTMAThreads + kNumMathThreads, SmemBytes(kNumHeads), stream>>>(
+      rows_padded, cols, cols, const_cast<uint32_t*>(ranges),
+      const_cast<uint32_t*>(ranges) + rows_padded, logits, q, kv, scales, w);
   return cudaGetLastError();
 }
 
@@ -82,7 +81,8 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
   }
   const auto qd = q.dimensions(), kd = kv.dimensions(), ld = logits->dimensions();
   if (qd.size() != 4 || kd.size() != 2 || ld.size() != 2) {
-    return InvalidArgument(kOp, "expected q [rows, 1, h, 128], kv [tokens, 128], logits [rows, tokens]");
+    return InvalidArgument(kOp,
+                           "expected q [rows, 1, h, 128], kv [tokens, 128], logits [rows, tokens]");
   }
   const int64_t rows = qd[0], heads = qd[2], tokens = kd[0];
   if (qd[1] != 1 || qd[3] != kHeadDim || kd[1] != kHeadDim) {
@@ -94,8 +94,9 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
   if (ld[0] != rows || ld[1] != tokens || weights.element_count() != rows * heads ||
       kv_scales.element_count() != tokens || starts.element_count() != rows ||
       ends.element_count() != rows || ranges->element_count() < 2 * rows_padded) {
-    return InvalidArgument(kOp, "inconsistent shapes (ranges workspace: 2 x rows rounded up to "
-                                "the query block)");
+    return InvalidArgument(kOp,
+                           "inconsistent shapes (ranges workspace: 2 x rows rounded up to "
+                           "the query block)");
   }
   if (tokens >= (int64_t(1) << 31)) return InvalidArgument(kOp, "more than 2^31 - 1 keys");
   if (rows == 0 || tokens == 0) return ffi::Error::Success();
@@ -103,41 +104,41 @@ ffi::Error MqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32>
   // No set-up calls here: they are illegal while XLA captures the stream into a CUDA graph.
   const int num_sms = g_num_sms.Current();
   if (num_sms == 0) {
-    return ffi::Error::Internal(std::string(kOp) + ": device not prepared (dsv41_jax._ext.prepare)");
+    return ffi::Error::Internal(std::string(kOp) +
+                                ": device not prepared (dsv41_jax._ext.prepare)");
   }
 
   // TMA maps (DeepGEMM's): q [rows·h, d] and kv [tokens, d] 128B-swizzled, kv scales [1, tokens]
   // (the row stride is never stepped; rounded up to the 16 bytes TMA wants), weights [rows, h].
   // Boxes past the ends read TMA's zero fill; those columns are never stored.
   CUtensorMap q_map, kv_map, sc_map, w_map;
-  const bool ok =
-      EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q.untyped_data(),
-                  {kHeadDim, uint64_t(rows * heads)}, {kHeadDim}, {kHeadDim, kBlockQH},
-                  CU_TENSOR_MAP_SWIZZLE_128B) &&
-      EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, kv.untyped_data(),
-                  {kHeadDim, uint64_t(tokens)}, {kHeadDim}, {kHeadDim, kBlockKV},
-                  CU_TENSOR_MAP_SWIZZLE_128B) &&
-      EncodeTiled(&sc_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kv_scales.typed_data(),
-                  {uint64_t(tokens), 1}, {(uint64_t(tokens) * 4 + 15) / 16 * 16}, {kBlockKV, 1},
-                  CU_TENSOR_MAP_SWIZZLE_NONE) &&
-      EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, weights.typed_data(),
-                  {uint64_t(heads), uint64_t(rows)}, {uint64_t(heads * 4)},
-                  {uint32_t(heads), uint32_t(block_q)}, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const bool ok = EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q.untyped_data(),
+                              {kHeadDim, uint64_t(rows * heads)}, {kHeadDim}, {kHeadDim, kBlockQH},
+                              CU_TENSOR_MAP_SWIZZLE_128B) &&
+                  EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, kv.untyped_data(),
+                              {kHeadDim, uint64_t(tokens)}, {kHeadDim}, {kHeadDim, kBlockKV},
+                              CU_TENSOR_MAP_SWIZZLE_128B) &&
+                  EncodeTiled(&sc_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kv_scales.typed_data(),
+                              {uint64_t(tokens), 1}, {(uint64_t(tokens) * 4 + 15) / 16 * 16},
+                              {kBlockKV, 1}, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+                  EncodeTiled(&w_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, weights.typed_data(),
+                              {uint64_t(heads), uint64_t(rows)}, {uint64_t(heads * 4)},
+                              {uint32_t(heads), uint32_t(block_q)}, CU_TENSOR_MAP_SWIZZLE_NONE);
   if (!ok) return ffi::Error::Internal(std::string(kOp) + ": cuTensorMapEncodeTiled failed");
 
   auto* range_data = reinterpret_cast<uint32_t*>(ranges->typed_data());
-  if (auto e = CudaStatus(kOp, LaunchPrepareRaggedRows(stream, logits->typed_data(), tokens,
-                                                        starts.typed_data(), ends.typed_data(),
-                                                        rows, rows_padded, range_data));
+  if (auto e = CudaStatus(
+          kOp, LaunchPrepareRaggedRows(stream, logits->typed_data(), tokens, starts.typed_data(),
+                                       ends.typed_data(), rows, rows_padded, range_data));
       e.failure()) {
     return e;
   }
 
   const auto launch = heads == 32 ? LaunchForSMs<32> : LaunchForSMs<64>;
-  const cudaError_t err = launch(num_sms, stream, uint32_t(rows_padded),
-                                 uint32_t(tokens), range_data, logits->typed_data(), q_map,
-                                 kv_map, sc_map, w_map);
-  if (err != cudaSuccess) return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
+  const cudaError_t err = launch(num_sms, stream, uint32_t(rows_padded), uint32_t(tokens),
+                                 range_data, logits->typed_data(), q_map, kv_map, sc_map, w_map);
+  if (err != cudaSuccess)
+    return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
   return ffi::Error::Success();
 }
 

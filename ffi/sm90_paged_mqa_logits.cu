@@ -31,18 +31,20 @@ constexpr uint32_t Align(uint32_t x, uint32_t a) { return (x + a - 1) / a * a; }
 // Mirrors the kernel's own shared-memory plan (sm90_fp8_paged_mqa_logits.cuh).
 constexpr uint32_t SmemBytes(uint32_t next_n, uint32_t heads) {
   const uint32_t swizzle = kHeadDim * 8;
-  const uint32_t q_pipe = kNumQStages * (next_n * heads * kHeadDim + Align(next_n * heads * 4, swizzle)) +
-                          Align(kNumQStages * 16, swizzle);
+  const uint32_t q_pipe =
+      kNumQStages * (next_n * heads * kHeadDim + Align(next_n * heads * 4, swizzle)) +
+      Align(kNumQStages * 16, swizzle);
   const uint32_t kv_pipe = kNumKVStages * (kPageSize * kHeadDim + Align(kPageSize * 4, swizzle)) +
                            Align(kNumKVStages * 16, swizzle);
   return q_pipe + kNumMathWarpGroups * kv_pipe;
 }
 
 template <uint32_t kNextN, uint32_t kNumHeads>
-cudaError_t LaunchMain(cudaStream_t stream, uint32_t num_sms, uint32_t batch, uint32_t logits_stride,
-                       uint32_t block_table_stride, const int32_t* lens, float* logits,
-                       const int32_t* block_table, const int32_t* schedule, const CUtensorMap& q,
-                       const CUtensorMap& kv, const CUtensorMap& kv_scales, const CUtensorMap& w) {
+cudaError_t LaunchMain(cudaStream_t stream, uint32_t num_sms, uint32_t batch,
+                       uint32_t logits_stride, uint32_t block_table_stride, const int32_t* lens,
+                       float* logits, const int32_t* block_table, const int32_t* schedule,
+                       const CUtensorMap& q, const CUtensorMap& kv, const CUtensorMap& kv_scales,
+                       const CUtensorMap& w) {
   auto kernel = &deep_gemm::sm90_fp8_paged_mqa_logits<kNextN, kNumHeads, kHeadDim, kPageSize, false,
                                                       false, kNumQStages, kNumKVStages, kSplitKV,
                                                       kNumTMAThreads, kNumMathThreads, float>;
@@ -77,13 +79,20 @@ void LaunchSchedule(cudaStream_t stream, uint32_t batch, uint32_t next_n, const 
 template <uint32_t kNumSMs>
 bool ScheduleForSMs(cudaStream_t stream, uint32_t batch, uint32_t next_n, const int32_t* lens,
                     int32_t* schedule) {
-  if (batch <= 32) LaunchSchedule<32, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else if (batch <= 64) LaunchSchedule<64, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else if (batch <= 128) LaunchSchedule<128, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else if (batch <= 256) LaunchSchedule<256, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else if (batch <= 512) LaunchSchedule<512, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else if (batch <= 1024) LaunchSchedule<1024, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else return false;
+  if (batch <= 32)
+    LaunchSchedule<32, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 64)
+    LaunchSchedule<64, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 128)
+    LaunchSchedule<128, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 256)
+    LaunchSchedule<256, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 512)
+    LaunchSchedule<512, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= 1024)
+    LaunchSchedule<1024, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else
+    return false;
   return true;
 }
 
@@ -98,10 +107,18 @@ ffi::Error LaunchSm90Schedule(const char* op, cudaStream_t stream, int64_t batch
   }
   bool scheduled = false;
   switch (num_sms) {
-    case 132: scheduled = ScheduleForSMs<132>(stream, batch, next_n, lens, schedule); break;
-    case 114: scheduled = ScheduleForSMs<114>(stream, batch, next_n, lens, schedule); break;
-    case 78: scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens, schedule); break;
-    default: return InvalidArgument(op, "no schedule instantiated for " + std::to_string(num_sms) + " SMs");
+    case 132:
+      scheduled = ScheduleForSMs<132>(stream, batch, next_n, lens, schedule);
+      break;
+    case 114:
+      scheduled = ScheduleForSMs<114>(stream, batch, next_n, lens, schedule);
+      break;
+    case 78:
+      scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens, schedule);
+      break;
+    default:
+      return InvalidArgument(op,
+                             "no schedule instantiated for " + std::to_string(num_sms) + " SMs");
   }
   if (!scheduled) return InvalidArgument(op, "batch above 1024 requests");
   return LastCudaError(op);
@@ -110,13 +127,14 @@ ffi::Error LaunchSm90Schedule(const char* op, cudaStream_t stream, int64_t batch
 ffi::ErrorOr<Sm90PagedLogits> Sm90PagedLogitsOf(const char* op, const ffi::AnyBuffer& q,
                                                 const Buffer<ffi::F32>& weights,
                                                 const Buffer<ffi::U8>& kv,
-                                                const Buffer<ffi::S32>& block_table,
-                                                float* logits, int64_t logits_rows, int64_t cols) {
+                                                const Buffer<ffi::S32>& block_table, float* logits,
+                                                int64_t logits_rows, int64_t cols) {
   if (q.element_type() != ffi::F8E4M3FN) return InvalidArgument(op, "q must be float8_e4m3fn");
   const auto qd = q.dimensions(), kd = kv.dimensions(), bd = block_table.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || bd.size() != 2) {
-    return InvalidArgument(op, "expected q [b, n, h, d], kv [pages, P, 1, d + 4], "
-                               "block_table [b, pages]");
+    return InvalidArgument(op,
+                           "expected q [b, n, h, d], kv [pages, P, 1, d + 4], "
+                           "block_table [b, pages]");
   }
   const int64_t batch = qd[0], next_n = qd[1], heads = qd[2];
   if (qd[3] != kHeadDim || kd[1] != kPageSize || kd[2] != 1 || kd[3] != kHeadDim + 4) {
@@ -127,13 +145,23 @@ ffi::ErrorOr<Sm90PagedLogits> Sm90PagedLogitsOf(const char* op, const ffi::AnyBu
   }
   if (bd[0] != batch || logits_rows != batch * next_n || cols % kSplitKV != 0 ||
       cols < bd[1] * kPageSize || weights.element_count() != batch * next_n * heads) {
-    return InvalidArgument(op, "inconsistent shapes (logits columns must cover the page table "
-                               "and be a multiple of 256)");
+    return InvalidArgument(op,
+                           "inconsistent shapes (logits columns must cover the page table "
+                           "and be a multiple of 256)");
   }
   if (batch > 1024) return InvalidArgument(op, "batch above 1024 requests");
-  if (batch > 0 && (kd[0] == 0 || bd[1] == 0)) return InvalidArgument(op, "empty cache or page table");
-  return Sm90PagedLogits{q.untyped_data(), weights.typed_data(), kv.typed_data(),
-                         block_table.typed_data(), logits, batch, next_n, heads, kd[0], bd[1],
+  if (batch > 0 && (kd[0] == 0 || bd[1] == 0))
+    return InvalidArgument(op, "empty cache or page table");
+  return Sm90PagedLogits{q.untyped_data(),
+                         weights.typed_data(),
+                         kv.typed_data(),
+                         block_table.typed_data(),
+                         logits,
+                         batch,
+                         next_n,
+                         heads,
+                         kd[0],
+                         bd[1],
                          cols};
 }
 
@@ -180,7 +208,8 @@ ffi::Error PagedMqaLogitsSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi:
   constexpr const char* kOp = "dsv41_sm90_paged_mqa_logits";
   const auto ld = logits->dimensions();
   if (ld.size() != 2) return InvalidArgument(kOp, "expected logits [b * n, cols]");
-  auto call = Sm90PagedLogitsOf(kOp, q, weights, kv, block_table, logits->typed_data(), ld[0], ld[1]);
+  auto call =
+      Sm90PagedLogitsOf(kOp, q, weights, kv, block_table, logits->typed_data(), ld[0], ld[1]);
   if (call.has_error()) return call.error();
   if (lens.element_count() != call->batch || schedule->element_count() != 2 * kSm90ScheduleRows) {
     return InvalidArgument(kOp, "inconsistent shapes (lens [b], schedule [257, 2])");
@@ -232,8 +261,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaLogitsSm90FFI, PagedMqaLogitsSm90,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PagedMqaScheduleSm90FFI, PagedMqaScheduleSm90,
                               ffi::Ffi::Bind()
                                   .Ctx<Stream>()
-                                  .Arg<Buffer<ffi::S32>>()   // lens [batch], clamped
-                                  .Ret<Buffer<ffi::S32>>()   // schedule [257, 2]
+                                  .Arg<Buffer<ffi::S32>>()  // lens [batch], clamped
+                                  .Ret<Buffer<ffi::S32>>()  // schedule [257, 2]
                                   .Attr<int32_t>("next_n"),
                               kCmdBuffer);
 

@@ -27,8 +27,8 @@ struct Sm90PagedLogits {
 ffi::ErrorOr<Sm90PagedLogits> Sm90PagedLogitsOf(const char* op, const ffi::AnyBuffer& q,
                                                 const Buffer<ffi::F32>& weights,
                                                 const Buffer<ffi::U8>& kv,
-                                                const Buffer<ffi::S32>& block_table,
-                                                float* logits, int64_t logits_rows, int64_t cols);
+                                                const Buffer<ffi::S32>& block_table, float* logits,
+                                                int64_t logits_rows, int64_t cols);
 
 // DeepGEMM's schedule ([kSm90ScheduleRows, 2]) of `batch` requests of `next_n` rows over the
 // clamped lengths `lens` [batch]: it depends on nothing else, so one serves every layer.

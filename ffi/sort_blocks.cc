@@ -15,7 +15,8 @@ static ffi::Error SortCandidateBlocksImpl(cudaStream_t stream, Buffer<ffi::S32> 
       lens.element_count() != sd[0] || blocks->element_count() != selected.element_count() ||
       physical->element_count() != selected.element_count() || count->element_count() != sd[0] ||
       valid_lens->element_count() != sd[0]) {
-    return InvalidArgument(kOp, "expected selected [rows, C], lens [rows], block_table [rows, pages]");
+    return InvalidArgument(kOp,
+                           "expected selected [rows, C], lens [rows], block_table [rows, pages]");
   }
   if (block_size <= 0 || page_size <= 0 || page_size % block_size != 0) {
     return InvalidArgument(kOp, "page_size must be a positive multiple of block_size");
@@ -26,9 +27,18 @@ static ffi::Error SortCandidateBlocksImpl(cudaStream_t stream, Buffer<ffi::S32> 
   if (sd[1] > kMaxSortCandidates) {
     return InvalidArgument(kOp, "tables wider than 4096 candidates are not supported");
   }
-  const SortBlocksArgs args{selected.typed_data(), lens.typed_data(), block_table.typed_data(),
-                            blocks->typed_data(),  count->typed_data(), valid_lens->typed_data(),
-                            physical->typed_data(), sd[0], sd[1], bd[1], block_size, page_size};
+  const SortBlocksArgs args{selected.typed_data(),
+                            lens.typed_data(),
+                            block_table.typed_data(),
+                            blocks->typed_data(),
+                            count->typed_data(),
+                            valid_lens->typed_data(),
+                            physical->typed_data(),
+                            sd[0],
+                            sd[1],
+                            bd[1],
+                            block_size,
+                            page_size};
   if (cudaError_t err = LaunchSortCandidateBlocks(args, stream); err != cudaSuccess) {
     return ffi::Error::Internal(std::string(kOp) + ": " + cudaGetErrorString(err));
   }

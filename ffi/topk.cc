@@ -27,8 +27,8 @@ ffi::Error CheckTopk(const char* op, Select select, int64_t n, int64_t num_membe
     return InvalidArgument(op, "candidate mask too large for shared memory (see LIMITS)");
   }
   if (select == Select::kShort && n > kShortMaxCluster * kShortChunk) {
-    return InvalidArgument(op, "rows must have at most " +
-                                   std::to_string(kShortMaxCluster * kShortChunk) + " scores");
+    return InvalidArgument(
+        op, "rows must have at most " + std::to_string(kShortMaxCluster * kShortChunk) + " scores");
   }
   if (n >= (int64_t(1) << 31) / (mode == 1 ? block_size : 1)) {
     return InvalidArgument(op, "rows must be shorter than 2^31 positions");
@@ -38,9 +38,12 @@ ffi::Error CheckTopk(const char* op, Select select, int64_t n, int64_t num_membe
 
 cudaError_t LaunchTopk(Select select, const TopkArgs& args, cudaStream_t stream) {
   switch (select) {
-    case Select::kCluster: return LaunchRadixTopk(args, stream);
-    case Select::kFilter: return LaunchFilterTopk(args, stream);
-    case Select::kShort: return LaunchShortTopk(args, stream);
+    case Select::kCluster:
+      return LaunchRadixTopk(args, stream);
+    case Select::kFilter:
+      return LaunchFilterTopk(args, stream);
+    case Select::kShort:
+      return LaunchShortTopk(args, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -85,18 +88,18 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
   return CudaStatus(kOp, LaunchTopk(kSelect, args, stream));
 }
 
-#define DSV41_TOPK_BINDING                                                                   \
-  ffi::Ffi::Bind()                                                                           \
-      .Ctx<Stream>()                                                                         \
-      .Arg<ffi::AnyBuffer>() /* scores [rows, n] float32 or bfloat16 */                     \
-      .Arg<Buffer<ffi::S32>>() /* lens [rows] */                                             \
-      .Arg<Buffer<ffi::S32>>() /* starts [rows] (read if has_starts) */                      \
-      .Arg<Buffer<ffi::S32>>() /* members [rows, m] (read if has_members) */                 \
-      .Ret<Buffer<ffi::S32>>() /* out [rows, k] */                                           \
-      .Attr<int32_t>("k")                                                                    \
-      .Attr<int32_t>("block_size")                                                           \
-      .Attr<int32_t>("mode")                                                                 \
-      .Attr<bool>("has_starts")                                                              \
+#define DSV41_TOPK_BINDING                                                   \
+  ffi::Ffi::Bind()                                                           \
+      .Ctx<Stream>()                                                         \
+      .Arg<ffi::AnyBuffer>()   /* scores [rows, n] float32 or bfloat16 */    \
+      .Arg<Buffer<ffi::S32>>() /* lens [rows] */                             \
+      .Arg<Buffer<ffi::S32>>() /* starts [rows] (read if has_starts) */      \
+      .Arg<Buffer<ffi::S32>>() /* members [rows, m] (read if has_members) */ \
+      .Ret<Buffer<ffi::S32>>() /* out [rows, k] */                           \
+      .Attr<int32_t>("k")                                                    \
+      .Attr<int32_t>("block_size")                                           \
+      .Attr<int32_t>("mode")                                                 \
+      .Attr<bool>("has_starts")                                              \
       .Attr<bool>("has_members")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, TopkImpl<Select::kCluster>, DSV41_TOPK_BINDING,

@@ -95,9 +95,18 @@ int main(int argc, char** argv) {
   cudaMemcpy(bt, h_bt.data(), h_bt.size() * 4, cudaMemcpyHostToDevice);
   cudaMemcpy(len, h_len.data(), rows * 4, cudaMemcpyHostToDevice);
   auto args = [&](int s) {
-    return SortBlocksArgs{sel + s * rows * c, len, bt + s * rows * pages, blocks + s * rows * c,
-                          count + s * rows, valid + s * rows, phys + s * rows * c,
-                          rows, c, pages, 8, 64};
+    return SortBlocksArgs{sel + s * rows * c,
+                          len,
+                          bt + s * rows * pages,
+                          blocks + s * rows * c,
+                          count + s * rows,
+                          valid + s * rows,
+                          phys + s * rows * c,
+                          rows,
+                          c,
+                          pages,
+                          8,
+                          64};
   };
   if (PrepareSortCandidateBlocks() != cudaSuccess) return 1;
   if (argc > 1) {  // ncu mode
@@ -129,9 +138,10 @@ int main(int argc, char** argv) {
       phase[p] += double(m) / runs;
     }
   }
-  printf("TIME stamped kernel, ns since first CTA start (max over CTAs): start %.0f loads %.0f "
-         "atomics %.0f scan %.0f emit %.0f fence %.0f\n",
-         phase[0], phase[1], phase[2], phase[3], phase[4], phase[5]);
+  printf(
+      "TIME stamped kernel, ns since first CTA start (max over CTAs): start %.0f loads %.0f "
+      "atomics %.0f scan %.0f emit %.0f fence %.0f\n",
+      phase[0], phase[1], phase[2], phase[3], phase[4], phase[5]);
   // Back-to-back launches, events around a batch: per-launch time of the real kernel / empty.
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -139,8 +149,10 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 3; ++rep) {
       cudaEventRecord(e0);
       for (int it = 0; it < 1000; ++it) {
-        if (variant == 0) LaunchSortCandidateBlocks(args(it % sets), 0);
-        else Empty<<<rows, kT>>>();
+        if (variant == 0)
+          LaunchSortCandidateBlocks(args(it % sets), 0);
+        else
+          Empty<<<rows, kT>>>();
       }
       cudaEventRecord(e1);
       cudaEventSynchronize(e1);

@@ -33,11 +33,11 @@ using namespace dsv41;
 int main() {
   if (PREPARE() != cudaSuccess) return 1;
 #ifdef PROBE_SHORT
-  const int64_t shapes[][3] = {{1, 16384, 512},  {8, 16384, 512},  {64, 16384, 512},
-                               {8, 16384, 2048}, {8, 65536, 512}, {8, 131072, 512},
+  const int64_t shapes[][3] = {{1, 16384, 512},   {8, 16384, 512},  {64, 16384, 512},
+                               {8, 16384, 2048},  {8, 65536, 512},  {8, 131072, 512},
                                {16, 131072, 512}, {8, 131072, 2048}};
 #else
-  const int64_t shapes[][3] = {{8, 131072, 512},  {64, 131072, 512},   {8, 1 << 20, 512},
+  const int64_t shapes[][3] = {{8, 131072, 512},   {64, 131072, 512}, {8, 1 << 20, 512},
                                {64, 1 << 20, 512}, {8, 131072, 2048}, {8, 16384, 2048}};
 #endif
   std::mt19937 gen(0);
@@ -53,8 +53,9 @@ int main() {
     cudaMalloc(&out, rows * k * 4);
     cudaMemcpy(scores, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(d_lens, lens.data(), rows * 4, cudaMemcpyHostToDevice);
-    TopkArgs a{scores, d_lens, nullptr, nullptr, out, rows, n, 0, int32_t(k), 8,
-               TopkMode::kPositions, false};
+    TopkArgs a{
+        scores, d_lens, nullptr, nullptr, out, rows, n, 0, int32_t(k), 8, TopkMode::kPositions,
+        false};
     for (int i = 0; i < 3; ++i) LAUNCH(a, 0);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -74,8 +75,10 @@ int main() {
     while (grid < 4096 && st[grid][0] != 0) ++grid;
     unsigned long long t0 = ~0ull;
     for (int b = 0; b < grid; ++b) t0 = std::min(t0, st[b][0]);
-    printf("TIME k=%ld [%ld, %ld]: %.1f us per launch (events, 20 launches), %d CTAs; phase ends (us):",
-           long(k), long(rows), long(n), ms * 1000 / 20, grid);
+    printf(
+        "TIME k=%ld [%ld, %ld]: %.1f us per launch (events, 20 launches), %d CTAs; phase ends "
+        "(us):",
+        long(k), long(rows), long(n), ms * 1000 / 20, grid);
     for (int p = 0; p < 12; ++p) {
       unsigned long long m = 0;
       bool any = false;

@@ -82,9 +82,10 @@ static int RunSort(const char* case_path, const char* out_path) {
   std::fclose(f);
   std::vector<int32_t> blocks(rows * c, 0x7eadbeef), count(rows, 0x7eadbeef),
       valid(rows, 0x7eadbeef), physical(rows * c, 0x7eadbeef);
-  const dsv41::SortBlocksArgs args{selected.data(), lens.data(), table.data(), blocks.data(),
-                                   count.data(),    valid.data(), physical.data(), rows,
-                                   c,               pages,        int32_t(h[3]),  int32_t(h[4])};
+  const dsv41::SortBlocksArgs args{selected.data(), lens.data(),   table.data(),
+                                   blocks.data(),   count.data(),  valid.data(),
+                                   physical.data(), rows,          c,
+                                   pages,           int32_t(h[3]), int32_t(h[4])};
   GuardSharedMemory(dsv41::SortBlocksSharedMemory);
   const int32_t status = dsv41::LaunchSortCandidateBlocks(args, nullptr);
   std::FILE* o = std::fopen(out_path, "wb");
@@ -130,8 +131,8 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
     std::vector<float> logits(h[0] * h[2]);
     std::vector<uint32_t> ranges(2 * h[1], 0x7e7e7e7eu);
     std::memset(logits.data(), 0x7e, logits.size() * 4);
-    dsv41::LaunchPrepareRaggedRows<float>(nullptr, logits.data(), h[2], starts.data(),
-                                          ends.data(), h[0], h[1], ranges.data());
+    dsv41::LaunchPrepareRaggedRows<float>(nullptr, logits.data(), h[2], starts.data(), ends.data(),
+                                          h[0], h[1], ranges.data());
     out.assign(reinterpret_cast<uint8_t*>(logits.data()),
                reinterpret_cast<uint8_t*>(logits.data() + logits.size()));
     out.insert(out.end(), reinterpret_cast<uint8_t*>(ranges.data()),
@@ -148,8 +149,8 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
   } else if (which == "cols") {
     std::vector<int32_t> columns, blocks, result(h[0] * h[1], 0x7e7e7e7e);
     if (!Read(f, columns, h[0] * h[1]) || !Read(f, blocks, h[0] * h[2])) return 2;
-    dsv41::LaunchColumnsToPositions(columns.data(), blocks.data(), h[0], h[1], h[2],
-                                    int32_t(h[3]), result.data(), nullptr);
+    dsv41::LaunchColumnsToPositions(columns.data(), blocks.data(), h[0], h[1], h[2], int32_t(h[3]),
+                                    result.data(), nullptr);
     out.assign(reinterpret_cast<uint8_t*>(result.data()),
                reinterpret_cast<uint8_t*>(result.data() + result.size()));
   } else if (which == "steprows") {
@@ -195,8 +196,8 @@ static int RunOnChip(int cl, const char* case_path, const char* out_path) {
   std::fclose(f);
   std::vector<int32_t> out(rows * k, 0x7eadbeef);
   GuardSharedMemory(dsv41::OnChipSelectSharedMemory);
-  const int32_t status = dsv41::LaunchOnChipSelectForTest(
-      scores.data(), lens.data(), blocks.data(), out.data(), rows, n, m, int32_t(k), cl);
+  const int32_t status = dsv41::LaunchOnChipSelectForTest(scores.data(), lens.data(), blocks.data(),
+                                                          out.data(), rows, n, m, int32_t(k), cl);
   std::FILE* o = std::fopen(out_path, "wb");
   std::fwrite(&status, 4, 1, o);
   std::fwrite(out.data(), 4, out.size(), o);
@@ -209,8 +210,8 @@ int main(int argc, char** argv) {
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
   if (which.rfind("onchip:", 0) == 0) return RunOnChip(std::atoi(argv[1] + 7), argv[2], argv[3]);
-  if (which == "l2p" || which == "ragged" ||
-      which == "amax" || which == "cols" || which == "steprows") {
+  if (which == "l2p" || which == "ragged" || which == "amax" || which == "cols" ||
+      which == "steprows") {
     return RunPageKernel(which, argv[2], argv[3]);
   }
   std::FILE* f = std::fopen(argv[2], "rb");
@@ -230,11 +231,17 @@ int main(int argc, char** argv) {
   std::fclose(f);
   std::vector<int32_t> out(rows * k, 0x7eadbeef);
   const void* data = bf16 ? static_cast<const void*>(scores16.data()) : scores.data();
-  const dsv41::TopkArgs args{data,       lens.data(),   h[5] ? starts.data() : nullptr,
+  const dsv41::TopkArgs args{data,
+                             lens.data(),
+                             h[5] ? starts.data() : nullptr,
                              h[6] ? members.data() : nullptr,
-                             out.data(), rows,          n,
+                             out.data(),
+                             rows,
+                             n,
                              h[6] ? m : 0,
-                             int32_t(k), int32_t(h[3]), static_cast<dsv41::TopkMode>(h[4]),
+                             int32_t(k),
+                             int32_t(h[3]),
+                             static_cast<dsv41::TopkMode>(h[4]),
                              bf16};
   cudaError_t err = cudaErrorInvalidValue;
   if (which == "filter") {

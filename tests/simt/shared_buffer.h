@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <utility>
 
-#define SIMT_SHARED_BUFFER(name, accessor)                                   \
-  namespace dsv41 {                                                          \
-  namespace {                                                                \
-  alignas(128) thread_local uint32_t name[65536];                            \
-  }                                                                          \
+#define SIMT_SHARED_BUFFER(name, accessor)                                  \
+  namespace dsv41 {                                                         \
+  namespace {                                                               \
+  alignas(128) thread_local uint32_t name[65536];                           \
+  }                                                                         \
   std::pair<void*, std::size_t> accessor() { return {name, sizeof(name)}; } \
   }

@@ -65,7 +65,8 @@ ffi::Error AddRecord(RecordContext ctx, ffi::Buffer<ffi::F32> in, ffi::ResultBuf
   return ctx.UpdateLaunch(ctx.commands()[0], args);
 }
 
-ffi::Error CopyRecord(RecordContext ctx, ffi::Buffer<ffi::F32> in, ffi::ResultBuffer<ffi::F32> out) {
+ffi::Error CopyRecord(RecordContext ctx, ffi::Buffer<ffi::F32> in,
+                      ffi::ResultBuffer<ffi::F32> out) {
   void* o = out->typed_data();
   void* i = const_cast<float*>(in.typed_data());
   if (ctx.action() == ffi::RecordAction::kCreate) {
@@ -135,8 +136,9 @@ char g_bootstrap_message[512] = {0};
 XLA_FFI_Error* ProbeBootstrap(XLA_FFI_CallFrame* frame) {
   if (frame->extension_start == nullptr && frame->stage == XLA_FFI_ExecutionStage_EXECUTE &&
       g_bootstraps++ == 0) {
-    for (auto [name, exec, rec] : {std::tuple{"probe_add_record", ProbeAddExecute, ProbeAddRecord},
-                                   std::tuple{"probe_copy_record", ProbeCopyExecute, ProbeCopyRecord}}) {
+    for (auto [name, exec, rec] :
+         {std::tuple{"probe_add_record", ProbeAddExecute, ProbeAddRecord},
+          std::tuple{"probe_copy_record", ProbeCopyExecute, ProbeCopyRecord}}) {
       if (XLA_FFI_Error* err = Register(frame->api, name, exec, rec)) {
         g_bootstrap_error = 1;
         const auto details = ffi::internal::GetErrorDetails(frame->api, err);
