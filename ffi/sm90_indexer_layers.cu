@@ -30,7 +30,7 @@ ffi::Error CheckOut(const char* op, const Buffer<ffi::S32>& out, int64_t rows, i
 namespace {
 
 ffi::ErrorOr<Select> SelectOf(const char* op, int32_t select) {
-  if (select < 0 || select > 2) return InvalidArgument(op, "select must be 0, 1 or 2 (3: sparse)");
+  if (select < 0 || select > 2) return InvalidArgument(op, "select must be 0, 1 or 2");
   return static_cast<Select>(select);
 }
 
@@ -192,8 +192,8 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(
     const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size) {
   auto call = Sm90SparseLogitsOf(op, q, weights, kv, physical, valid_lens, logits);
   if (call.has_error()) return call.error();
-  const bool onchip = select == kSelectOnChip;
-  auto sel = SelectOf(op, onchip ? 0 : select);
+  const bool onchip = select == kSelectOnChip;  // then the plan's `select` is never read
+  auto sel = SelectOf(op, onchip ? int32_t(Select::kShort) : select);
   if (sel.has_error()) return sel.error();
   const int64_t rows = call->rows, cols = logits.dimensions()[1];
   if (block_size != 8) return InvalidArgument(op, "needs candidate blocks of 8");

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from factories import paged_cache, poison_device_memory, query
+from selection import onchip_reference
 
 import dsv41_jax as dj
 from dsv41_jax import fused
@@ -246,25 +247,6 @@ def test_traced_lengths_past_capacity_on_the_kernels(rng):
     assert (np.asarray(got.table.blocks)[2:] == newest).any(axis=1).all()
 
 
-def columns_topk(logits, valid, k):
-    """The exact top-k columns of each row's first valid[r] logits (NaN and -inf never, ties
-    by lower column), in column order, -1 past the columns there are."""
-    rows, n = logits.shape
-    out = np.full((rows, k), -1, np.int64)
-    for r in range(rows):
-        v = logits[r, : min(max(int(valid[r]), 0), n)]
-        cols = np.nonzero(~np.isnan(v) & (v != -np.inf))[0]
-        chosen = np.sort(cols[np.lexsort((cols, -v[cols]))[:k]])
-        out[r, : len(chosen)] = chosen
-    return out
-
-
-def positions_of(columns, blocks):
-    """Columns mapped through the rows' blocks (int32 arithmetic, as the kernels)."""
-    b = np.take_along_axis(blocks.astype(np.int64), np.maximum(columns, 0) // 8, axis=1)
-    return np.where(columns >= 0, b * 8 + columns % 8, -1).astype(np.int32)
-
-
 @pytest.mark.parametrize(
     "heads,next_n,batch,c,k",
     [
@@ -312,7 +294,7 @@ def test_onchip_select_on_any_slots_equals_reference(rng, heads, next_n, batch, 
     )
     shared = fused.SparseShared.of(table)
     logits = np.asarray(logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, table, 8))
-    want = positions_of(columns_topk(logits, np.clip(valid, 0, cols), k), blocks)
+    want = onchip_reference(logits, np.clip(valid, 0, cols), k, blocks)
     spec = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
     poison_device_memory()
     with topk_ffi.forced_algorithm("onchip"):
