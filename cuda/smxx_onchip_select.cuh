@@ -1,14 +1,14 @@
-// The exact top-k of one row whose keys already sit in the shared memory of a cluster's CTAs:
-// the select of the SM90 sparse consumer, which scores a row's candidate columns and never
-// writes them out (ffi/sm90_sparse_select.cu). CTA `rank` of the cluster holds the keys of
-// columns [rank * chunk, rank * chunk + n); a column is selected by its key (topk::OrderedKey,
-// 0 = never), ties by lower column, and written as the position its candidate block maps to.
+// The exact top-k of one row whose keys sit in shared memory: the select of the SM90 sparse
+// consumer, which scores a row's candidate columns over a cluster of CTAs and never writes them
+// out (ffi/sm90_sparse_select.cu). Each CTA of the row's cluster stores its columns' keys into
+// rank 0's shared memory (RowKeys), so the row's keys (at most kMaxRow) meet in one CTA, which
+// selects alone (SelectRow): one cluster barrier a row, where a select spread over the cluster
+// pays two for each digit pass. A column is selected by its key (topk::OrderedKey, 0 = never),
+// ties by lower column, and written as the position its candidate block maps to.
 //   - three digit passes (11, 11 and 10 bits) of histograms find the k-th key, as in the short
-//     select (smxx_short_topk.cu); the cluster's sums are reduced scattered: CTA r sums bin
-//     slice r over every CTA and the others read the slices from their owners, so a pass costs
-//     two remote reads a bin whatever the cluster's size;
+//     select (smxx_short_topk.cu);
 //   - the output, in column order, from ballots over each warp's consecutive keys and one
-//     block scan, offset by the counts of the cluster's lower-ranked CTAs.
+//     block scan.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -25,15 +25,13 @@ namespace onchip {
 constexpr int kBins = 2048;        // the widest digit: 11 bits
 constexpr int kScanThreads = 256;  // threads holding a pass's bins in its scan (8 each at most)
 constexpr int kMaxCluster = 16;
-constexpr int32_t kMaxChunk = 16384;  // keys a CTA: the output counts pack in 16 bits
+constexpr int32_t kMaxRow = 16384;  // keys a row: the output counts pack in 16 bits
 
 struct Shared {
   uint32_t hist[3][kBins];  // one per pass: zeroed once, at the start, never refilled
-  uint32_t reduced[kBins];  // this CTA's slice of the cluster's sums
   int32_t warp_sums[32];
   int32_t scan_total;
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
-  int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
 };
 
 // The key a logit is selected by: never NaN or -inf.
@@ -41,26 +39,24 @@ __device__ __forceinline__ uint32_t KeyOfLogit(float v) {
   return (v != v || v == -INFINITY) ? topk::kExcluded : topk::OrderedKey(v);
 }
 
+// Where CTA `rank` of the row's cluster stores the key of the row's column `col`: in rank 0's
+// `keys`, which holds the whole row. A peer stores only after every CTA of the cluster started
+// (a cluster barrier), and SelectRow's barrier makes the stores visible to rank 0.
+__device__ __forceinline__ uint32_t* RowKeys(const cooperative_groups::cluster_group& cluster,
+                                             uint32_t* keys, int rank, int64_t col) {
+  return (rank == 0 ? keys : cluster.map_shared_rank(keys, 0)) + col;
+}
+
 struct Digit {
   int32_t bin, above, in_bin, total;
 };
 
-__device__ __forceinline__ void ClusterSync(const cooperative_groups::cluster_group& cluster,
-                                            int cl) {
-  if (cl > 1) {
-    cluster.sync();
-  } else {
-    __syncthreads();
-  }
-}
-
 // One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin holding
-// the k_rem-th largest of them over the whole cluster, the keys above that bin and in it, and
-// how many keys took part. Every thread of every CTA of the cluster calls it.
+// the k_rem-th largest of them, the keys above that bin and in it, and how many keys took part.
+// Every thread of the CTA calls it.
 template <int kThreads, int kShift, int kWidth>
-__device__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t n,
-                           const cooperative_groups::cluster_group& cluster, int cl, int rank,
-                           uint32_t prefix, int32_t k_rem) {
+__device__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t n, uint32_t prefix,
+                           int32_t k_rem) {
   constexpr int kDigits = 1 << kWidth, kPer = kDigits / kScanThreads;
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kPer >= 1 && kThreads >= kScanThreads);
@@ -71,20 +67,7 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t n,
     if constexpr (kShift + kWidth < 32) in = in && (key >> (kShift + kWidth)) == prefix;
     if (in) atomicAdd(&h[(key >> kShift) & (kDigits - 1)], 1u);
   }
-  const int slice = kDigits / cl;  // cl is a power of two up to kMaxCluster
-  ClusterSync(cluster, cl);
-  if (cl > 1) {
-    for (int d = rank * slice + int(threadIdx.x); d < (rank + 1) * slice; d += kThreads) {
-      uint32_t v[kMaxCluster];
-#pragma unroll
-      for (int q = 0; q < kMaxCluster; ++q) v[q] = q < cl ? cluster.map_shared_rank(h, q)[d] : 0u;
-      uint32_t s = 0;
-#pragma unroll
-      for (int q = 0; q < kMaxCluster; ++q) s += v[q];
-      sh.reduced[d] = s;
-    }
-    cluster.sync();
-  }
+  __syncthreads();
   // Thread t < kScanThreads holds digits kDigits - 1 - t * kPer - j, descending: its exclusive
   // scan is the count of keys in the bins above its own.
   int32_t c[kPer], mine = 0;
@@ -92,9 +75,7 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t n,
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int d = kDigits - 1 - (int(threadIdx.x) * kPer + j);
-    int32_t v = 0;
-    if (scans) v = int32_t(cl > 1 ? cluster.map_shared_rank(sh.reduced, d / slice)[d] : h[d]);
-    c[j] = v, mine += v;
+    c[j] = scans ? int32_t(h[d]) : 0, mine += c[j];
   }
   int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
   if (scans) {
@@ -115,14 +96,11 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t n,
 __device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
 
 // The row's top-k: out[0, k) = the positions blocks[col / 8] * 8 + col % 8 of its k best columns
-// in column order, -1 past the keys there are. `keys` [0, n) is this CTA's part (n <= kMaxChunk,
-// columns from rank * chunk); `blocks` and `out` the row's; k >= 1 and the cluster's size `cl` a
-// power of two up to kMaxCluster (the caller checks both). Every thread of every CTA of the
-// cluster calls it; the cluster's CTAs may exit after it returns.
+// in column order, -1 past the keys there are. `keys` [0, n) are the row's (n <= kMaxRow),
+// `blocks` and `out` the row's; k >= 1 (the caller checks). Every thread of the CTA calls it.
 template <int kThreads>
-__device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, int64_t chunk,
-                                  const cooperative_groups::cluster_group& cluster, int cl,
-                                  int rank, int32_t k, const int32_t* blocks, int32_t* out) {
+__device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, int32_t k,
+                                  const int32_t* blocks, int32_t* out) {
   constexpr int kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kWarps <= 32);
   constexpr int32_t kBlock = 8;
@@ -132,21 +110,21 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
   uint32_t thresh = 0;
-  const Digit d0 = DigitPass<kThreads, 21, 11>(sh, keys, n, cluster, cl, rank, 0, k_rem);
-  const int32_t total = d0.total;  // keys that may be selected, over the cluster
-  if (total > k) {                 // uniform over the cluster: every CTA read the same sums
+  const Digit d0 = DigitPass<kThreads, 21, 11>(sh, keys, n, 0, k_rem);
+  const int32_t total = d0.total;  // keys that may be selected
+  if (total > k) {
     uint32_t prefix = uint32_t(d0.bin);
     k_rem -= d0.above;
     if (d0.in_bin == k_rem) {
       thresh = Below(prefix << 21);
     } else {
-      const Digit d1 = DigitPass<kThreads, 10, 11>(sh, keys, n, cluster, cl, rank, prefix, k_rem);
+      const Digit d1 = DigitPass<kThreads, 10, 11>(sh, keys, n, prefix, k_rem);
       prefix = (prefix << 11) | uint32_t(d1.bin);
       k_rem -= d1.above;
       if (d1.in_bin == k_rem) {
         thresh = Below(prefix << 10);
       } else {
-        const Digit d2 = DigitPass<kThreads, 0, 10>(sh, keys, n, cluster, cl, rank, prefix, k_rem);
+        const Digit d2 = DigitPass<kThreads, 0, 10>(sh, keys, n, prefix, k_rem);
         thresh = (prefix << 10) | uint32_t(d2.bin);
         need = k_rem - d2.above;
       }
@@ -170,28 +148,16 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
     warp_above += __popc(gt), warp_equal += __popc(eq);
   }
   // Only lane 31 contributes: every thread's exclusive scan is the sum over the warps before its
-  // own (a CTA's counts stay below 2^15 each, so the packing holds).
+  // own (a row's counts stay below 2^15 each, so the packing holds).
   const int32_t packed = lane == 31 ? warp_above | (warp_equal << 16) : 0;
   const int32_t warps_before = BlockExclusiveScan<kThreads>(packed, sh.warp_sums, &sh.scan_total);
   int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
-  if (cl > 1) {
-    if (threadIdx.x == 0) sh.counts = sh.scan_total;
-    cluster.sync();
-    int32_t x[kMaxCluster];
-#pragma unroll
-    for (int q = 0; q < kMaxCluster; ++q)
-      x[q] = q < rank ? *cluster.map_shared_rank(&sh.counts, q) : 0;
-#pragma unroll
-    for (int q = 0; q < kMaxCluster; ++q) above += x[q] & 0xffff, equal += x[q] >> 16;
-  }
   for (int32_t i = lo + lane; i - lane < hi; i += 32) {
     uint32_t gt, eq;
     taken(i, gt, eq);
     const int32_t g = above + __popc(gt & lanes_below), e = equal + __popc(eq & lanes_below);
-    const int64_t col = int64_t(rank) * chunk + i;
-    const int32_t pos = i < hi && ((gt | eq) >> lane & 1u)
-                            ? blocks[col / kBlock] * kBlock + int32_t(col % kBlock)
-                            : 0;
+    const int32_t pos =
+        i < hi && ((gt | eq) >> lane & 1u) ? blocks[i / kBlock] * kBlock + i % kBlock : 0;
     if ((gt >> lane) & 1u) {
       out[g + min(e, need)] = pos;
     } else if (((eq >> lane) & 1u) && e < need) {
@@ -199,10 +165,22 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
     }
     above += __popc(gt), equal += __popc(eq);
   }
-  if (rank == 0) {
-    for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
+  for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
+}
+
+// Once every CTA of the row's cluster (of `cl`) stored its keys through RowKeys: rank 0 selects
+// the row (SelectToPositions over `keys`, n of them); the other CTAs return at once. Every thread
+// of every CTA of the cluster calls it.
+template <int kThreads>
+__device__ void SelectRow(Shared& sh, const uint32_t* keys, int32_t n,
+                          const cooperative_groups::cluster_group& cluster, int cl, int rank,
+                          int32_t k, const int32_t* blocks, int32_t* out) {
+  if (cl > 1) {
+    cluster.sync();
+  } else {
+    __syncthreads();
   }
-  if (cl > 1) cluster.sync();  // the peers have read this CTA's counts and bins: it may exit
+  if (rank == 0) SelectToPositions<kThreads>(sh, keys, n, k, blocks, out);
 }
 
 }  // namespace onchip

@@ -12,7 +12,6 @@
 #include "sm90_sparse_logits.h"
 #include "sm90_sparse_tiles.cuh"
 #include "smxx_launch.cuh"
-#include "tma.h"
 
 namespace dsv41 {
 namespace {
@@ -30,8 +29,7 @@ constexpr size_t SmemBytes() {
 
 template <uint32_t kHeads>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
-    SparseLogitsKernel(const __grid_constant__ CUtensorMap q_map,
-                       const __grid_constant__ CUtensorMap kv_map, const uint8_t* __restrict__ kv,
+    SparseLogitsKernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ kv,
                        int64_t num_pages, const float* __restrict__ weights,
                        const int32_t* __restrict__ physical, const int32_t* __restrict__ valid_lens,
                        float* __restrict__ logits, uint32_t c, uint32_t tiles_per_cta) {
@@ -49,8 +47,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   if (threadIdx.x == kMathThreads) InitRing(s, kMathThreads);
   __syncthreads();
   if (warp == kMathThreads / 32) {
-    ProduceTiles(s, q_map, kv_map, kv, num_pages,
-                 physical + uint64_t(row) * c + first * kBlocksPerTile, row, tiles, lane);
+    ProduceTiles(s, q + uint64_t(row) * kHeads * kHeadDim, true, kv, num_pages,
+                 physical + uint64_t(row) * c + first * kBlocksPerTile, tiles, 0, 1, lane);
     return;
   }
   const Scorer<kHeads> scorer(weights + uint64_t(row) * kHeads, warp, lane);
@@ -71,8 +69,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 PerDevice g_num_sms;  // recorded by PrepareSparseLogitsSm90
 
 template <uint32_t kHeads>
-cudaError_t Launch(cudaStream_t stream, const Sm90SparseLogits& c, uint32_t num_sms,
-                   const CUtensorMap& q_map, const CUtensorMap& kv_map) {
+cudaError_t Launch(cudaStream_t stream, const Sm90SparseLogits& c, uint32_t num_sms) {
   // Enough CTAs to fill every SM kCtasPerSm times when the rows are full, at least two tiles a
   // CTA (each CTA loads its row's q once).
   const uint32_t row_tiles = uint32_t(c.c) / kBlocksPerTile;
@@ -82,22 +79,11 @@ cudaError_t Launch(cudaStream_t stream, const Sm90SparseLogits& c, uint32_t num_
       std::max<uint32_t>(2, uint32_t((uint64_t(c.rows) * row_tiles + slots - 1) / slots)));
   const dim3 grid(CeilDiv(row_tiles, per), uint32_t(c.rows));
   return LaunchKernel(SparseLogitsKernel<kHeads>, grid, dim3(kThreads), SmemBytes<kHeads>(), stream,
-                      0, q_map, kv_map, c.kv, c.num_pages, c.weights, c.physical, c.valid_lens,
-                      c.logits, uint32_t(c.c), per);
+                      0, static_cast<const uint8_t*>(c.q), c.kv, c.num_pages, c.weights, c.physical,
+                      c.valid_lens, c.logits, uint32_t(c.c), per);
 }
 
 }  // namespace
-
-bool sparse_tiles::EncodeSparseMaps(CUtensorMap& q_map, CUtensorMap& kv_map, const void* q,
-                                    int64_t q_rows, uint32_t heads, const uint8_t* kv,
-                                    int64_t num_pages) {
-  const uint64_t page_bytes = kPageSize * (kHeadDim + 4);
-  return EncodeTiled(&q_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q, {kHeadDim, uint64_t(q_rows)},
-                     {kHeadDim}, {kHeadDim, heads}, CU_TENSOR_MAP_SWIZZLE_128B) &&
-         EncodeTiled(&kv_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, kv,
-                     {kHeadDim, kPageSize, uint64_t(num_pages)}, {kHeadDim, page_bytes},
-                     {kHeadDim, kBlock, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
-}
 
 ffi::ErrorOr<Sm90SparseLogits> Sm90SparseLogitsOf(const char* op, const ffi::AnyBuffer& q,
                                                   const Buffer<ffi::F32>& weights,
@@ -147,12 +133,8 @@ ffi::Error LaunchSm90SparseLogits(const char* op, cudaStream_t stream, const Sm9
   if (num_sms == 0) {
     return ffi::Error::Internal(std::string(op) + ": device not prepared (dsv41_jax._ext.prepare)");
   }
-  CUtensorMap q_map, kv_map;
-  const bool ok =
-      EncodeSparseMaps(q_map, kv_map, c.q, c.rows * c.heads, uint32_t(c.heads), c.kv, c.num_pages);
-  if (!ok) return ffi::Error::Internal(std::string(op) + ": cuTensorMapEncodeTiled failed");
   const auto launch = c.heads == 32 ? Launch<32> : Launch<64>;
-  return CudaStatus(op, launch(stream, c, uint32_t(num_sms), q_map, kv_map));
+  return CudaStatus(op, launch(stream, c, uint32_t(num_sms)));
 }
 
 cudaError_t PrepareSparseLogitsSm90() {

@@ -34,7 +34,7 @@ ffi::ErrorOr<Sm90SparseLogits> Sm90SparseLogitsOf(const char* op, const ffi::Any
 
 // Writes logits[r, j] for every column j of the 64-column tiles that start below valid_lens[r]
 // (clamped to [0, c·8]); later columns are left unwritten. Blocks with a slot < 0 or on a page
-// outside the cache read TMA's out-of-bounds fill: their logits are NaN.
+// outside the cache read nothing: their logits are NaN.
 ffi::Error LaunchSm90SparseLogits(const char* op, cudaStream_t stream,
                                   const Sm90SparseLogits& call);
 

@@ -3,11 +3,11 @@
 //
 // A row is a cluster of `cl` CTAs (1-16, one an SM), CTA r over a contiguous chunk of the row's
 // 64-column tiles. Phase 1 scores them as the logits kernel does (sm90_sparse_tiles.cuh: the same
-// instructions, so the same logits bitwise) with four math warpgroups taking the staged tiles in
-// turn, and keeps each logit's key in shared memory (a 16K-column row is 64 KB over the cluster);
-// phase 2 is the cluster's exact select over those keys (cuda/smxx_onchip_select.cuh). No logits
-// are written, no second kernel reads them, and the column-to-position map is the select's
-// output step.
+// instructions, so the same logits bitwise), four math warpgroups taking the staged tiles in turn
+// from four producer warps, and stores each logit's key into rank 0's shared memory (a 16K-column
+// row is 64 KB); phase 2 is rank 0's exact select over the row's keys
+// (cuda/smxx_onchip_select.cuh). No logits are written, no second kernel reads them, and the
+// column-to-position map is the select's output step.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -16,7 +16,6 @@
 #include "sm90_sparse_tiles.cuh"
 #include "smxx_launch.cuh"
 #include "smxx_onchip_select.cuh"
-#include "tma.h"
 
 namespace dsv41 {
 namespace {
@@ -24,29 +23,31 @@ namespace {
 namespace cg = cooperative_groups;
 using namespace sparse_tiles;
 
-constexpr uint32_t kMathGroups = 4;
-constexpr uint32_t kStages = 16;  // a multiple of kMathGroups: a stage always feeds one group
-constexpr uint32_t kThreads = kMathGroups * kMathThreads + 32;
-constexpr uint32_t kChunkTiles = onchip::kMaxChunk / kTile;  // most tiles a CTA
+constexpr uint32_t kMathGroups = 4;  // and as many producer warps, producer g feeding group g
+constexpr uint32_t kStages = 16;     // a multiple of kMathGroups: a stage always feeds one group
+constexpr uint32_t kThreads = kMathGroups * (kMathThreads + 32);
+constexpr uint32_t kRowTiles = onchip::kMaxRow / kTile;  // most tiles a row
 static_assert(kStages % kMathGroups == 0);
 
 // Dynamic shared memory: the ring (whose buffers the select's histograms reuse once the tiles
-// are scored), then the chunk's keys, uint32 [chunk_tiles * 64], then its slots, int32
-// [chunk_tiles * 8] (staged once: the producer never waits on a global load).
+// are scored), then the row's keys, uint32 [row_tiles * 64] (rank 0's hold the row), the row's
+// blocks, int32 [row_tiles * 8] (rank 0's: the select's output maps through them), then the
+// chunk's slots, int32 [chunk_tiles * 8]. Both staged once: neither the producers nor the
+// select's output wait on a global load.
 template <uint32_t kHeads>
 using Smem = Ring<kHeads, kStages>;
 static_assert(sizeof(onchip::Shared) <= sizeof(Smem<32>::kv));
 
 template <uint32_t kHeads>
-constexpr size_t SmemBytes(uint32_t chunk_tiles) {
-  return sizeof(Smem<kHeads>) + size_t(chunk_tiles) * (kTile + kBlocksPerTile) * 4 + 1024;
+constexpr size_t SmemBytes(uint32_t row_tiles, uint32_t chunk_tiles) {
+  return sizeof(Smem<kHeads>) +
+         (size_t(row_tiles) * (kTile + kBlocksPerTile) + chunk_tiles * kBlocksPerTile) * 4 + 1024;
 }
-static_assert(SmemBytes<64>(kChunkTiles) <= 227 * 1024, "one CTA an SM");
+static_assert(SmemBytes<64>(kRowTiles, kRowTiles) <= 227 * 1024, "one CTA an SM");
 
 template <uint32_t kHeads>
 __global__ void __launch_bounds__(kThreads, 1)
-    SparseSelectKernel(const __grid_constant__ CUtensorMap q_map,
-                       const __grid_constant__ CUtensorMap kv_map, const uint8_t* __restrict__ kv,
+    SparseSelectKernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ kv,
                        int64_t num_pages, const float* __restrict__ weights,
                        const int32_t* __restrict__ physical, const int32_t* __restrict__ valid_lens,
                        const int32_t* __restrict__ blocks, int32_t* __restrict__ out, uint32_t c,
@@ -55,7 +56,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   auto& s = AlignedRing<Smem<kHeads>>(smem_raw);
   uint32_t* keys = reinterpret_cast<uint32_t*>(&s + 1);
-  int32_t* slots = reinterpret_cast<int32_t*>(keys + chunk_tiles * kTile);
+  int32_t* row_blocks = reinterpret_cast<int32_t*>(keys + c * kBlock);
+  int32_t* slots = row_blocks + c;
   const cg::cluster_group cluster = cg::this_cluster();
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const uint32_t row = blockIdx.x / uint32_t(cl), row_cols = c * kBlock;
@@ -63,53 +65,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t first = uint32_t(rank) * chunk_tiles;
   const uint32_t last = min(first + chunk_tiles, CeilDiv(len, kTile));
   const uint32_t tiles = last > first ? last - first : 0;
-  const int32_t n = int32_t(
-      min(max(int64_t(len) - int64_t(first) * kTile, int64_t(0)), int64_t(chunk_tiles) * kTile));
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  // Peers store into rank 0's shared memory only once every CTA of the cluster started.
+  if (cl > 1) cluster.barrier_arrive();
   const int32_t* row_slots = physical + uint64_t(row) * c + first * kBlocksPerTile;
   for (uint32_t i = threadIdx.x; i < tiles * kBlocksPerTile; i += kThreads) slots[i] = row_slots[i];
+  if (rank == 0) {
+    const int32_t* b = blocks + uint64_t(row) * c;
+    for (uint32_t i = threadIdx.x; i < CeilDiv(len, kBlock); i += kThreads) row_blocks[i] = b[i];
+  }
   if (threadIdx.x == kMathGroups * kMathThreads) InitRing(s, kMathThreads);
   __syncthreads();
-  if (tiles > 0 && warp == kMathGroups * 4) {
-    ProduceTiles(s, q_map, kv_map, kv, num_pages, slots, row, tiles, lane);
+  if (cl > 1) cluster.barrier_wait();
+  if (tiles > 0 && warp >= kMathGroups * 4) {
+    const uint32_t group = warp - kMathGroups * 4;
+    ProduceTiles(s, q + uint64_t(row) * kHeads * kHeadDim, group == 0, kv, num_pages, slots, tiles,
+                 group, kMathGroups, lane);
   } else if (tiles > 0) {  // math group warp / 4 takes tiles warp / 4, + kMathGroups, ...
     const Scorer<kHeads> scorer(weights + uint64_t(row) * kHeads, warp, lane);
     reinterpret_cast<Barrier*>(&s.q_full)->wait(0);
+    uint32_t* chunk_keys = onchip::RowKeys(cluster, keys, rank, int64_t(first) * kTile);
     for (uint32_t i = warp / 4; i < tiles; i += kMathGroups) {
       float v0, v1;
       scorer.Score(s, i % kStages, (i / kStages) & 1, lane, v0, v1);
       if (lane % 4 == 0) {  // the quad holds one value
-        uint32_t* tile = keys + i * kTile + scorer.sub_warp;
+        uint32_t* tile = chunk_keys + i * kTile + scorer.sub_warp;
         tile[scorer.v0_at] = onchip::KeyOfLogit(v0);
         tile[scorer.v1_at] = onchip::KeyOfLogit(v1);
       }
     }
   }
-  __syncthreads();  // every tile scored: the ring's buffers are free
+  // Once every tile of the row is scored (the ring's buffers free): rank 0 selects.
   auto& select = *reinterpret_cast<onchip::Shared*>(&s.kv[0][0]);
-  onchip::SelectToPositions<int(kThreads)>(select, keys, n, int64_t(chunk_tiles) * kTile, cluster,
-                                           cl, rank, k, blocks + uint64_t(row) * c,
-                                           out + uint64_t(row) * uint32_t(k));
+  onchip::SelectRow<int(kThreads)>(select, keys, int32_t(len), cluster, cl, rank, k, row_blocks,
+                                   out + uint64_t(row) * uint32_t(k));
 #endif
 }
 
-PerDevice g_num_sms;          // recorded by PrepareSparseSelectSm90
-PerDevice g_max_clusters[5];  // clusters of 1, 2, 4, 8, 16 CTAs that run at once
+PerDevice g_num_sms;                                // recorded by PrepareSparseSelectSm90
+PerDevice g_max_clusters[onchip::kMaxCluster + 1];  // [cl]: clusters of cl CTAs at once
 
-constexpr int Log2(int cl) { return cl <= 1 ? 0 : 1 + Log2(cl / 2); }
-
-// The cluster a row: the fewest CTAs whose chunks hold the row, doubled while twice the CTAs
-// still run at once in one wave (at most one CTA an SM) and each keeps two tiles or more.
+// The cluster a row (0: the row is too wide): the most CTAs that all rows' clusters run at once
+// in one wave (one CTA an SM) with two tiles or more each, then the fewest CTAs that keep the
+// same chunk (the row's time is its largest chunk's).
 int ClusterSize(int64_t rows, uint32_t row_tiles, int num_sms) {
+  if (row_tiles > kRowTiles) return 0;
   int cl = 1;
-  while (cl < onchip::kMaxCluster && CeilDiv(row_tiles, uint32_t(cl)) > kChunkTiles) cl *= 2;
-  if (CeilDiv(row_tiles, uint32_t(cl)) > kChunkTiles) return 0;
-  while (cl < onchip::kMaxCluster && rows * cl * 2 <= num_sms && row_tiles >= uint32_t(4 * cl) &&
-         g_max_clusters[Log2(cl * 2)].Current() >= rows) {
-    cl *= 2;
+  for (int c = 2; c <= onchip::kMaxCluster; ++c) {
+    if (rows * c <= num_sms && row_tiles >= uint32_t(2 * c) &&
+        g_max_clusters[c].Current() >= rows) {
+      cl = c;
+    }
   }
-  return cl;
+  return int(CeilDiv(row_tiles, CeilDiv(row_tiles, uint32_t(cl))));
 }
 
 }  // namespace
@@ -120,7 +129,7 @@ int32_t SparseSelectClusterSize(int64_t rows, int64_t c) {
   return ClusterSize(rows, uint32_t(c / kBlocksPerTile), num_sms);
 }
 
-int64_t SparseSelectMaxColumns() { return int64_t(onchip::kMaxCluster) * onchip::kMaxChunk; }
+int64_t SparseSelectMaxColumns() { return onchip::kMaxRow; }
 
 ffi::Error LaunchSm90SparseSelect(const char* op, cudaStream_t stream, const Sm90SparseLogits& c,
                                   const int32_t* blocks, int32_t k, int32_t* out) {
@@ -135,24 +144,20 @@ ffi::Error LaunchSm90SparseSelect(const char* op, cudaStream_t stream, const Sm9
     return InvalidArgument(op, "the on-chip select takes rows of at most " +
                                    std::to_string(SparseSelectMaxColumns()) + " columns");
   }
-  CUtensorMap q_map, kv_map;
-  if (!EncodeSparseMaps(q_map, kv_map, c.q, c.rows * c.heads, uint32_t(c.heads), c.kv,
-                        c.num_pages)) {
-    return ffi::Error::Internal(std::string(op) + ": cuTensorMapEncodeTiled failed");
-  }
   const uint32_t chunk_tiles = CeilDiv(row_tiles, uint32_t(cl));
   const auto kernel = c.heads == 32 ? SparseSelectKernel<32> : SparseSelectKernel<64>;
-  const size_t smem = c.heads == 32 ? SmemBytes<32>(chunk_tiles) : SmemBytes<64>(chunk_tiles);
+  const size_t smem =
+      c.heads == 32 ? SmemBytes<32>(row_tiles, chunk_tiles) : SmemBytes<64>(row_tiles, chunk_tiles);
   return CudaStatus(
       op, LaunchKernel(kernel, dim3(unsigned(c.rows * cl)), dim3(kThreads), smem, stream,
-                       unsigned(cl), q_map, kv_map, c.kv, c.num_pages, c.weights, c.physical,
-                       c.valid_lens, blocks, out, uint32_t(c.c), chunk_tiles, k));
+                       unsigned(cl), static_cast<const uint8_t*>(c.q), c.kv, c.num_pages, c.weights,
+                       c.physical, c.valid_lens, blocks, out, uint32_t(c.c), chunk_tiles, k));
 }
 
 cudaError_t PrepareSparseSelectSm90() {
   g_num_sms.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
   if (g_num_sms.Current() == 0) return cudaErrorInvalidDevice;
-  const size_t smem = SmemBytes<64>(kChunkTiles);
+  const size_t smem = SmemBytes<64>(kRowTiles, kRowTiles);
   for (auto kernel : {SparseSelectKernel<32>, SparseSelectKernel<64>}) {
     if (cudaError_t e = SetMaxDynamicSmem(smem, kernel); e != cudaSuccess) return e;
     const cudaError_t e =
@@ -160,7 +165,7 @@ cudaError_t PrepareSparseSelectSm90() {
     if (e != cudaSuccess) return e;
   }
   // Occupancy with the largest chunk: one CTA an SM whatever the chunk.
-  for (int i = 0, cl = 1; cl <= onchip::kMaxCluster; ++i, cl *= 2) {
+  for (int cl = 1; cl <= onchip::kMaxCluster; ++cl) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(cl));
     config.blockDim = dim3(kThreads);
@@ -175,7 +180,7 @@ cudaError_t PrepareSparseSelectSm90() {
       cudaGetLastError();
       count = 0;
     }
-    g_max_clusters[i].Record(count);
+    g_max_clusters[cl].Record(count);
   }
   return cudaSuccess;
 }

@@ -14,7 +14,7 @@ namespace dsv41 {
 // of the logits-then-select path, ffi/topk.h).
 inline constexpr int32_t kSelectOnChip = 3;
 
-// The widest sparse row the kernel takes: its cluster's CTAs hold every column's key.
+// The widest sparse row the kernel takes: rank 0 of its cluster holds every column's key.
 int64_t SparseSelectMaxColumns();
 
 // CTAs a row the kernel runs for `rows` rows of `c` candidate blocks on the current device (0

@@ -3,16 +3,16 @@
 // compute every logit with the same instructions, bitwise DeepGEMM's dense SM90 kernel's.
 //
 // A tile is 64 columns of the row: 8 candidate blocks of 8 tokens, each located through the
-// table's `physical` slots and loaded by its own TMA box into the shared-memory layout of one
-// 64-token page (8-row boxes of a 128B-swizzled map stack into exactly that layout), so the math
-// is DeepGEMM's, instruction for instruction: the same WGMMA (M 64 positions, N heads, K 32, four
-// K steps in order), the same ReLU-weighted head sum in the same order, the same scale product
-// and quad shuffles. One producer warp stages tiles through a ring of mbarrier'd buffers; math
-// warpgroups take them in turn.
+// table's `physical` slots and copied by 16-byte cp.async into the shared-memory layout of one
+// 64-token page as TMA's 128B swizzle lays it out, so the math is DeepGEMM's, instruction for
+// instruction: the same WGMMA (M 64 positions, N heads, K 32, four K steps in order), the same
+// ReLU-weighted head sum in the same order, the same scale product and quad shuffles. Producer
+// warps stage tiles through a ring of mbarrier'd buffers; math warpgroups take them in turn.
+// cp.async rather than TMA: a block is only 1 KiB, and a TMA box a block measured slower on the
+// H200 (the TMA unit's operations an SM, not bytes, bound it).
 #pragma once
 
 #include <cutlass/arch/barrier.h>
-#include <cute/arch/copy_sm90_tma.hpp>
 #include <deep_gemm/common/math.cuh>
 #include <deep_gemm/mma/sm90.cuh>
 #include <deep_gemm/ptx/ld_st.cuh>
@@ -31,12 +31,11 @@ constexpr uint32_t kBlocksPerTile = kTile / kBlock;
 constexpr uint32_t kMathThreads = 128;               // one math warpgroup
 constexpr uint32_t kTileBytes = kTile * kHeadDim;    // 8 KiB of values
 constexpr uint32_t kBlockBytes = kBlock * kHeadDim;  // 1 KiB: one 8-row swizzle atom
-constexpr uint32_t kScaleSlot = 32;                  // floats between two blocks' scales
+constexpr uint32_t kScaleSlot = 8;                   // floats between two blocks' scales
 
 using Barrier = cutlass::arch::ClusterTransactionBarrier;
 
-// The staging ring and the row's q, 1024-aligned (the 128B swizzle's period); a TMA destination
-// of the scales is 128-byte aligned, hence one 128-byte slot a block.
+// The staging ring and the row's q, 1024-aligned (the 128B swizzle's period).
 template <uint32_t kHeads, uint32_t kStages>
 struct alignas(1024) Ring {
   uint8_t kv[kStages][kTileBytes];
@@ -51,75 +50,93 @@ __device__ __forceinline__ R& AlignedRing(uint8_t* smem_raw) {
   return *reinterpret_cast<R*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
-// Producer lanes [kScaleLanes, 2 kScaleLanes) copy a tile's scales, 16 bytes each, with cp.async:
-// a block's 8 scales are 32 bytes, too small to be worth a TMA operation of their own (the TMA
-// unit's operations an SM, not bytes, bound these kernels).
-constexpr uint32_t kScaleLanes = 2 * kBlocksPerTile;
-
-// One thread, before any use: `consumers` threads free a stage; a stage is full once the values'
-// TMA bytes landed and every scale lane's copies did.
+// One thread, before any use: `consumers` threads free a stage; a stage (and q) is full once
+// each lane of its producer warp saw its copies land.
 template <class R>
 __device__ __forceinline__ void InitRing(R& s, uint32_t consumers) {
   constexpr uint32_t kStages = sizeof(s.full) / sizeof(s.full[0]);
   auto full = reinterpret_cast<Barrier*>(s.full), empty = reinterpret_cast<Barrier*>(s.empty);
   for (uint32_t i = 0; i < kStages; ++i) {
-    full[i].init(1 + kScaleLanes);
+    full[i].init(32);
     empty[i].init(consumers);
   }
-  reinterpret_cast<Barrier*>(&s.q_full)->init(1);
+  reinterpret_cast<Barrier*>(&s.q_full)->init(32);
   cutlass::arch::fence_barrier_init();
 }
 
-// The producer warp: the row's q, then `tiles` tiles of the row, tile i (slots [8 i, 8 i + 8)
-// of `slots`) into stage i % kStages once its consumers freed it. Lane b < 8 loads block b's
-// values (one TMA box); lanes 8 + 2 b + h copy its scales [4 h, 4 h + 4).
+// 16 bytes from global to shared memory, asynchronously; `bytes` 0 writes zeros and reads nothing.
+__device__ __forceinline__ void CopyAsync16(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(bytes));
+}
+
+// The barrier gets this thread's arrival once its earlier copies landed (counted by its init).
+__device__ __forceinline__ void ArriveWhenCopied(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+      static_cast<uint32_t>(__cvta_generic_to_shared(barrier))));
+}
+
+// Byte offset of 16-byte piece `piece` of 128-byte row `r` in a 1024-aligned buffer laid out as
+// TMA's 128B swizzle lays it (what the WGMMA descriptors' swizzle mode reads).
+__device__ __forceinline__ uint32_t Swizzled(uint32_t r, uint32_t piece) {
+  return r * 128 + ((piece ^ (r % 8)) * 16);
+}
+
+// The scales a block on no page reads: NaN, so its logits are NaN, as on the dense kernel's bad
+// pages.
+static __device__ uint4 g_nan_scales = {0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu};
+
+// One producer warp: when `loads_q` the row's q (q_row: heads x 128 bytes) first, then tiles
+// start, start + step, ... below `tiles`, tile i (slots [8 i, 8 i + 8) of `slots`) into stage
+// i % kStages once its consumers freed it. Block b's 1 KiB of values is two warp-wide copies of
+// 512 contiguous bytes; lanes 2 b and 2 b + 1 copy its 8 scales. A slot < 0 or a page past the
+// cache reads nothing: zero values, NaN scales.
 template <uint32_t kHeads, uint32_t kStages>
-__device__ __forceinline__ void ProduceTiles(Ring<kHeads, kStages>& s, const CUtensorMap& q_map,
-                                             const CUtensorMap& kv_map, const uint8_t* kv,
-                                             int64_t num_pages, const int32_t* slots, uint32_t row,
-                                             uint32_t tiles, uint32_t lane) {
+__device__ __forceinline__ void ProduceTiles(Ring<kHeads, kStages>& s, const uint8_t* q_row,
+                                             bool loads_q, const uint8_t* kv, int64_t num_pages,
+                                             const int32_t* slots, uint32_t tiles, uint32_t start,
+                                             uint32_t step, uint32_t lane) {
   auto full = reinterpret_cast<Barrier*>(s.full), empty = reinterpret_cast<Barrier*>(s.empty);
-  constexpr uint64_t kHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_NORMAL);
   constexpr uint64_t kPageBytes = kPageSize * (kHeadDim + 4);
-  if (lane == 0) {
-    auto q_full = reinterpret_cast<Barrier*>(&s.q_full);
-    cute::prefetch_tma_descriptor(&kv_map);
-    cute::SM90_TMA_LOAD_2D::copy(&q_map, reinterpret_cast<uint64_t*>(q_full), kHint, s.q, 0,
-                                 int32_t(row * kHeads));
-    q_full->arrive_and_expect_tx(kHeads * kHeadDim);
+  constexpr int32_t kBlocksPerPage = kPageSize / kBlock;
+  if (loads_q) {
+    for (uint32_t j = lane; j < kHeads * kHeadDim / 16; j += 32)
+      CopyAsync16(s.q + Swizzled(j / 8, j % 8), q_row + j * 16, 16);
+    ArriveWhenCopied(&s.q_full);
   }
-  const bool values = lane < kBlocksPerTile;
-  const bool scales = lane >= kBlocksPerTile && lane < kBlocksPerTile + kScaleLanes;
-  const uint32_t block = values ? lane : (lane - kBlocksPerTile) / 2,
-                 half = (lane - kBlocksPerTile) % 2;
-  for (uint32_t i = 0; i < tiles; ++i) {
+  // Lane l < 8 holds the slot of block l of the next tile: loaded a tile ahead of its use.
+  int32_t next = start < tiles ? slots[start * kBlocksPerTile + lane % kBlocksPerTile] : 0;
+  for (uint32_t i = start; i < tiles; i += step) {
+    const int32_t mine = next;
+    if (i + step < tiles) next = slots[(i + step) * kBlocksPerTile + lane % kBlocksPerTile];
     const uint32_t stage = i % kStages, phase = (i / kStages) & 1;
-    const int32_t slot = values || scales ? slots[i * kBlocksPerTile + block] : 0;
-    // Padding (-1) and a page past the cache: zero values (TMA's out-of-bounds fill, page -1 or
-    // past the map) and NaN scales, so NaN logits, as on the dense kernel's bad pages.
-    const int32_t page = slot >= 0 ? slot / int32_t(kPageSize / kBlock) : -1;
-    const int32_t token = slot >= 0 ? (slot % int32_t(kPageSize / kBlock)) * int32_t(kBlock) : 0;
     empty[stage].wait(phase ^ 1);
-    if (values) {
-      cute::SM90_TMA_LOAD_3D::copy(&kv_map, reinterpret_cast<uint64_t*>(&full[stage]), kHint,
-                                   s.kv[stage] + lane * kBlockBytes, 0, token, page);
-    } else if (scales) {
-      float* dst = s.scales[stage] + block * kScaleSlot + half * 4;
-      const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full[stage]));
-      if (page >= 0 && page < num_pages) {
-        const uint8_t* src = kv + uint64_t(page) * kPageBytes + kPageSize * kHeadDim +
-                             uint64_t(token + half * 4) * 4;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                         static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-                     "l"(src));
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar));
-      } else {
-        for (int j = 0; j < 4; ++j) dst[j] = __int_as_float(0x7fffffff);
-        full[stage].arrive();
+#pragma unroll
+    for (uint32_t b = 0; b < kBlocksPerTile; ++b) {
+      const int32_t slot = __shfl_sync(0xffffffffu, mine, int(b));
+      const int64_t page = slot >= 0 ? slot / kBlocksPerPage : -1;
+      const bool on_page = page >= 0 && page < num_pages;
+      const uint8_t* block =
+          on_page ? kv + uint64_t(page) * kPageBytes + uint64_t(slot % kBlocksPerPage) * kBlockBytes
+                  : kv;
+#pragma unroll
+      for (uint32_t h = 0; h < 2; ++h) {
+        const uint32_t piece = h * 32 + lane;  // of the block's 64
+        CopyAsync16(s.kv[stage] + b * kBlockBytes + Swizzled(piece / 8, piece % 8),
+                    block + (on_page ? piece * 16 : 0), on_page ? 16 : 0);
       }
     }
-    __syncwarp();
-    if (lane == 0) full[stage].arrive_and_expect_tx(kTileBytes);
+    if (lane < 2 * kBlocksPerTile) {
+      const int32_t slot = __shfl_sync(0x0000ffffu, mine, int(lane / 2));
+      const int64_t page = slot >= 0 ? slot / kBlocksPerPage : -1;
+      const uint8_t* src = page >= 0 && page < num_pages
+                               ? kv + uint64_t(page) * kPageBytes + kPageSize * kHeadDim +
+                                     uint64_t(slot % kBlocksPerPage) * kBlock * 4 + (lane % 2) * 16
+                               : reinterpret_cast<const uint8_t*>(&g_nan_scales);
+      CopyAsync16(s.scales[stage] + (lane / 2) * kScaleSlot + (lane % 2) * 4, src, 16);
+    }
+    ArriveWhenCopied(&s.full[stage]);
   }
 }
 
@@ -146,6 +163,8 @@ struct Scorer {
     auto full = reinterpret_cast<Barrier*>(s.full), empty = reinterpret_cast<Barrier*>(s.empty);
     float accum[WGMMA::kNumAccum];
     full[stage].wait(phase);
+    // The copies wrote through the generic proxy; the WGMMA reads through the async one.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #pragma unroll
     for (uint32_t j = 0; j < WGMMA::kNumAccum; ++j)
       deep_gemm::ptx::warpgroup_fence_operand(accum[j]);
@@ -192,12 +211,6 @@ struct Scorer {
     }
   }
 };
-
-// Maps over the paged cache for one call: q [rows·heads, 128] 128B-swizzled, one row's heads a
-// box; the values of each page's tokens, 8 rows a box (one candidate block). False when an
-// encoding failed.
-bool EncodeSparseMaps(CUtensorMap& q_map, CUtensorMap& kv_map, const void* q, int64_t q_rows,
-                      uint32_t heads, const uint8_t* kv, int64_t num_pages);
 
 constexpr uint32_t CeilDiv(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 

@@ -1,7 +1,7 @@
 // The on-chip select of the SM90 sparse consumer (cuda/smxx_onchip_select.cuh), compiled for the
 // CPU stand-in (cuda_runtime.h) behind a test kernel: the GPU kernel (ffi/sm90_sparse_select.cu)
-// scores its keys with WGMMA / TMA, which the stand-in has not, so this one makes them from given
-// scores with the same key function, in the same shared-memory layout, and calls the same select.
+// scores its keys with WGMMA, which the stand-in has not, so this one makes them from given scores
+// with the same key function, stores them where the GPU kernel does and calls the same select.
 #include "shared_buffer.h"
 
 SIMT_SHARED_BUFFER(dyn, OnChipSelectSharedMemory)
@@ -16,10 +16,10 @@ namespace cg = cooperative_groups;
 namespace dsv41 {
 namespace {
 
-constexpr int kThreads = 544;  // the GPU kernel's block: four math warpgroups and one warp
+constexpr int kThreads = 640;  // the GPU kernel's block: four math warpgroups, four warps
 constexpr int64_t kTile = 64;  // its chunks are whole 64-column tiles
 
-// Keys past a CTA's count: above every key of a logit (those of NaN payloads, which KeyOfLogit
+// Keys past a row's length: above every key of a logit (those of NaN payloads, which KeyOfLogit
 // never produces), so a select that reads one takes it first.
 __device__ __forceinline__ uint32_t Poison(int64_t row, int rank, int64_t i) {
   uint64_t h = (uint64_t(row) << 40) ^ (uint64_t(rank) << 32) ^ uint64_t(i);
@@ -27,8 +27,9 @@ __device__ __forceinline__ uint32_t Poison(int64_t row, int rank, int64_t i) {
   return 0xFF800001u | uint32_t(h >> 41);
 }
 
-// CTA `rank` of row blockIdx.x / cl: the keys of the row's columns [rank * chunk, + count) after
-// an onchip::Shared, as the GPU kernel lays them out, then the select.
+// CTA `rank` of row blockIdx.x / cl: the keys of the row's columns [rank * chunk, + chunk) (poison
+// past the row's length) stored into rank 0's keys after an onchip::Shared, as the GPU kernel
+// stores them, then the select.
 template <int kBlockThreads>
 __global__ void __launch_bounds__(kBlockThreads, 1)
     OnChipSelectKernel(const float* scores, const int32_t* lens, const int32_t* blocks,
@@ -40,31 +41,33 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int64_t row = blockIdx.x / unsigned(cl);
   const int64_t len = min(max(int64_t(lens[row]), int64_t(0)), n);
-  const int32_t count = int32_t(min(max(len - int64_t(rank) * chunk, int64_t(0)), chunk));
-  const float* s = scores + row * n + int64_t(rank) * chunk;
+  const float* s = scores + row * n;
+  if (cl > 1) cluster.barrier_arrive();
+  if (cl > 1) cluster.barrier_wait();
+  uint32_t* mine = onchip::RowKeys(cluster, keys, rank, int64_t(rank) * chunk);
   for (int64_t i = threadIdx.x; i < chunk; i += kBlockThreads) {
-    keys[i] = i < count ? onchip::KeyOfLogit(s[i]) : Poison(row, rank, i);
+    const int64_t col = int64_t(rank) * chunk + i;
+    mine[i] = col < len ? onchip::KeyOfLogit(s[col]) : Poison(row, rank, i);
   }
-  __syncthreads();
-  onchip::SelectToPositions<kBlockThreads>(sh, keys, count, chunk, cluster, cl, rank, k,
-                                           blocks + row * nblocks, out + row * int64_t(k));
+  onchip::SelectRow<kBlockThreads>(sh, keys, int32_t(len), cluster, cl, rank, k,
+                                   blocks + row * nblocks, out + row * int64_t(k));
 }
 
 }  // namespace
 
 // rows x n float scores, lens [rows] (clamped to [0, n]), blocks [rows, nblocks] (nblocks * 8 >=
 // n) -> out [rows, k]: each row's top-k as positions blocks[col / 8] * 8 + col % 8, in column
-// order, -1 padded; a row is a cluster of `cl` CTAs (1, 2, 4, 8 or 16) of whole 64-column tiles.
+// order, -1 padded; a row is a cluster of `cl` CTAs (1-16) of whole 64-column tiles.
 cudaError_t LaunchOnChipSelectForTest(const float* scores, const int32_t* lens,
                                       const int32_t* blocks, int32_t* out, int64_t rows, int64_t n,
                                       int64_t nblocks, int32_t k, int cl) {
-  const bool pow2 = cl >= 1 && cl <= onchip::kMaxCluster && (cl & (cl - 1)) == 0;
-  if (!pow2 || rows < 0 || n < 0 || k < 1 || nblocks * 8 < n) return cudaErrorInvalidValue;
+  if (cl < 1 || cl > onchip::kMaxCluster || rows < 0 || n < 0 || k < 1 || nblocks * 8 < n)
+    return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   const int64_t tiles = (n + kTile - 1) / kTile;
   const int64_t chunk = max((tiles + cl - 1) / cl, int64_t(1)) * kTile;
-  if (chunk > onchip::kMaxChunk) return cudaErrorInvalidValue;
-  const size_t smem = sizeof(onchip::Shared) + size_t(chunk) * 4;
+  if (n > onchip::kMaxRow) return cudaErrorInvalidValue;
+  const size_t smem = sizeof(onchip::Shared) + size_t(cl * chunk) * 4;
   return LaunchKernel(OnChipSelectKernel<kThreads>, dim3(unsigned(rows * cl)), dim3(kThreads), smem,
                       nullptr, unsigned(cl), scores, lens, blocks, out, n, nblocks, chunk, k);
 }
