@@ -391,8 +391,14 @@ def bench_select(rng, bw, quick: bool) -> list[Row]:
         rows.append(Row("publish (layer 20)", shape, "default", t, bs * ctx * 132 / (bw * 1e3)))
         floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
         sets = [(qs[1], caches[1], lens, bt, table), (qs[0], caches[0], lens, bt, table)]
-        # The sparse path: its logits, then a select (default); forced "onchip", one kernel.
-        for path, algorithm in (("sparse", None), ("sparse", "onchip"), ("mask", None)):
+        # The sparse path as the policy runs it (default), then each of its two forms forced:
+        # one kernel ("onchip"), and its logits then the short select ("short").
+        for path, algorithm in (
+            ("sparse", None),
+            ("sparse", "onchip"),
+            ("sparse", "short"),
+            ("mask", None),
+        ):
             with _forcing(algorithm):  # traced inside
                 t = jax_time_us(lambda *a, p=path: dj.select(*a, cfg, path=p), sets)
             name = f"{path} path" + (f", {algorithm} top-k forced" if algorithm else "")
@@ -503,7 +509,7 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     rows = []
-    for bs, ctx in ((1, 16384), (8, 131072)) if quick else STEP_SHAPES:
+    for bs, ctx in ((1, 16384), (8, 131072), (64, 131072)) if quick else STEP_SHAPES:
         caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
         )

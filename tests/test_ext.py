@@ -330,20 +330,28 @@ def test_public_topk_dispatch_policy(monkeypatch):
 
 
 @needs_ext
-def test_sparse_consumer_select_is_logits_then_select_unless_onchip_is_forced():
-    """The SM90 sparse consumer's select attribute: the short select after the logits by
-    default (the faster on the H200), the one-kernel select (attribute select_onchip) only when
-    forced and only where its cluster holds the row."""
+def test_sparse_consumer_select_is_onchip_from_64_rows():
+    """The SM90 sparse consumer's select attribute: the short select after the logits below
+    ONCHIP_MIN_ROWS rows (the faster on the H200 there), the one-kernel select (attribute
+    select_onchip) from that many rows or when forced, and only where one CTA holds the row."""
     from dsv41_jax.topk import ffi as topk_ffi
 
+    few, many = topk_ffi.ONCHIP_MIN_ROWS - 1, topk_ffi.ONCHIP_MIN_ROWS
+    assert many == 64
     spec = jax.ShapeDtypeStruct((8, 2048 * 8), jnp.float32)
-    wide = jax.ShapeDtypeStruct((8, _ext.limit("onchip_max_columns") + 8), jnp.float32)
+    wide = jax.ShapeDtypeStruct((many, _ext.limit("onchip_max_columns") + 8), jnp.float32)
     assert topk_ffi.sparse_algorithm(spec, 512, 8) == "short"
+    assert topk_ffi.sparse_algorithm(spec.update(shape=(few, 2048 * 8)), 512, 8) == "short"
+    assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 2048 * 8)), 512, 8) == "onchip"
+    assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 64)), 512, 8) == "onchip"
+    assert topk_ffi.sparse_algorithm(wide, 512, 8) != "onchip"
     with topk_ffi.forced_algorithm("onchip"):
         assert topk_ffi.sparse_algorithm(spec, 512, 8) == "onchip"
-        assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
+        assert topk_ffi.sparse_algorithm(wide, 512, 8) != "onchip"
     with topk_ffi.forced_algorithm("cluster"):
         assert topk_ffi.sparse_algorithm(spec, 512, 8) == "cluster"
+    with topk_ffi.forced_algorithm("short"):  # the logits-then-select path at any row count
+        assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 2048 * 8)), 512, 8) == "short"
     assert _ext.limit("select_onchip") not in {
         _ext.limit(f"select_{a}") for a in topk_ffi.ALGORITHMS
     }

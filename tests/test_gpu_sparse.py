@@ -301,15 +301,19 @@ def test_onchip_select_on_any_slots_equals_reference(rng, heads, next_n, batch, 
         assert topk_ffi.sparse_algorithm(spec, k, 8) == "onchip"
         got = np.asarray(fused.sparse_select(q, cache, table, shared, k))
     np.testing.assert_array_equal(got, want)
-    assert topk_ffi.sparse_algorithm(spec, k, 8) != "onchip"  # the default: logits, then select
-    two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    with topk_ffi.forced_algorithm("short"):  # logits, then select
+        assert topk_ffi.sparse_algorithm(spec, k, 8) == "short"
+        two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k))
     np.testing.assert_array_equal(two_pass, want)
+    default = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    np.testing.assert_array_equal(default, want)
 
 
 @pytest.mark.parametrize("batch", [1, 8, 64])
 def test_onchip_select_at_v41_shape_equals_logits_then_select(rng, batch):
     """V4.1's defaults (k 512, C 2048) through the public select and the one-call step: the
-    one-kernel select (forced) equals the default logits-then-select path and the mask path."""
+    one-kernel select (forced) equals the default sparse path (logits-then-select below 64 rows,
+    the one kernel from there) and the mask path."""
     cfg = dj.IndexerConfig()
     pages = 300
     cache, bt = paged_cache(rng, batch, pages, 64, 128)
