@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "smxx_block_scan.cuh"
+#include "smxx_phase_stamps.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace dsv41 {
@@ -111,6 +112,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
   int32_t k_rem = k, need = 0;
   uint32_t thresh = 0;
   const Digit d0 = DigitPass<kThreads, 21, 11>(sh, keys, n, 0, k_rem);
+  DSV41_STAMP(5);
   const int32_t total = d0.total;  // keys that may be selected
   if (total > k) {
     uint32_t prefix = uint32_t(d0.bin);
@@ -119,12 +121,14 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
       thresh = Below(prefix << 21);
     } else {
       const Digit d1 = DigitPass<kThreads, 10, 11>(sh, keys, n, prefix, k_rem);
+      DSV41_STAMP(6);
       prefix = (prefix << 11) | uint32_t(d1.bin);
       k_rem -= d1.above;
       if (d1.in_bin == k_rem) {
         thresh = Below(prefix << 10);
       } else {
         const Digit d2 = DigitPass<kThreads, 0, 10>(sh, keys, n, prefix, k_rem);
+        DSV41_STAMP(7);
         thresh = (prefix << 10) | uint32_t(d2.bin);
         need = k_rem - d2.above;
       }
@@ -152,6 +156,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
   const int32_t packed = lane == 31 ? warp_above | (warp_equal << 16) : 0;
   const int32_t warps_before = BlockExclusiveScan<kThreads>(packed, sh.warp_sums, &sh.scan_total);
   int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
+  DSV41_STAMP(8);
   for (int32_t i = lo + lane; i - lane < hi; i += 32) {
     uint32_t gt, eq;
     taken(i, gt, eq);
@@ -166,6 +171,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
     above += __popc(gt), equal += __popc(eq);
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
+  DSV41_STAMP(9);
 }
 
 // Once every CTA of the row's cluster (of `cl`) stored its keys through RowKeys: rank 0 selects
@@ -180,6 +186,7 @@ __device__ void SelectRow(Shared& sh, const uint32_t* keys, int32_t n,
   } else {
     __syncthreads();
   }
+  DSV41_STAMP(4);
   if (rank == 0) SelectToPositions<kThreads>(sh, keys, n, k, blocks, out);
 }
 

@@ -1,5 +1,6 @@
-// Phase timestamps for scripts/probes/topk_phases.cu: compiled in only there (DSV41_PHASE_STAMPS),
-// thread 0 of each CTA records %globaltimer at a phase end. Empty in the library.
+// Phase timestamps for scripts/probes/topk_phases.cu and onchip_phases.cu: compiled in only there
+// (DSV41_PHASE_STAMPS), thread 0 of each CTA records %globaltimer at a phase end. Empty in the
+// library.
 #pragma once
 
 #ifdef DSV41_PHASE_STAMPS

@@ -16,6 +16,7 @@
 #include "sm90_sparse_tiles.cuh"
 #include "smxx_launch.cuh"
 #include "smxx_onchip_select.cuh"
+#include "smxx_phase_stamps.cuh"
 
 namespace dsv41 {
 namespace {
@@ -67,6 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t tiles = last > first ? last - first : 0;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
+  DSV41_STAMP(0);
   // Peers store into rank 0's shared memory only once every CTA of the cluster started.
   if (cl > 1) cluster.barrier_arrive();
   const int32_t* row_slots = physical + uint64_t(row) * c + first * kBlocksPerTile;
@@ -78,6 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == kMathGroups * kMathThreads) InitRing(s, kMathThreads);
   __syncthreads();
   if (cl > 1) cluster.barrier_wait();
+  DSV41_STAMP(1);
   if (tiles > 0 && warp >= kMathGroups * 4) {
     const uint32_t group = warp - kMathGroups * 4;
     ProduceTiles(s, q + uint64_t(row) * kHeads * kHeadDim, group == 0, kv, num_pages, slots, tiles,
@@ -94,8 +97,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         tile[scorer.v0_at] = onchip::KeyOfLogit(v0);
         tile[scorer.v1_at] = onchip::KeyOfLogit(v1);
       }
+      if (i == 0) DSV41_STAMP(2);
     }
   }
+  DSV41_STAMP(3);
   // Once every tile of the row is scored (the ring's buffers free): rank 0 selects.
   auto& select = *reinterpret_cast<onchip::Shared*>(&s.kv[0][0]);
   onchip::SelectRow<int(kThreads)>(select, keys, int32_t(len), cluster, cl, rank, k, row_blocks,

@@ -2,7 +2,7 @@
 # Everything the GPU needs in one device call: install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
 # benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file>
-# cuprobe:<file.cu>[:<MACRO>] (default: build test bench); BENCH_ARGS adds benchmark options
+# cuprobe:<file.cu>[:<MACRO>] ffiprobe:<file.cu> (default: build test bench); BENCH_ARGS adds benchmark options
 # (e.g. "--only sort,topk --breakdown"); PYTEST_K selects tests within the tests: step
 # (pytest -k); SANITIZE_MEMCHECK / SANITIZE_SECTIONS name the memcheck / racecheck sections
 # (default: all of scripts/sanitize_run.py).
@@ -76,6 +76,14 @@ for step in $STEPS; do
       nvcc -O3 -std=c++20 -arch=sm_90a -Icuda ${def:+-D$def} "$f" -o /tmp/cuprobe >"$log" 2>&1 &&
         /tmp/cuprobe >>"$log" 2>&1
       note "cuprobe $spec rc=$?"; grep -E "^(OK|FAIL|BAD|TIME)" "$log" | head -40 ;;
+    ffiprobe:*)  # a CUDA probe that includes ffi/ sources: the XLA FFI and DeepGEMM headers too
+      f=${step#ffiprobe:}
+      log="$OUT/ffiprobe_$(basename "$f" .cu).log"
+      inc=$($PY -c "import jaxlib, os; print(os.path.join(os.path.dirname(jaxlib.__file__), 'include'))")
+      nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+        -diag-suppress 940,2473 -Icuda -Iffi -I"$inc" -I/tmp/site/deep_gemm/include "$f" \
+        -o /tmp/ffiprobe >"$log" 2>&1 && /tmp/ffiprobe >>"$log" 2>&1
+      note "ffiprobe $f rc=$?"; grep -E "^(OK|FAIL|BAD|TIME)" "$log" | head -40 ;;
     probe:*)
       f=${step#probe:}
       $PY "$f" >"$OUT/probe_$(basename "$f").log" 2>&1
