@@ -59,7 +59,7 @@ $(STAMP): $(PY) $(BUILD_INPUTS)
 # machine takes 15-20 min (README); the GPU tests skip there.
 test: install
 	$(call say,running the test suite (CPU-only: 15-20 min; one line per file; GPU tests skip))
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=15
 
 demo: install
 	$(PY) examples/decode_step.py

@@ -97,7 +97,7 @@ __device__ __forceinline__ void ProduceTiles(Ring<kHeads, kStages>& s, const uin
                                              bool loads_q, const uint8_t* kv, int64_t num_pages,
                                              const int32_t* slots, uint32_t tiles, uint32_t start,
                                              uint32_t step, uint32_t lane) {
-  auto full = reinterpret_cast<Barrier*>(s.full), empty = reinterpret_cast<Barrier*>(s.empty);
+  auto empty = reinterpret_cast<Barrier*>(s.empty);
   constexpr uint64_t kPageBytes = kPageSize * (kHeadDim + 4);
   constexpr int32_t kBlocksPerPage = kPageSize / kBlock;
   if (loads_q) {
