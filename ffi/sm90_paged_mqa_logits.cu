@@ -67,6 +67,11 @@ cudaError_t SetSmemAttribute() {
 
 PerDevice g_num_sms;  // the SM count, recorded by the Prepare function below
 
+// The SM count the schedule and the grid are instantiated for: the device's on the Hopper parts
+// (132, 114, 78), else the largest below it (78 under it). The schedule splits the work into that
+// many segments, one a CTA, so any count is correct; a count between two runs a little idle.
+uint32_t ScheduledSms(int num_sms) { return num_sms >= 132 ? 132 : num_sms >= 114 ? 114 : 78; }
+
 template <uint32_t kAlignedBatch, uint32_t kNumSMs>
 void LaunchSchedule(cudaStream_t stream, uint32_t batch, uint32_t next_n, const int32_t* lens,
                     int32_t* schedule) {
@@ -106,19 +111,16 @@ ffi::Error LaunchSm90Schedule(const char* op, cudaStream_t stream, int64_t batch
     return ffi::Error::Internal(std::string(op) + ": device not prepared (dsv41_jax._ext.prepare)");
   }
   bool scheduled = false;
-  switch (num_sms) {
+  switch (ScheduledSms(num_sms)) {
     case 132:
       scheduled = ScheduleForSMs<132>(stream, batch, next_n, lens, schedule);
       break;
     case 114:
       scheduled = ScheduleForSMs<114>(stream, batch, next_n, lens, schedule);
       break;
-    case 78:
+    default:
       scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens, schedule);
       break;
-    default:
-      return InvalidArgument(op,
-                             "no schedule instantiated for " + std::to_string(num_sms) + " SMs");
   }
   if (!scheduled) return InvalidArgument(op, "batch above 1024 requests");
   return LastCudaError(op);
@@ -195,8 +197,8 @@ ffi::Error LaunchSm90PagedLogits(const char* op, cudaStream_t stream, const Sm90
   using MainFn = decltype(&LaunchMain<1, 32>);
   const MainFn main = c.next_n == 1 ? (c.heads == 32 ? LaunchMain<1, 32> : LaunchMain<1, 64>)
                                     : (c.heads == 32 ? LaunchMain<2, 32> : LaunchMain<2, 64>);
-  return CudaStatus(op, main(stream, num_sms, c.batch, c.cols, c.max_pages, lens, c.logits,
-                             c.block_table, schedule, q_map, kv_map, sc_map, w_map));
+  return CudaStatus(op, main(stream, ScheduledSms(num_sms), c.batch, c.cols, c.max_pages, lens,
+                             c.logits, c.block_table, schedule, q_map, kv_map, sc_map, w_map));
 }
 
 namespace {
