@@ -344,10 +344,10 @@ def test_sparse_consumer_select_is_onchip_from_64_rows():
     assert topk_ffi.sparse_algorithm(spec.update(shape=(few, 2048 * 8)), 512, 8) == "short"
     assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 2048 * 8)), 512, 8) == "onchip"
     assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 64)), 512, 8) == "onchip"
-    assert topk_ffi.sparse_algorithm(wide, 512, 8) != "onchip"
+    assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
     with topk_ffi.forced_algorithm("onchip"):
         assert topk_ffi.sparse_algorithm(spec, 512, 8) == "onchip"
-        assert topk_ffi.sparse_algorithm(wide, 512, 8) != "onchip"
+        assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
     with topk_ffi.forced_algorithm("cluster"):
         assert topk_ffi.sparse_algorithm(spec, 512, 8) == "cluster"
     with topk_ffi.forced_algorithm("short"):  # the logits-then-select path at any row count

@@ -17,9 +17,6 @@ struct cluster_group {
       ++c->cluster_syncs;
     });
   }
-  // The halves of sync: the stand-in's arrive waits with the rest (no thread runs ahead of it).
-  void barrier_arrive() const {}
-  void barrier_wait() const { sync(); }
   // The address is taken to be read or written right away: the harness checks that CTA `rank`
   // passes another cluster.sync before it exits (cuda_runtime.h, Cluster::read_at).
   template <class T>

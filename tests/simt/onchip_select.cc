@@ -42,8 +42,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1)
   const int64_t row = blockIdx.x / unsigned(cl);
   const int64_t len = min(max(int64_t(lens[row]), int64_t(0)), n);
   const float* s = scores + row * n;
-  if (cl > 1) cluster.barrier_arrive();
-  if (cl > 1) cluster.barrier_wait();
+  if (cl > 1) cluster.sync();  // every CTA started: peers may store into rank 0's keys
   uint32_t* mine = onchip::RowKeys(cluster, keys, rank, int64_t(rank) * chunk);
   for (int64_t i = threadIdx.x; i < chunk; i += kBlockThreads) {
     const int64_t col = int64_t(rank) * chunk + i;
