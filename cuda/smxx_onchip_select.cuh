@@ -8,7 +8,8 @@
 //   - three digit passes (11, 11 and 10 bits) of histograms find the k-th key, as in the short
 //     select (smxx_short_topk.cu);
 //   - the output, in column order, from ballots over each warp's consecutive keys and one
-//     block scan.
+//     block scan;
+//   - each thread's keys (kSteps) in registers from the start: no pass reads them again.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -52,21 +53,26 @@ struct Digit {
   int32_t bin, above, in_bin, total;
 };
 
+// How many keys a thread of a kThreads-thread CTA holds: warp w takes the row's keys
+// [w * seg, (w + 1) * seg), lane l those at l, l + 32, ... of it (seg <= 32 * kSteps).
+template <int kThreads>
+constexpr int kSteps = (kMaxRow + kThreads - 1) / kThreads;
+
 // One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin holding
 // the k_rem-th largest of them, the keys above that bin and in it, and how many keys took part.
-// Every thread of the CTA calls it.
+// Every thread of the CTA calls it with its own keys.
 template <int kThreads, int kShift, int kWidth>
-__device__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t n, uint32_t prefix,
+__device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kSteps<kThreads>], uint32_t prefix,
                            int32_t k_rem) {
   constexpr int kDigits = 1 << kWidth, kPer = kDigits / kScanThreads;
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kPer >= 1 && kThreads >= kScanThreads);
   uint32_t* h = sh.hist[kPass];
-  for (int i = int(threadIdx.x); i < n; i += kThreads) {
-    const uint32_t key = keys[i];
-    bool in = key != topk::kExcluded;
-    if constexpr (kShift + kWidth < 32) in = in && (key >> (kShift + kWidth)) == prefix;
-    if (in) atomicAdd(&h[(key >> kShift) & (kDigits - 1)], 1u);
+#pragma unroll
+  for (int j = 0; j < kSteps<kThreads>; ++j) {
+    bool in = key[j] != topk::kExcluded;
+    if constexpr (kShift + kWidth < 32) in = in && (key[j] >> (kShift + kWidth)) == prefix;
+    if (in) atomicAdd(&h[(key[j] >> kShift) & (kDigits - 1)], 1u);
   }
   __syncthreads();
   // Thread t < kScanThreads holds digits kDigits - 1 - t * kPer - j, descending: its exclusive
@@ -99,19 +105,30 @@ __device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo
 // The row's top-k: out[0, k) = the positions blocks[col / 8] * 8 + col % 8 of its k best columns
 // in column order, -1 past the keys there are. `keys` [0, n) are the row's (n <= kMaxRow),
 // `blocks` and `out` the row's; k >= 1 (the caller checks). Every thread of the CTA calls it.
+// Each thread loads its keys once into registers: the passes and the output read no memory but
+// the histograms and the taken columns' blocks.
 template <int kThreads>
 __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, int32_t k,
-                                  const int32_t* blocks, int32_t* out) {
-  constexpr int kWarps = kThreads / 32;
-  static_assert(kThreads % 32 == 0 && kWarps <= 32);
+                                  const int32_t* __restrict__ blocks, int32_t* __restrict__ out) {
+  constexpr int kWarps = kThreads / 32, kN = kSteps<kThreads>;
+  static_assert(kThreads % 32 == 0 && kWarps <= 32 && kN <= 32, "a lane keeps a step's counts");
   constexpr int32_t kBlock = 8;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int32_t seg = (n + 32 * kWarps - 1) / (32 * kWarps) * 32;
+  const int32_t lo = min(warp * seg, n), hi = min(lo + seg, n);
+  uint32_t key[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int32_t i = lo + 32 * j + lane;
+    key[j] = i < hi ? keys[i] : topk::kExcluded;
+  }
   for (int i = int(threadIdx.x); i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   __syncthreads();
 
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
   uint32_t thresh = 0;
-  const Digit d0 = DigitPass<kThreads, 21, 11>(sh, keys, n, 0, k_rem);
+  const Digit d0 = DigitPass<kThreads, 21, 11>(sh, key, 0, k_rem);
   DSV41_STAMP(5);
   const int32_t total = d0.total;  // keys that may be selected
   if (total > k) {
@@ -120,14 +137,14 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
     if (d0.in_bin == k_rem) {
       thresh = Below(prefix << 21);
     } else {
-      const Digit d1 = DigitPass<kThreads, 10, 11>(sh, keys, n, prefix, k_rem);
+      const Digit d1 = DigitPass<kThreads, 10, 11>(sh, key, prefix, k_rem);
       DSV41_STAMP(6);
       prefix = (prefix << 11) | uint32_t(d1.bin);
       k_rem -= d1.above;
       if (d1.in_bin == k_rem) {
         thresh = Below(prefix << 10);
       } else {
-        const Digit d2 = DigitPass<kThreads, 0, 10>(sh, keys, n, prefix, k_rem);
+        const Digit d2 = DigitPass<kThreads, 0, 10>(sh, key, prefix, k_rem);
         DSV41_STAMP(7);
         thresh = (prefix << 10) | uint32_t(d2.bin);
         need = k_rem - d2.above;
@@ -135,40 +152,41 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
     }
   }
 
-  // ---- output slots in column order: warp w takes keys [w * seg, (w + 1) * seg), 32 at a time
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const int32_t seg = (n + 32 * kWarps - 1) / (32 * kWarps) * 32;
-  const int32_t lo = min(warp * seg, n), hi = min(lo + seg, n);
+  // ---- output slots in column order. Lane j keeps the counts of the warp's step j (keys
+  // lo + 32 j + [0, 32)), above | equal << 16 (a row's counts stay below 2^15 each).
   const uint32_t lanes_below = (1u << lane) - 1u;
-  const auto taken = [&](int32_t i, uint32_t& gt, uint32_t& eq) {
-    const uint32_t key = i < hi ? keys[i] : topk::kExcluded;
-    gt = __ballot_sync(0xffffffffu, key > thresh);
-    eq = __ballot_sync(0xffffffffu, need > 0 && key == thresh);
-  };
-  int32_t warp_above = 0, warp_equal = 0;
-  for (int32_t i = lo + lane; i - lane < hi; i += 32) {
-    uint32_t gt, eq;
-    taken(i, gt, eq);
-    warp_above += __popc(gt), warp_equal += __popc(eq);
+  int32_t step_counts = 0;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int32_t c = __popc(__ballot_sync(0xffffffffu, key[j] > thresh)) |
+                      __popc(__ballot_sync(0xffffffffu, need > 0 && key[j] == thresh)) << 16;
+    if (lane == j) step_counts = c;
   }
-  // Only lane 31 contributes: every thread's exclusive scan is the sum over the warps before its
-  // own (a row's counts stay below 2^15 each, so the packing holds).
-  const int32_t packed = lane == 31 ? warp_above | (warp_equal << 16) : 0;
-  const int32_t warps_before = BlockExclusiveScan<kThreads>(packed, sh.warp_sums, &sh.scan_total);
-  int32_t above = warps_before & 0xffff, equal = warps_before >> 16;
+  int32_t steps_before = step_counts;  // inclusive, then exclusive, over the warp's steps
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, steps_before, d);
+    if (lane >= d) steps_before += y;
+  }
+  // Only lane 31 contributes the warp's counts: every thread's exclusive scan is the sum over
+  // the warps before its own.
+  const int32_t warps_before =
+      BlockExclusiveScan<kThreads>(lane == 31 ? steps_before : 0, sh.warp_sums, &sh.scan_total);
+  steps_before += warps_before - step_counts;
   DSV41_STAMP(8);
-  for (int32_t i = lo + lane; i - lane < hi; i += 32) {
-    uint32_t gt, eq;
-    taken(i, gt, eq);
-    const int32_t g = above + __popc(gt & lanes_below), e = equal + __popc(eq & lanes_below);
-    const int32_t pos =
-        i < hi && ((gt | eq) >> lane & 1u) ? blocks[i / kBlock] * kBlock + i % kBlock : 0;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const uint32_t gt = __ballot_sync(0xffffffffu, key[j] > thresh);
+    const uint32_t eq = __ballot_sync(0xffffffffu, need > 0 && key[j] == thresh);
+    const int32_t before = __shfl_sync(0xffffffffu, steps_before, j);
+    const int32_t g = (before & 0xffff) + __popc(gt & lanes_below);
+    const int32_t e = (before >> 16) + __popc(eq & lanes_below);
+    const int32_t i = lo + 32 * j + lane;
     if ((gt >> lane) & 1u) {
-      out[g + min(e, need)] = pos;
+      out[g + min(e, need)] = blocks[i / kBlock] * kBlock + i % kBlock;
     } else if (((eq >> lane) & 1u) && e < need) {
-      out[g + e] = pos;
+      out[g + e] = blocks[i / kBlock] * kBlock + i % kBlock;
     }
-    above += __popc(gt), equal += __popc(eq);
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
   DSV41_STAMP(9);

@@ -209,7 +209,7 @@ HEADER = ROOT / "cuda" / "smxx_onchip_select.cuh"
 # (what, the text of the header, its replacement): each breaks the select in a way the cases
 # above must see.
 MUTANTS = [
-    ("ties-not-capped", "out[g + min(e, need)] = pos;", "out[g + e] = pos;"),
+    ("ties-not-capped", "out[g + min(e, need)] =", "out[g + e] ="),
     (
         "keys-kept-local",
         "(rank == 0 ? keys : cluster.map_shared_rank(keys, 0)) + col",
@@ -223,7 +223,9 @@ MUTANTS = [
     ("bin-start-taken", "thresh = Below(prefix << 21);", "thresh = prefix << 21;"),
     ("bin-end-wrong", "k_rem <= above + c[j]) {", "k_rem < above + c[j]) {"),
     ("one-tie-too-many", "& 1u) && e < need) {", "& 1u) && e <= need) {"),
-    ("past-the-keys", "key = i < hi ? keys[i] : topk::kExcluded;", "key = keys[i];"),
+    ("past-the-keys", "key[j] = i < hi ? keys[i] : topk::kExcluded;", "key[j] = keys[i];"),
+    ("steps-inclusive", "warps_before - step_counts;", "warps_before;"),
+    ("step-0-base", "steps_before, j);", "steps_before, 0);"),
 ]
 
 
