@@ -44,10 +44,13 @@ struct alignas(1024) Ring {
   uint64_t full[kStages], empty[kStages], q_full;
 };
 
-// The ring at the first 1024-aligned byte of dynamic shared memory (its size + 1024 asked).
+// The ring at the first 1024-aligned byte of dynamic shared memory (its size + 1024 asked). An
+// offset from `smem_raw`, not an integer made a pointer: the compiler still knows what follows is
+// shared memory and emits shared loads and atomics (generic atomics there cost several times more).
 template <class R>
 __device__ __forceinline__ R& AlignedRing(uint8_t* smem_raw) {
-  return *reinterpret_cast<R*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  return *reinterpret_cast<R*>(smem_raw + ((1024 - at % 1024) % 1024));
 }
 
 // One thread, before any use: `consumers` threads free a stage; a stage (and q) is full once
