@@ -330,14 +330,14 @@ def test_public_topk_dispatch_policy(monkeypatch):
 
 
 @needs_ext
-def test_sparse_consumer_select_is_onchip_from_64_rows():
+def test_sparse_consumer_select_is_onchip_from_32_rows():
     """The SM90 sparse consumer's select attribute: the short select after the logits below
     ONCHIP_MIN_ROWS rows (the faster on the H200 there), the one-kernel select (attribute
     select_onchip) from that many rows or when forced, and only where one CTA holds the row."""
     from dsv41_jax.topk import ffi as topk_ffi
 
     few, many = topk_ffi.ONCHIP_MIN_ROWS - 1, topk_ffi.ONCHIP_MIN_ROWS
-    assert many == 64
+    assert many == 32
     spec = jax.ShapeDtypeStruct((8, 2048 * 8), jnp.float32)
     wide = jax.ShapeDtypeStruct((many, _ext.limit("onchip_max_columns") + 8), jnp.float32)
     assert topk_ffi.sparse_algorithm(spec, 512, 8) == "short"

@@ -34,10 +34,10 @@ SHORT_TOPK = "dsv41_short_topk"
 ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
 # The sparse consumer's one-kernel select (`sparse_algorithm`): not a select of arbitrary scores.
 ONCHIP = "onchip"
-# Rows from which the one-kernel select is the sparse consumer's default: from 64 rows of V4.1's
+# Rows from which the one-kernel select is the sparse consumer's default: from 32 rows of V4.1's
 # 16K candidate columns it is faster than logits-then-select on the H200 (a row's cluster shrinks
 # as rows grow, and the select's fixed cost is shared by fewer idle SMs).
-ONCHIP_MIN_ROWS = 64
+ONCHIP_MIN_ROWS = 32
 
 
 def radix_topk(
