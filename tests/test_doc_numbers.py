@@ -35,7 +35,7 @@ CITED = [
         ("µs", (STEP, "bs8 x 128K", "auto path (default)")),
     ),
     ("README.md", "torch ops: 635 µs", "635", ("µs", (STEP, "bs1 x 16K", TORCH_STEP))),
-    ("README.md", "and 931 µs)", "931", ("µs", (STEP, "bs8 x 128K", TORCH_STEP))),
+    ("README.md", "and 930 µs)", "930", ("µs", (STEP, "bs8 x 128K", TORCH_STEP))),
     ("README.md", "sparse path (22 µs", "22", ("µs", (SELECT, "bs8 x 128K", "sparse path"))),
     ("README.md", "path 64 µs)", "64", ("µs", (SELECT, "bs8 x 128K", "mask path"))),
     ("README.md", "step was 87 µs", "87", ("µs", (SPAN, "bs1 x 16K", STACKED))),
