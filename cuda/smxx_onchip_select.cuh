@@ -62,8 +62,8 @@ constexpr int kSteps = (kMaxRow + kThreads - 1) / kThreads;
 // the k_rem-th largest of them, the keys above that bin and in it, and how many keys took part.
 // Every thread of the CTA calls it with its own keys.
 template <int kThreads, int kShift, int kWidth>
-__device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kSteps<kThreads>], uint32_t prefix,
-                           int32_t k_rem) {
+__device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kSteps<kThreads>],
+                                           uint32_t prefix, int32_t k_rem) {
   constexpr int kDigits = 1 << kWidth, kPer = kDigits / kScanThreads;
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kPer >= 1 && kThreads >= kScanThreads);
@@ -105,8 +105,8 @@ __device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo
 // The row's top-k: out[0, k) = the positions blocks[col / 8] * 8 + col % 8 of its k best columns
 // in column order, -1 past the keys there are. `keys` [0, n) are the row's (n <= kMaxRow),
 // `blocks` and `out` the row's; k >= 1 (the caller checks). Every thread of the CTA calls it.
-// Each thread loads its keys once into registers: the passes and the output read no memory but
-// the histograms and the taken columns' blocks.
+// Each thread loads its keys once into registers (DigitPass inlined, so they stay there): no
+// pass and no output sweep reads a key again.
 template <int kThreads>
 __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, int32_t k,
                                   const int32_t* __restrict__ blocks, int32_t* __restrict__ out) {

@@ -312,7 +312,7 @@ def test_onchip_select_on_any_slots_equals_reference(rng, heads, next_n, batch, 
 @pytest.mark.parametrize("batch", [1, 8, 64])
 def test_onchip_select_at_v41_shape_equals_logits_then_select(rng, batch):
     """V4.1's defaults (k 512, C 2048) through the public select and the one-call step: the
-    one-kernel select (forced) equals the default sparse path (logits-then-select below 64 rows,
+    one-kernel select (forced) equals the default sparse path (logits-then-select below 32 rows,
     the one kernel from there) and the mask path."""
     cfg = dj.IndexerConfig()
     pages = 300
