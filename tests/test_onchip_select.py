@@ -259,8 +259,8 @@ def _caught(exe, seed: int) -> bool:
 def test_mutants_are_caught(simt_topk, rng, tmp_path):
     """Each mutant of the select (an edited copy of the header, shadowing cuda/ when only
     onchip_select.cc is compiled again) fails the cases that the header itself passes. Not
-    here: the equivalent mutant `need > 0 && key[j] == thresh` -> `key[j] == thresh` (with need 0 the
-    ties' counts are never used)."""
+    here: the equivalent mutant `need > 0 && key[j] == thresh` -> `key[j] == thresh` (with need
+    0 the ties' counts are never used)."""
     base, seed = pathlib.Path(simt_topk).parent, int(rng.integers(1 << 30))
     _mutant_cases(simt_topk, seed)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
