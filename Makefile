@@ -55,11 +55,14 @@ $(STAMP): $(PY) $(BUILD_INPUTS)
 	@$(PY) -c "import jax; from dsv41_jax import _ext; print('[dsv41_jax] installed; CUDA extension:', 'built' if _ext.available() else 'not built ($(if $(filter 0,$(CUDA)),CUDA=0,needs nvcc >= 12.9 on PATH))', '| jax backend:', jax.default_backend())"
 	@touch $@
 
-# One line per test file as it runs, then the skipped tests by reason (tests/_summary.py). A CPU-only
-# machine takes 15-20 min (README); the GPU tests skip there.
+# The tests spread over the CPU's cores (pytest-xdist, at most 4 processes) where no GPU is found;
+# with a GPU in one process, as each process would claim the GPU's memory (TEST_WORKERS=0 runs
+# one process anywhere). Then the failures, the skipped tests by reason (tests/_summary.py) and
+# the 15 slowest tests. The GPU tests skip on a CPU-only machine.
+TEST_WORKERS ?= $(if $(JAX_EXTRA),0,auto)
 test: install
-	$(call say,running the test suite (CPU-only: 15-20 min; one line per file; GPU tests skip))
-	$(PY) -m pytest tests --durations=15
+	$(call say,running the test suite ($(if $(filter 0,$(TEST_WORKERS)),one process,over the CPU's cores); GPU tests skip without a GPU))
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --maxprocesses 4 --durations=15
 
 demo: install
 	$(PY) examples/decode_step.py
