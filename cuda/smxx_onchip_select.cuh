@@ -9,7 +9,7 @@
 //     select (smxx_short_topk.cu);
 //   - the output, in column order, from ballots over each warp's consecutive keys and one
 //     block scan;
-//   - each thread's keys (kSteps) in registers from the start: no pass reads them again.
+//   - each thread's keys (kSteps) in registers from the start.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -155,11 +155,16 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
   // ---- output slots in column order. Lane j keeps the counts of the warp's step j (keys
   // lo + 32 j + [0, 32)), above | equal << 16 (a row's counts stay below 2^15 each).
   const uint32_t lanes_below = (1u << lane) - 1u;
+  // The warp's lanes whose key of step j is above the k-th key, and equal to it where ties count.
+  const auto above = [&](int j) { return __ballot_sync(0xffffffffu, key[j] > thresh); };
+  const auto equal = [&](int j) {
+    return __ballot_sync(0xffffffffu, need > 0 && key[j] == thresh);
+  };
+  const auto position = [&](int32_t i) { return blocks[i / kBlock] * kBlock + i % kBlock; };
   int32_t step_counts = 0;
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
-    const int32_t c = __popc(__ballot_sync(0xffffffffu, key[j] > thresh)) |
-                      __popc(__ballot_sync(0xffffffffu, need > 0 && key[j] == thresh)) << 16;
+    const int32_t c = __popc(above(j)) | __popc(equal(j)) << 16;
     if (lane == j) step_counts = c;
   }
   int32_t steps_before = step_counts;  // inclusive, then exclusive, over the warp's steps
@@ -176,16 +181,15 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
   DSV41_STAMP(8);
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
-    const uint32_t gt = __ballot_sync(0xffffffffu, key[j] > thresh);
-    const uint32_t eq = __ballot_sync(0xffffffffu, need > 0 && key[j] == thresh);
+    const uint32_t gt = above(j), eq = equal(j);
     const int32_t before = __shfl_sync(0xffffffffu, steps_before, j);
     const int32_t g = (before & 0xffff) + __popc(gt & lanes_below);
     const int32_t e = (before >> 16) + __popc(eq & lanes_below);
     const int32_t i = lo + 32 * j + lane;
     if ((gt >> lane) & 1u) {
-      out[g + min(e, need)] = blocks[i / kBlock] * kBlock + i % kBlock;
+      out[g + min(e, need)] = position(i);
     } else if (((eq >> lane) & 1u) && e < need) {
-      out[g + e] = blocks[i / kBlock] * kBlock + i % kBlock;
+      out[g + e] = position(i);
     }
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
