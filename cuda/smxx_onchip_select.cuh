@@ -6,9 +6,10 @@
 // pays two for each digit pass. A column is selected by its key (topk::OrderedKey, 0 = never),
 // ties by lower column, and written as the position its candidate block maps to.
 //   - three digit passes (11, 11 and 10 bits) of histograms find the k-th key, as in the short
-//     select (smxx_short_topk.cu);
-//   - the output, in column order, from ballots over each warp's consecutive keys and one
-//     block scan;
+//     select (smxx_short_topk.cu); pass 1's counts made by the CTAs as they score (CountKey),
+//     each pass's bins scanned by one warp (FindBin);
+//   - the output, in column order, from ballots over each warp's consecutive keys; where every
+//     key equal to the k-th one is taken (the usual case), one ballot a step and no tie counts;
 //   - each thread's keys (kSteps) in registers from the start.
 #pragma once
 
@@ -17,24 +18,39 @@
 
 #include <cstdint>
 
-#include "smxx_block_scan.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace dsv41 {
 namespace onchip {
 
-constexpr int kBins = 2048;        // the widest digit: 11 bits
-constexpr int kScanThreads = 256;  // threads holding a pass's bins in its scan (8 each at most)
+constexpr int kBins = 2048;  // the widest digit: 11 bits
 constexpr int kMaxCluster = 16;
 constexpr int32_t kMaxRow = 16384;  // keys a row: the output counts pack in 16 bits
 
+constexpr int kGroups = kBins / 32;  // counts of 32 digits each, beside the digits' (FindBin)
+
 struct Shared {
-  uint32_t hist[3][kBins];  // one per pass: zeroed once, at the start, never refilled
+  uint32_t hist[2][kBins + kGroups];  // passes 2 and 3 (pass 1's are the cluster's, CountKey)
   int32_t warp_sums[32];
-  int32_t scan_total;
+  int32_t total;               // the keys that may be selected (pass 1's)
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
 };
+
+// The words of a CTA's pass-1 counts (CountKey): two 16-bit counts a word, then the groups'.
+constexpr int kFirstWords = kBins / 2 + kGroups;
+
+// Every CTA of a row's cluster counts its own columns' keys by their top 11 bits (pass 1's digit)
+// while it scores them, into `counts` [kFirstWords] of its shared memory (zeroed before the
+// cluster's first barrier), and SelectRow adds the peers' counts into rank 0's: a row's pass 1
+// costs its select one scan. A bin's count is its half of word digit / 2, high for odd digits: no
+// bin of a row holds more than kMaxRow keys, so the halves never carry into each other.
+__device__ __forceinline__ void CountKey(uint32_t* counts, uint32_t key) {
+  if (key != topk::kExcluded) {
+    atomicAdd(&counts[key >> 22], 1u << ((key >> 17) & 16));
+    atomicAdd(&counts[kBins / 2 + (key >> 26)], 1u);
+  }
+}
 
 // The key a logit is selected by: never NaN or -inf.
 __device__ __forceinline__ uint32_t KeyOfLogit(float v) {
@@ -50,7 +66,7 @@ __device__ __forceinline__ uint32_t* RowKeys(const cooperative_groups::cluster_g
 }
 
 struct Digit {
-  int32_t bin, above, in_bin, total;
+  int32_t bin, above, in_bin;
 };
 
 // How many keys a thread of a kThreads-thread CTA holds: warp w takes the row's keys
@@ -58,83 +74,178 @@ struct Digit {
 template <int kThreads>
 constexpr int kSteps = (kMaxRow + kThreads - 1) / kThreads;
 
+// The sum of v over the warp's lanes up to this one.
+__device__ __forceinline__ int32_t WarpInclusiveScan(int32_t v) {
+  const int lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += y;
+  }
+  return v;
+}
+
+// The count of digit d in h: one a word, or two (kPacked: CountKey's layout).
+template <bool kPacked>
+__device__ __forceinline__ int32_t CountOf(const uint32_t* h, int d) {
+  if constexpr (kPacked) return int32_t((h[d >> 1] >> ((d & 1) * 16)) & 0xffffu);
+  return int32_t(h[d]);
+}
+
+// One warp finds the digit of h's kDigits that holds the k_rem-th largest key counted (k_rem >=
+// 1; none past the keys counted), from `groups` [kDigits / 32], the counts of the digits
+// [32 g, 32 g + 32): a warp scan over the groups, descending, finds the group, a second over
+// its 32 digits the digit. Writes the digit, the keys above it and in it to sh; returns the keys
+// counted. No block barrier, where a scan of the bins over the CTA pays three.
+template <int kDigits, bool kPacked>
+__device__ __forceinline__ int32_t FindBin(Shared& sh, const uint32_t* h, const uint32_t* groups,
+                                           int32_t k_rem) {
+  constexpr int kSub = kDigits / 32 / 32;  // groups a lane
+  static_assert(kSub == 1 || kSub == 2);
+  const int lane = int(threadIdx.x) % 32;
+  const int top = kDigits / 32 - 1 - lane * kSub;  // the lane's groups top - [0, kSub)
+  int32_t c[kSub], mine = 0;
+#pragma unroll
+  for (int j = 0; j < kSub; ++j) c[j] = int32_t(groups[top - j]), mine += c[j];
+  const int32_t inclusive = WarpInclusiveScan(mine);
+  const int32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
+  int group = -1;
+  int32_t above = inclusive - mine, group_above = 0;
+#pragma unroll
+  for (int j = 0; j < kSub; ++j) {
+    if (above < k_rem && k_rem <= above + c[j]) group = top - j, group_above = above;
+    above += c[j];
+  }
+  const uint32_t hit = __ballot_sync(0xffffffffu, group >= 0);
+  if (hit == 0) return total;
+  const int src = __ffs(int(hit)) - 1;
+  group = __shfl_sync(0xffffffffu, group, src);
+  group_above = __shfl_sync(0xffffffffu, group_above, src);
+  const int d = group * 32 + 31 - lane;  // descending over the lanes
+  const int32_t count = CountOf<kPacked>(h, d);
+  const int32_t digit_above = group_above + WarpInclusiveScan(count) - count;
+  if (digit_above < k_rem && k_rem <= digit_above + count) {
+    sh.bin = d, sh.above = digit_above, sh.in_bin = count;
+  }
+  return total;
+}
+
 // One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin holding
-// the k_rem-th largest of them, the keys above that bin and in it, and how many keys took part.
-// Every thread of the CTA calls it with its own keys.
+// the k_rem-th largest of them, the keys above that bin and in it. Every thread of the CTA calls
+// it with its own keys; the pass's histogram is zero.
 template <int kThreads, int kShift, int kWidth>
 __device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kSteps<kThreads>],
                                            uint32_t prefix, int32_t k_rem) {
-  constexpr int kDigits = 1 << kWidth, kPer = kDigits / kScanThreads;
-  constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
-  static_assert(kDigits <= kBins && kPer >= 1 && kThreads >= kScanThreads);
-  uint32_t* h = sh.hist[kPass];
+  constexpr int kDigits = 1 << kWidth;
+  static_assert(kDigits <= kBins && kShift + kWidth < 32);
+  uint32_t* h = sh.hist[kShift == 10 ? 0 : 1];
 #pragma unroll
   for (int j = 0; j < kSteps<kThreads>; ++j) {
-    bool in = key[j] != topk::kExcluded;
-    if constexpr (kShift + kWidth < 32) in = in && (key[j] >> (kShift + kWidth)) == prefix;
-    if (in) atomicAdd(&h[(key[j] >> kShift) & (kDigits - 1)], 1u);
+    const bool in = key[j] != topk::kExcluded && (key[j] >> (kShift + kWidth)) == prefix;
+    const uint32_t d = (key[j] >> kShift) & (kDigits - 1);
+    if (in) atomicAdd(&h[d], 1u), atomicAdd(&h[kBins + d / 32], 1u);
   }
   __syncthreads();
-  // Thread t < kScanThreads holds digits kDigits - 1 - t * kPer - j, descending: its exclusive
-  // scan is the count of keys in the bins above its own.
-  int32_t c[kPer], mine = 0;
-  const bool scans = int(threadIdx.x) < kScanThreads;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int d = kDigits - 1 - (int(threadIdx.x) * kPer + j);
-    c[j] = scans ? int32_t(h[d]) : 0, mine += c[j];
-  }
-  int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
-  if (scans) {
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      if (above < k_rem && k_rem <= above + c[j]) {
-        sh.bin = kDigits - 1 - (int(threadIdx.x) * kPer + j);
-        sh.above = above, sh.in_bin = c[j];
-      }
-      above += c[j];
-    }
-  }
+  DSV41_STAMP(kShift == 10 ? 11 : 12);
+  if (threadIdx.x < 32) FindBin<kDigits, false>(sh, h, h + kBins, k_rem);
   __syncthreads();
-  return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
+  return Digit{sh.bin, sh.above, sh.in_bin};
 }
 
 // The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
 __device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
 
+// The output in column order: lane j of each warp keeps the counts of the warp's step j (keys
+// lo + 32 j + [0, 32)) taken above the k-th key, | those equal to it << 16 (kTies: `need` > 0 of
+// them are taken, the first in column order; a row's counts stay below 2^15 each).
+template <int kThreads, bool kTies>
+__device__ __forceinline__ void Emit(Shared& sh, const uint32_t (&key)[kSteps<kThreads>],
+                                     int32_t lo, uint32_t thresh, int32_t need,
+                                     const int32_t* __restrict__ blocks,
+                                     int32_t* __restrict__ out) {
+  constexpr int kN = kSteps<kThreads>;
+  constexpr int32_t kBlock = 8;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  // The warp's lanes whose key of step j is above the k-th key, and equal to it.
+  const auto above = [&](int j) { return __ballot_sync(0xffffffffu, key[j] > thresh); };
+  const auto equal = [&](int j) {
+    return kTies ? __ballot_sync(0xffffffffu, key[j] == thresh) : 0u;
+  };
+  const auto position = [&](int32_t i) { return blocks[i / kBlock] * kBlock + i % kBlock; };
+  int32_t step_counts = 0;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int32_t c = __popc(above(j)) | __popc(equal(j)) << 16;
+    if (lane == j) step_counts = c;
+  }
+  DSV41_STAMP(13);
+  int32_t steps_before =
+      WarpInclusiveScan(step_counts);  // inclusive, then exclusive, over the warp's steps
+  if (lane == 31) sh.warp_sums[warp] = steps_before;
+  __syncthreads();
+  const int32_t warps_before =
+      int32_t(__reduce_add_sync(0xffffffffu, lane < warp ? uint32_t(sh.warp_sums[lane]) : 0u));
+  steps_before += warps_before - step_counts;
+  DSV41_STAMP(8);
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const uint32_t gt = above(j), eq = equal(j);
+    const int32_t before = __shfl_sync(0xffffffffu, steps_before, j);
+    const int32_t g = (before & 0xffff) + __popc(gt & lanes_below);
+    const int32_t i = lo + 32 * j + lane;
+    if constexpr (kTies) {
+      const int32_t e = (before >> 16) + __popc(eq & lanes_below);
+      if ((gt >> lane) & 1u) {
+        out[g + min(e, need)] = position(i);
+      } else if (((eq >> lane) & 1u) && e < need) {
+        out[g + e] = position(i);
+      }
+    } else if ((gt >> lane) & 1u) {
+      out[g] = position(i);
+    }
+  }
+}
+
 // The row's top-k: out[0, k) = the positions blocks[col / 8] * 8 + col % 8 of its k best columns
 // in column order, -1 past the keys there are. `keys` [0, n) are the row's (n <= kMaxRow),
-// `blocks` and `out` the row's; k >= 1 (the caller checks). Every thread of the CTA calls it.
-// Each thread loads its keys once into registers (DigitPass inlined, so they stay there): no
-// pass and no output sweep reads a key again.
+// `counts` their pass-1 counts (CountKey), `blocks` and `out` the row's; k >= 1 (the caller
+// checks). Every thread of the CTA calls it. Each thread loads its keys once into registers
+// (DigitPass inlined, so they stay there): no pass and no output sweep reads a key again.
 template <int kThreads>
-__device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, int32_t k,
-                                  const int32_t* __restrict__ blocks, int32_t* __restrict__ out) {
+__device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
+                                  int32_t n, int32_t k, const int32_t* __restrict__ blocks,
+                                  int32_t* __restrict__ out) {
   constexpr int kWarps = kThreads / 32, kN = kSteps<kThreads>;
   static_assert(kThreads % 32 == 0 && kWarps <= 32 && kN <= 32, "a lane keeps a step's counts");
-  constexpr int32_t kBlock = 8;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int32_t seg = (n + 32 * kWarps - 1) / (32 * kWarps) * 32;
   const int32_t lo = min(warp * seg, n), hi = min(lo + seg, n);
+  if (warp == 0) {  // pass 1's digit while the other warps load their keys
+    const int32_t total = FindBin<kBins, true>(sh, counts, counts + kBins / 2, k);
+    if (lane == 0) sh.total = total;
+  }
   uint32_t key[kN];
 #pragma unroll
   for (int j = 0; j < kN; ++j) {
     const int32_t i = lo + 32 * j + lane;
     key[j] = i < hi ? keys[i] : topk::kExcluded;
   }
-  for (int i = int(threadIdx.x); i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
+  for (int i = int(threadIdx.x); i < 2 * (kBins + kGroups); i += kThreads) {
+    (&sh.hist[0][0])[i] = 0;
+  }
+  DSV41_STAMP(10);
   __syncthreads();
 
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
   uint32_t thresh = 0;
-  const Digit d0 = DigitPass<kThreads, 21, 11>(sh, key, 0, k_rem);
+  const int32_t total = sh.total;  // keys that may be selected
   DSV41_STAMP(5);
-  const int32_t total = d0.total;  // keys that may be selected
   if (total > k) {
-    uint32_t prefix = uint32_t(d0.bin);
-    k_rem -= d0.above;
-    if (d0.in_bin == k_rem) {
+    uint32_t prefix = uint32_t(sh.bin);
+    k_rem -= sh.above;
+    if (sh.in_bin == k_rem) {
       thresh = Below(prefix << 21);
     } else {
       const Digit d1 = DigitPass<kThreads, 10, 11>(sh, key, prefix, k_rem);
@@ -148,68 +259,40 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, int32_t n, i
         DSV41_STAMP(7);
         thresh = (prefix << 10) | uint32_t(d2.bin);
         need = k_rem - d2.above;
+        // Every key equal to the k-th one taken: no ties to count (keys 0 are never counted).
+        if (need == d2.in_bin) thresh -= 1, need = 0;
       }
     }
   }
-
-  // ---- output slots in column order. Lane j keeps the counts of the warp's step j (keys
-  // lo + 32 j + [0, 32)), above | equal << 16 (a row's counts stay below 2^15 each).
-  const uint32_t lanes_below = (1u << lane) - 1u;
-  // The warp's lanes whose key of step j is above the k-th key, and equal to it where ties count.
-  const auto above = [&](int j) { return __ballot_sync(0xffffffffu, key[j] > thresh); };
-  const auto equal = [&](int j) {
-    return __ballot_sync(0xffffffffu, need > 0 && key[j] == thresh);
-  };
-  const auto position = [&](int32_t i) { return blocks[i / kBlock] * kBlock + i % kBlock; };
-  int32_t step_counts = 0;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const int32_t c = __popc(above(j)) | __popc(equal(j)) << 16;
-    if (lane == j) step_counts = c;
-  }
-  int32_t steps_before = step_counts;  // inclusive, then exclusive, over the warp's steps
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int32_t y = __shfl_up_sync(0xffffffffu, steps_before, d);
-    if (lane >= d) steps_before += y;
-  }
-  // Only lane 31 contributes the warp's counts: every thread's exclusive scan is the sum over
-  // the warps before its own.
-  const int32_t warps_before =
-      BlockExclusiveScan<kThreads>(lane == 31 ? steps_before : 0, sh.warp_sums, &sh.scan_total);
-  steps_before += warps_before - step_counts;
-  DSV41_STAMP(8);
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const uint32_t gt = above(j), eq = equal(j);
-    const int32_t before = __shfl_sync(0xffffffffu, steps_before, j);
-    const int32_t g = (before & 0xffff) + __popc(gt & lanes_below);
-    const int32_t e = (before >> 16) + __popc(eq & lanes_below);
-    const int32_t i = lo + 32 * j + lane;
-    if ((gt >> lane) & 1u) {
-      out[g + min(e, need)] = position(i);
-    } else if (((eq >> lane) & 1u) && e < need) {
-      out[g + e] = position(i);
-    }
+  if (need == 0) {
+    Emit<kThreads, false>(sh, key, lo, thresh, need, blocks, out);
+  } else {
+    Emit<kThreads, true>(sh, key, lo, thresh, need, blocks, out);
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
   DSV41_STAMP(9);
 }
 
-// Once every CTA of the row's cluster (of `cl`) stored its keys through RowKeys: rank 0 selects
-// the row (SelectToPositions over `keys`, n of them); the other CTAs return at once. Every thread
-// of every CTA of the cluster calls it.
+// Once every CTA of the row's cluster (of `cl`) stored its keys through RowKeys and counted them
+// into its `counts` (CountKey): the peers add their counts into rank 0's, and rank 0 selects the
+// row (SelectToPositions over `keys`, n of them); the other CTAs return at once. Every thread of
+// every CTA of the cluster calls it.
 template <int kThreads>
-__device__ void SelectRow(Shared& sh, const uint32_t* keys, int32_t n,
+__device__ void SelectRow(Shared& sh, const uint32_t* keys, uint32_t* counts, int32_t n,
                           const cooperative_groups::cluster_group& cluster, int cl, int rank,
                           int32_t k, const int32_t* blocks, int32_t* out) {
+  __syncthreads();  // this CTA's counts complete
   if (cl > 1) {
+    if (rank != 0) {
+      uint32_t* to = cluster.map_shared_rank(counts, 0);
+      for (int i = int(threadIdx.x); i < kFirstWords; i += kThreads) {
+        if (counts[i] != 0) atomicAdd(&to[i], counts[i]);
+      }
+    }
     cluster.sync();
-  } else {
-    __syncthreads();
   }
   DSV41_STAMP(4);
-  if (rank == 0) SelectToPositions<kThreads>(sh, keys, n, k, blocks, out);
+  if (rank == 0) SelectToPositions<kThreads>(sh, keys, counts, n, k, blocks, out);
 }
 
 }  // namespace onchip

@@ -31,10 +31,11 @@ constexpr uint32_t kRowTiles = onchip::kMaxRow / kTile;  // most tiles a row
 static_assert(kStages % kMathGroups == 0);
 
 // Dynamic shared memory: the ring (whose buffers the select's histograms reuse once the tiles
-// are scored), then the row's keys, uint32 [row_tiles * 64] (rank 0's hold the row), the row's
-// blocks, int32 [row_tiles * 8] (rank 0's: the select's output maps through them), then the
-// chunk's slots, int32 [chunk_tiles * 8]. Both staged once: neither the producers nor the
-// select's output wait on a global load.
+// are scored), then the CTA's pass-1 counts, uint32 [onchip::kFirstWords] (rank 0's the row's),
+// the row's keys, uint32 [row_tiles * 64] (rank 0's hold the row), the row's blocks, int32
+// [row_tiles * 8] (rank 0's: the select's output maps through them), then the chunk's slots,
+// int32 [chunk_tiles * 8]. Blocks and slots staged once: neither the producers nor the select's
+// output wait on a global load.
 template <uint32_t kHeads>
 using Smem = Ring<kHeads, kStages>;
 static_assert(sizeof(onchip::Shared) <= sizeof(Smem<32>::kv));
@@ -42,7 +43,10 @@ static_assert(sizeof(onchip::Shared) <= sizeof(Smem<32>::kv));
 template <uint32_t kHeads>
 constexpr size_t SmemBytes(uint32_t row_tiles, uint32_t chunk_tiles) {
   return sizeof(Smem<kHeads>) +
-         (size_t(row_tiles) * (kTile + kBlocksPerTile) + chunk_tiles * kBlocksPerTile) * 4 + 1024;
+         (onchip::kFirstWords + size_t(row_tiles) * (kTile + kBlocksPerTile) +
+          chunk_tiles * kBlocksPerTile) *
+             4 +
+         1024;
 }
 static_assert(SmemBytes<64>(kRowTiles, kRowTiles) <= 227 * 1024, "one CTA an SM");
 
@@ -56,7 +60,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
   auto& s = AlignedRing<Smem<kHeads>>(smem_raw);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(&s + 1);
+  uint32_t* counts = reinterpret_cast<uint32_t*>(&s + 1);
+  uint32_t* keys = counts + onchip::kFirstWords;
   int32_t* row_blocks = reinterpret_cast<int32_t*>(keys + c * kBlock);
   int32_t* slots = row_blocks + c;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -69,7 +74,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   DSV41_STAMP(0);
-  // Peers store into rank 0's shared memory only once every CTA of the cluster started.
+  // Peers store into rank 0's shared memory only once every CTA of the cluster started (and
+  // zeroed its counts).
+  for (uint32_t i = threadIdx.x; i < onchip::kFirstWords; i += kThreads) counts[i] = 0;
   if (cl > 1) cluster.barrier_arrive();
   const int32_t* row_slots = physical + uint64_t(row) * c + first * kBlocksPerTile;
   for (uint32_t i = threadIdx.x; i < tiles * kBlocksPerTile; i += kThreads) slots[i] = row_slots[i];
@@ -94,8 +101,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       scorer.Score(s, i % kStages, (i / kStages) & 1, lane, v0, v1);
       if (lane % 4 == 0) {  // the quad holds one value
         uint32_t* tile = chunk_keys + i * kTile + scorer.sub_warp;
-        tile[scorer.v0_at] = onchip::KeyOfLogit(v0);
-        tile[scorer.v1_at] = onchip::KeyOfLogit(v1);
+        const uint32_t key0 = onchip::KeyOfLogit(v0), key1 = onchip::KeyOfLogit(v1);
+        tile[scorer.v0_at] = key0;
+        tile[scorer.v1_at] = key1;
+        const uint32_t col = (first + i) * kTile + scorer.sub_warp;    // the row's columns past
+        if (col + scorer.v0_at < len) onchip::CountKey(counts, key0);  // len: not the row's
+        if (col + scorer.v1_at < len) onchip::CountKey(counts, key1);
       }
       if (i == 0) DSV41_STAMP(2);
     }
@@ -103,8 +114,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   DSV41_STAMP(3);
   // Once every tile of the row is scored (the ring's buffers free): rank 0 selects.
   auto& select = *reinterpret_cast<onchip::Shared*>(&s.kv[0][0]);
-  onchip::SelectRow<int(kThreads)>(select, keys, int32_t(len), cluster, cl, rank, k, row_blocks,
-                                   out + uint64_t(row) * uint32_t(k));
+  onchip::SelectRow<int(kThreads)>(select, keys, counts, int32_t(len), cluster, cl, rank, k,
+                                   row_blocks, out + uint64_t(row) * uint32_t(k));
 #endif
 }
 

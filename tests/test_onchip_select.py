@@ -217,11 +217,17 @@ MUTANTS = [
     ),
     (
         "no-gather-barrier",
-        "  if (cl > 1) {\n    cluster.sync();",
-        "  if (false) {\n    cluster.sync();",
+        "    cluster.sync();\n  }\n  DSV41_STAMP(4);",
+        "    __syncthreads();\n  }\n  DSV41_STAMP(4);",
     ),
     ("bin-start-taken", "thresh = Below(prefix << 21);", "thresh = prefix << 21;"),
-    ("bin-end-wrong", "k_rem <= above + c[j]) {", "k_rem < above + c[j]) {"),
+    ("bin-end-wrong", "k_rem <= digit_above + count)", "k_rem < digit_above + count)"),
+    ("digit-scan-inclusive", "WarpInclusiveScan(count) - count;", "WarpInclusiveScan(count);"),
+    ("groups-wrong", "kBins / 2 + (key >> 26)]", "kBins / 2 + (key >> 27)]"),
+    ("counts-not-pushed", "if (counts[i] != 0) atomicAdd", "if (false) atomicAdd"),
+    ("counts-half-swapped", "1u << ((key >> 17) & 16)", "1u << ((key >> 16) & 16)"),
+    ("all-ties-not-taken", "thresh -= 1, need = 0;", "need = 0;"),
+    ("warps-before-inclusive", "lane < warp ? uint32_t", "lane <= warp ? uint32_t"),
     ("one-tie-too-many", "& 1u) && e < need) {", "& 1u) && e <= need) {"),
     ("past-the-keys", "key[j] = i < hi ? keys[i] : topk::kExcluded;", "key[j] = keys[i];"),
     ("steps-inclusive", "warps_before - step_counts;", "warps_before;"),
@@ -243,9 +249,9 @@ def _mutant_cases(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
     k, cl = 64, 4
     n = 3 * TILE * cl + 37
-    lens = np.full(3, n, np.int32)
-    check(exe, rng, [digit_row(rng, n, k, stop) for stop in (0, 1, 2)], lens, k, cl)
-    check(exe, rng, special_rows(rng, n, k, chunk_of(n, cl))[:3], lens, k, cl)
+    lens = np.full(4, n, np.int32)
+    check(exe, rng, [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)], lens, k, cl)
+    check(exe, rng, special_rows(rng, n, k, chunk_of(n, cl))[:3], lens[:3], k, cl)
 
 
 def _caught(exe, seed: int) -> bool:
@@ -258,9 +264,7 @@ def _caught(exe, seed: int) -> bool:
 
 def test_mutants_are_caught(simt_topk, rng, tmp_path):
     """Each mutant of the select (an edited copy of the header, shadowing cuda/ when only
-    onchip_select.cc is compiled again) fails the cases that the header itself passes. Not
-    here: the equivalent mutant `need > 0 && key[j] == thresh` -> `key[j] == thresh` (with need
-    0 the ties' counts are never used)."""
+    onchip_select.cc is compiled again) fails the cases that the header itself passes."""
     base, seed = pathlib.Path(simt_topk).parent, int(rng.integers(1 << 30))
     _mutant_cases(simt_topk, seed)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:

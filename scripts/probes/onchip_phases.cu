@@ -5,7 +5,8 @@
 // time of 20 back-to-back launches, the cluster size, and the phase ends in us since each CTA's
 // start, median over CTAs (max in brackets): 1 = cluster started, 2 = thread 0's first tile
 // scored, 3 = thread 0's tiles scored; rank 0 only: 4 = the row's keys gathered, 5 / 6 / 7 =
-// digit pass 1 / 2 / 3 decided, 8 = output counts scanned, 9 = output written.
+// digit pass 1 / 2 / 3 decided, 8 = output counts scanned, 9 = output written, 10 = thread 0's
+// keys loaded, 11 / 12 = pass 2 / 3 counted, 13 = thread 0's output counts made.
 // Build and run: scripts/device_check.sh ffiprobe:scripts/probes/onchip_phases.cu (nvcc for
 // sm_90a with -Icuda -Iffi and the jaxlib and DeepGEMM include folders).
 #define DSV41_PHASE_STAMPS
@@ -95,7 +96,7 @@ int main() {
     const int cl = SparseSelectClusterSize(rows, kC);
     std::printf("TIME rows %ld (clusters of %d): %.1f us per launch (events, 20 launches):", rows,
                 cl, ms * 1000 / 20);
-    for (int phase = 1; phase < 10; ++phase) {
+    for (int phase = 1; phase < 16; ++phase) {
       std::vector<double> d;
       for (int64_t b = 0; b < rows * cl; ++b) {
         if (st[b][phase] != 0) d.push_back(double(st[b][phase] - st[b][0]) / 1000);

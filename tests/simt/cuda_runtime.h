@@ -314,6 +314,18 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   return out;
 }
 
+// Every lane of the warp calls it (the mask is not modelled): the sum over the warp's lanes.
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  emu::Cta* c = emu::tl_cta;
+  const int t = c->cur, w = t / 32;
+  c->lanes[t] = v;
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  unsigned out = 0;
+  for (int l = 0; l < 32; ++l) out += unsigned(c->lanes[w * 32 + l]);
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  return out;
+}
+
 template <class T>
 T atomicAdd(T* p, T v) {
   const T old = *p;

@@ -28,27 +28,35 @@ __device__ __forceinline__ uint32_t Poison(int64_t row, int rank, int64_t i) {
 }
 
 // CTA `rank` of row blockIdx.x / cl: the keys of the row's columns [rank * chunk, + chunk) (poison
-// past the row's length) stored into rank 0's keys after an onchip::Shared, as the GPU kernel
-// stores them, then the select.
+// past the row's length) stored into rank 0's keys after an onchip::Shared and the CTA's pass-1
+// counts, and counted (those of the row's columns only), as the GPU kernel does, then the select.
 template <int kBlockThreads>
 __global__ void __launch_bounds__(kBlockThreads, 1)
     OnChipSelectKernel(const float* scores, const int32_t* lens, const int32_t* blocks,
                        int32_t* out, int64_t n, int64_t nblocks, int64_t chunk, int32_t k) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
   onchip::Shared& sh = *reinterpret_cast<onchip::Shared*>(dyn);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(&sh + 1);
+  uint32_t* counts = reinterpret_cast<uint32_t*>(&sh + 1);
+  uint32_t* keys = counts + onchip::kFirstWords;
   const cg::cluster_group cluster = cg::this_cluster();
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int64_t row = blockIdx.x / unsigned(cl);
   const int64_t len = min(max(int64_t(lens[row]), int64_t(0)), n);
   const float* s = scores + row * n;
-  if (cl > 1) cluster.sync();  // every CTA started: peers may store into rank 0's keys
+  for (int i = threadIdx.x; i < onchip::kFirstWords; i += kBlockThreads) counts[i] = 0;
+  if (cl > 1) {
+    cluster.sync();  // every CTA started (its counts zeroed): peers may store into rank 0's
+  } else {
+    __syncthreads();
+  }
   uint32_t* mine = onchip::RowKeys(cluster, keys, rank, int64_t(rank) * chunk);
   for (int64_t i = threadIdx.x; i < chunk; i += kBlockThreads) {
     const int64_t col = int64_t(rank) * chunk + i;
-    mine[i] = col < len ? onchip::KeyOfLogit(s[col]) : Poison(row, rank, i);
+    const uint32_t key = col < len ? onchip::KeyOfLogit(s[col]) : Poison(row, rank, i);
+    mine[i] = key;
+    if (col < len) onchip::CountKey(counts, key);
   }
-  onchip::SelectRow<kBlockThreads>(sh, keys, int32_t(len), cluster, cl, rank, k,
+  onchip::SelectRow<kBlockThreads>(sh, keys, counts, int32_t(len), cluster, cl, rank, k,
                                    blocks + row * nblocks, out + row * int64_t(k));
 }
 
@@ -66,7 +74,7 @@ cudaError_t LaunchOnChipSelectForTest(const float* scores, const int32_t* lens,
   const int64_t tiles = (n + kTile - 1) / kTile;
   const int64_t chunk = max((tiles + cl - 1) / cl, int64_t(1)) * kTile;
   if (n > onchip::kMaxRow) return cudaErrorInvalidValue;
-  const size_t smem = sizeof(onchip::Shared) + size_t(cl * chunk) * 4;
+  const size_t smem = sizeof(onchip::Shared) + (onchip::kFirstWords + size_t(cl * chunk)) * 4;
   return LaunchKernel(OnChipSelectKernel<kThreads>, dim3(unsigned(rows * cl)), dim3(kThreads), smem,
                       nullptr, unsigned(cl), scores, lens, blocks, out, n, nblocks, chunk, k);
 }
