@@ -35,6 +35,7 @@ struct Shared {
   int32_t warp_sums[32];
   int32_t total;               // the keys that may be selected (pass 1's)
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
+  int32_t list[kMaxRow];       // the warps' candidates (Candidates): warp w's from its first key
 };
 
 // The words of a CTA's pass-1 counts (CountKey): two 16-bit counts a word, then the groups'.
@@ -130,20 +131,40 @@ __device__ __forceinline__ int32_t FindBin(Shared& sh, const uint32_t* h, const 
   return total;
 }
 
-// One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin holding
-// the k_rem-th largest of them, the keys above that bin and in it. Every thread of the CTA calls
-// it with its own keys; the pass's histogram is zero.
-template <int kThreads, int kShift, int kWidth>
-__device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kSteps<kThreads>],
-                                           uint32_t prefix, int32_t k_rem) {
+// The columns of a warp's candidates: its keys at or above `lowest` (>= 1), in column order,
+// into sh.list from `lo` (the warp's first column: a warp's candidates never outgrow its keys).
+// Returns how many (every lane).
+template <int kThreads>
+__device__ __forceinline__ int32_t Candidates(Shared& sh, const uint32_t (&key)[kSteps<kThreads>],
+                                              int32_t lo, uint32_t lowest) {
+  const int lane = int(threadIdx.x) % 32;
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  int32_t count = 0;
+#pragma unroll
+  for (int j = 0; j < kSteps<kThreads>; ++j) {
+    const bool take = key[j] >= lowest;
+    const uint32_t taken = __ballot_sync(0xffffffffu, take);
+    if (take) sh.list[lo + count + __popc(taken & lanes_below)] = lo + 32 * j + lane;
+    count += __popc(taken);
+  }
+  __syncwarp();  // the warp's lanes read each other's
+  return count;
+}
+
+// One digit pass over the warp's candidates (`count` columns from sh.list + lo) whose keys' bits
+// above kShift + kWidth equal `prefix`: the bin holding the k_rem-th largest of them, the keys
+// above that bin and in it. Every thread of the CTA calls it; the pass's histogram is zero.
+template <int kShift, int kWidth>
+__device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t* keys, int32_t lo,
+                                           int32_t count, uint32_t prefix, int32_t k_rem) {
   constexpr int kDigits = 1 << kWidth;
   static_assert(kDigits <= kBins && kShift + kWidth < 32);
   uint32_t* h = sh.hist[kShift == 10 ? 0 : 1];
-#pragma unroll
-  for (int j = 0; j < kSteps<kThreads>; ++j) {
-    const bool in = key[j] != topk::kExcluded && (key[j] >> (kShift + kWidth)) == prefix;
-    const uint32_t d = (key[j] >> kShift) & (kDigits - 1);
-    if (in) atomicAdd(&h[d], 1u), atomicAdd(&h[kBins + d / 32], 1u);
+  for (int32_t t = int32_t(threadIdx.x % 32); t < count; t += 32) {
+    const uint32_t key = keys[sh.list[lo + t]];
+    const uint32_t d = (key >> kShift) & (kDigits - 1);
+    if ((key >> (kShift + kWidth)) == prefix)
+      atomicAdd(&h[d], 1u), atomicAdd(&h[kBins + d / 32], 1u);
   }
   __syncthreads();
   DSV41_STAMP(kShift == 10 ? 11 : 12);
@@ -155,47 +176,43 @@ __device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kSt
 // The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
 __device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
 
-// The output in column order: lane j of each warp keeps the counts of the warp's step j (keys
-// lo + 32 j + [0, 32)) taken above the k-th key, | those equal to it << 16 (kTies: `need` > 0 of
-// them are taken, the first in column order; a row's counts stay below 2^15 each).
-template <int kThreads, bool kTies>
-__device__ __forceinline__ void Emit(Shared& sh, const uint32_t (&key)[kSteps<kThreads>],
-                                     int32_t lo, uint32_t thresh, int32_t need,
+// The output in column order, from each warp's candidates (`count` columns from sh.list + lo):
+// those above the k-th key `thresh`, and (kTies) the first `need` > 0 equal to it. A warp's
+// counts of both, | 16 (a row's stay below 2^15 each), and one barrier give its first slot.
+template <bool kTies>
+__device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t lo, int32_t count,
+                                     uint32_t thresh, int32_t need,
                                      const int32_t* __restrict__ blocks,
                                      int32_t* __restrict__ out) {
-  constexpr int kN = kSteps<kThreads>;
   constexpr int32_t kBlock = 8;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const uint32_t lanes_below = (1u << lane) - 1u;
-  // The warp's lanes whose key of step j is above the k-th key, and equal to it.
-  const auto above = [&](int j) { return __ballot_sync(0xffffffffu, key[j] > thresh); };
-  const auto equal = [&](int j) {
-    return kTies ? __ballot_sync(0xffffffffu, key[j] == thresh) : 0u;
+  const auto column = [&](int32_t t) { return t < count ? sh.list[lo + t] : -1; };
+  const auto key_of = [&](int32_t col) { return col >= 0 ? keys[col] : topk::kExcluded; };
+  // The lanes whose candidate is above the k-th key, and equal to it (never a key 0).
+  const auto above = [&](uint32_t key) { return __ballot_sync(0xffffffffu, key > thresh); };
+  const auto equal = [&](uint32_t key) {
+    return kTies ? __ballot_sync(0xffffffffu, key == thresh) : 0u;
   };
   const auto position = [&](int32_t i) { return blocks[i / kBlock] * kBlock + i % kBlock; };
-  int32_t step_counts = 0;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const int32_t c = __popc(above(j)) | __popc(equal(j)) << 16;
-    if (lane == j) step_counts = c;
+  int32_t counts = 0;
+  for (int32_t t0 = 0; t0 < count; t0 += 32) {
+    const uint32_t key = key_of(column(t0 + lane));
+    counts += __popc(above(key)) | __popc(equal(key)) << 16;
   }
   DSV41_STAMP(13);
-  int32_t steps_before =
-      WarpInclusiveScan(step_counts);  // inclusive, then exclusive, over the warp's steps
-  if (lane == 31) sh.warp_sums[warp] = steps_before;
+  if (lane == 0) sh.warp_sums[warp] = counts;
   __syncthreads();
-  const int32_t warps_before =
+  const int32_t before =
       int32_t(__reduce_add_sync(0xffffffffu, lane < warp ? uint32_t(sh.warp_sums[lane]) : 0u));
-  steps_before += warps_before - step_counts;
+  int32_t g0 = before & 0xffff, e0 = before >> 16;  // the slots before the lanes' candidates
   DSV41_STAMP(8);
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const uint32_t gt = above(j), eq = equal(j);
-    const int32_t before = __shfl_sync(0xffffffffu, steps_before, j);
-    const int32_t g = (before & 0xffff) + __popc(gt & lanes_below);
-    const int32_t i = lo + 32 * j + lane;
+  for (int32_t t0 = 0; t0 < count; t0 += 32) {
+    const int32_t i = column(t0 + lane);
+    const uint32_t key = key_of(i), gt = above(key), eq = equal(key);
+    const int32_t g = g0 + __popc(gt & lanes_below);
     if constexpr (kTies) {
-      const int32_t e = (before >> 16) + __popc(eq & lanes_below);
+      const int32_t e = e0 + __popc(eq & lanes_below);
       if ((gt >> lane) & 1u) {
         out[g + min(e, need)] = position(i);
       } else if (((eq >> lane) & 1u) && e < need) {
@@ -204,20 +221,22 @@ __device__ __forceinline__ void Emit(Shared& sh, const uint32_t (&key)[kSteps<kT
     } else if ((gt >> lane) & 1u) {
       out[g] = position(i);
     }
+    g0 += __popc(gt), e0 += __popc(eq);
   }
 }
 
 // The row's top-k: out[0, k) = the positions blocks[col / 8] * 8 + col % 8 of its k best columns
 // in column order, -1 past the keys there are. `keys` [0, n) are the row's (n <= kMaxRow),
 // `counts` their pass-1 counts (CountKey), `blocks` and `out` the row's; k >= 1 (the caller
-// checks). Every thread of the CTA calls it. Each thread loads its keys once into registers
-// (DigitPass inlined, so they stay there): no pass and no output sweep reads a key again.
+// checks). Every thread of the CTA calls it. Each thread loads its keys once, and once pass 1's
+// digit is known keeps the columns of the candidates (Candidates): passes 2 and 3 and the output
+// read only those (some 2k of a row's 16K keys).
 template <int kThreads>
 __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
                                   int32_t n, int32_t k, const int32_t* __restrict__ blocks,
                                   int32_t* __restrict__ out) {
   constexpr int kWarps = kThreads / 32, kN = kSteps<kThreads>;
-  static_assert(kThreads % 32 == 0 && kWarps <= 32 && kN <= 32, "a lane keeps a step's counts");
+  static_assert(kThreads % 32 == 0 && kWarps <= 32, "one warp adds the warps' counts");
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int32_t seg = (n + 32 * kWarps - 1) / (32 * kWarps) * 32;
   const int32_t lo = min(warp * seg, n), hi = min(lo + seg, n);
@@ -239,35 +258,38 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
 
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
-  uint32_t thresh = 0;
-  const int32_t total = sh.total;  // keys that may be selected
+  uint32_t thresh = 0, prefix = 0, lowest = 1;  // candidates: every key that may be selected
+  const int32_t total = sh.total;               // keys that may be selected
   DSV41_STAMP(5);
   if (total > k) {
-    uint32_t prefix = uint32_t(sh.bin);
+    prefix = uint32_t(sh.bin);
     k_rem -= sh.above;
-    if (sh.in_bin == k_rem) {
-      thresh = Below(prefix << 21);
+    lowest = max(prefix << 21, 1u);  // candidates: the keys of the k-th key's bin and above
+    thresh = Below(prefix << 21);
+  }
+  const bool more = total > k && sh.in_bin != k_rem;  // not every key of the bin taken
+  const int32_t count = Candidates<kThreads>(sh, key, lo, lowest);
+  DSV41_STAMP(14);
+  if (more) {
+    const Digit d1 = DigitPass<10, 11>(sh, keys, lo, count, prefix, k_rem);
+    DSV41_STAMP(6);
+    prefix = (prefix << 11) | uint32_t(d1.bin);
+    k_rem -= d1.above;
+    if (d1.in_bin == k_rem) {
+      thresh = Below(prefix << 10);
     } else {
-      const Digit d1 = DigitPass<kThreads, 10, 11>(sh, key, prefix, k_rem);
-      DSV41_STAMP(6);
-      prefix = (prefix << 11) | uint32_t(d1.bin);
-      k_rem -= d1.above;
-      if (d1.in_bin == k_rem) {
-        thresh = Below(prefix << 10);
-      } else {
-        const Digit d2 = DigitPass<kThreads, 0, 10>(sh, key, prefix, k_rem);
-        DSV41_STAMP(7);
-        thresh = (prefix << 10) | uint32_t(d2.bin);
-        need = k_rem - d2.above;
-        // Every key equal to the k-th one taken: no ties to count (keys 0 are never counted).
-        if (need == d2.in_bin) thresh -= 1, need = 0;
-      }
+      const Digit d2 = DigitPass<0, 10>(sh, keys, lo, count, prefix, k_rem);
+      DSV41_STAMP(7);
+      thresh = (prefix << 10) | uint32_t(d2.bin);
+      need = k_rem - d2.above;
+      // Every key equal to the k-th one taken: no ties to count (keys 0 are never counted).
+      if (need == d2.in_bin) thresh -= 1, need = 0;
     }
   }
   if (need == 0) {
-    Emit<kThreads, false>(sh, key, lo, thresh, need, blocks, out);
+    Emit<false>(sh, keys, lo, count, thresh, need, blocks, out);
   } else {
-    Emit<kThreads, true>(sh, key, lo, thresh, need, blocks, out);
+    Emit<true>(sh, keys, lo, count, thresh, need, blocks, out);
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
   DSV41_STAMP(9);

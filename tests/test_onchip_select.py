@@ -230,8 +230,10 @@ MUTANTS = [
     ("warps-before-inclusive", "lane < warp ? uint32_t", "lane <= warp ? uint32_t"),
     ("one-tie-too-many", "& 1u) && e < need) {", "& 1u) && e <= need) {"),
     ("past-the-keys", "key[j] = i < hi ? keys[i] : topk::kExcluded;", "key[j] = keys[i];"),
-    ("steps-inclusive", "warps_before - step_counts;", "warps_before;"),
-    ("step-0-base", "steps_before, j);", "steps_before, 0);"),
+    ("candidates-out-of-order", "count + __popc(taken & lanes_below)]", "count + lane]"),
+    ("candidates-above-the-bin", "max(prefix << 21, 1u)", "max((prefix + 1) << 21, 1u)"),
+    ("slots-not-advanced", "g0 += __popc(gt), e0 += __popc(eq);", "e0 += __popc(eq);"),
+    ("ties-not-advanced", "g0 += __popc(gt), e0 += __popc(eq);", "g0 += __popc(gt);"),
 ]
 
 
@@ -245,13 +247,16 @@ def _mutant_build(base: pathlib.Path, work: pathlib.Path, old: str, new: str) ->
 
 def _mutant_cases(exe, seed: int) -> None:
     """A few of the cases above, on `exe`: one launch of rows whose k-th key is found at each
-    pass, one of ties (four CTAs a row)."""
+    pass, one of ties, one of a sorted row (a warp's candidates past 32) and a random one (four
+    CTAs a row)."""
     rng = np.random.default_rng(seed)
     k, cl = 64, 4
     n = 3 * TILE * cl + 37
     lens = np.full(4, n, np.int32)
     check(exe, rng, [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)], lens, k, cl)
     check(exe, rng, special_rows(rng, n, k, chunk_of(n, cl))[:3], lens[:3], k, cl)
+    sorted_and_random = [make_scores(rng, 1, n, kind)[0] for kind in ("descending", "random")]
+    check(exe, rng, sorted_and_random, lens[:2], k, cl)
 
 
 def _caught(exe, seed: int) -> bool:

@@ -6,7 +6,8 @@
 // start, median over CTAs (max in brackets): 1 = cluster started, 2 = thread 0's first tile
 // scored, 3 = thread 0's tiles scored; rank 0 only: 4 = the row's keys gathered, 5 / 6 / 7 =
 // digit pass 1 / 2 / 3 decided, 8 = output counts scanned, 9 = output written, 10 = thread 0's
-// keys loaded, 11 / 12 = pass 2 / 3 counted, 13 = thread 0's output counts made.
+// keys loaded, 11 / 12 = pass 2 / 3 counted, 13 = thread 0's output counts made, 14 = thread
+// 0's candidates kept.
 // Build and run: scripts/device_check.sh ffiprobe:scripts/probes/onchip_phases.cu (nvcc for
 // sm_90a with -Icuda -Iffi and the jaxlib and DeepGEMM include folders).
 #define DSV41_PHASE_STAMPS

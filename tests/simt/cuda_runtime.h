@@ -314,6 +314,13 @@ inline unsigned __ballot_sync(unsigned, int pred) {
   return out;
 }
 
+// Every lane of the warp calls it (the mask is not modelled).
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  emu::Cta* c = emu::tl_cta;
+  const int w = c->cur / 32;
+  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+}
+
 // Every lane of the warp calls it (the mask is not modelled): the sum over the warp's lanes.
 inline unsigned __reduce_add_sync(unsigned, unsigned v) {
   emu::Cta* c = emu::tl_cta;
