@@ -330,20 +330,17 @@ def test_public_topk_dispatch_policy(monkeypatch):
 
 
 @needs_ext
-def test_sparse_consumer_select_is_onchip_from_32_rows():
-    """The SM90 sparse consumer's select attribute: the short select after the logits below
-    ONCHIP_MIN_ROWS rows (the faster on the H200 there), the one-kernel select (attribute
-    select_onchip) from that many rows or when forced, and only where one CTA holds the row."""
+def test_sparse_consumer_select_is_onchip_where_a_row_fits():
+    """The SM90 sparse consumer's select attribute: the one-kernel select (attribute
+    select_onchip) at any row count where one CTA holds the row, the logits then the filter
+    select past that, and the logits then a forced select."""
     from dsv41_jax.topk import ffi as topk_ffi
 
-    few, many = topk_ffi.ONCHIP_MIN_ROWS - 1, topk_ffi.ONCHIP_MIN_ROWS
-    assert many == 32
     spec = jax.ShapeDtypeStruct((8, 2048 * 8), jnp.float32)
-    wide = jax.ShapeDtypeStruct((many, _ext.limit("onchip_max_columns") + 8), jnp.float32)
-    assert topk_ffi.sparse_algorithm(spec, 512, 8) == "short"
-    assert topk_ffi.sparse_algorithm(spec.update(shape=(few, 2048 * 8)), 512, 8) == "short"
-    assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 2048 * 8)), 512, 8) == "onchip"
-    assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 64)), 512, 8) == "onchip"
+    wide = jax.ShapeDtypeStruct((32, _ext.limit("onchip_max_columns") + 8), jnp.float32)
+    for rows in (1, 8, 31, 32, 128):
+        assert topk_ffi.sparse_algorithm(spec.update(shape=(rows, 2048 * 8)), 512, 8) == "onchip"
+    assert topk_ffi.sparse_algorithm(spec.update(shape=(32, 64)), 512, 8) == "onchip"
     assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
     with topk_ffi.forced_algorithm("onchip"):
         assert topk_ffi.sparse_algorithm(spec, 512, 8) == "onchip"
@@ -351,7 +348,7 @@ def test_sparse_consumer_select_is_onchip_from_32_rows():
     with topk_ffi.forced_algorithm("cluster"):
         assert topk_ffi.sparse_algorithm(spec, 512, 8) == "cluster"
     with topk_ffi.forced_algorithm("short"):  # the logits-then-select path at any row count
-        assert topk_ffi.sparse_algorithm(spec.update(shape=(many, 2048 * 8)), 512, 8) == "short"
+        assert topk_ffi.sparse_algorithm(spec.update(shape=(64, 2048 * 8)), 512, 8) == "short"
     assert _ext.limit("select_onchip") not in {
         _ext.limit(f"select_{a}") for a in topk_ffi.ALGORITHMS
     }

@@ -34,10 +34,6 @@ SHORT_TOPK = "dsv41_short_topk"
 ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
 # The sparse consumer's one-kernel select (`sparse_algorithm`): not a select of arbitrary scores.
 ONCHIP = "onchip"
-# Rows from which the one-kernel select is the sparse consumer's default: from 32 rows of V4.1's
-# 16K candidate columns it is faster than logits-then-select on the H200 (a row's cluster shrinks
-# as rows grow, and the select's fixed cost is shared by fewer idle SMs).
-ONCHIP_MIN_ROWS = 32
 
 
 def radix_topk(
@@ -146,12 +142,13 @@ def algorithm_for(scores, k: int, members, block_size: int) -> str:
 def sparse_algorithm(logits, k: int, block_size: int) -> str:
     """The select of the SM90 sparse consumer over its sparse row `logits` [rows, C * 8]:
     "onchip", one kernel that scores and selects each row on chip without writing its logits,
-    from ONCHIP_MIN_ROWS rows; below, the sparse logits kernel, then `algorithm_for`'s select and
-    the column-to-position map (the faster of the two on the H200 on each side of that count,
-    BENCHMARKS.md). Both are exact: the same selection. A forced select (`forced_algorithm`)
-    overrides it where it takes the call; "onchip" only where one CTA holds the row's keys."""
+    wherever one CTA holds a row's keys (at most LIMITS["onchip_max_columns"] columns: faster on
+    the H200 than the alternative at every row count measured, BENCHMARKS.md); past that, the
+    sparse logits kernel, then `algorithm_for`'s select and the column-to-position map. Both are
+    exact: the same selection. A forced select (`forced_algorithm`) overrides it where it takes
+    the call."""
     fits = logits.shape[1] <= _ext.limit("onchip_max_columns")
-    if fits and (_forced == ONCHIP or (_forced is None and logits.shape[0] >= ONCHIP_MIN_ROWS)):
+    if fits and _forced in (None, ONCHIP):
         return ONCHIP
     return algorithm_for(logits, k, None, block_size)
 
