@@ -1,4 +1,4 @@
-// Block-wide exclusive prefix sum over one int32 per thread (any SM).
+// Warp- and block-wide prefix sums over one int32 per thread (any SM).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -6,6 +6,17 @@
 #include <cstdint>
 
 namespace dsv41 {
+
+// The sum of v over the warp's lanes up to this one (every lane of the warp calls it).
+__device__ __forceinline__ int32_t WarpInclusiveScan(int32_t v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t y = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += y;
+  }
+  return v;
+}
 
 // `warp_sums` holds kThreads / 32 ints of shared memory; `total` receives the block's sum.
 // Every thread of the block must call it (it synchronises twice).
@@ -15,21 +26,11 @@ __device__ __forceinline__ int32_t BlockExclusiveScan(int32_t value, int32_t* wa
   constexpr int kWarps = kThreads / 32;
   static_assert(kWarps <= 32, "one warp scans the warp sums");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int32_t inclusive = value;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int32_t y = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d) inclusive += y;
-  }
+  const int32_t inclusive = WarpInclusiveScan(value);
   if (lane == 31) warp_sums[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
-    int32_t s = lane < kWarps ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-      const int32_t y = __shfl_up_sync(0xffffffffu, s, d);
-      if (lane >= d) s += y;
-    }
+    const int32_t s = WarpInclusiveScan(lane < kWarps ? warp_sums[lane] : 0);
     if (lane < kWarps) warp_sums[lane] = s;
     if (lane == kWarps - 1) *total = s;
   }

@@ -7,10 +7,12 @@
 // ties by lower column, and written as the position its candidate block maps to.
 //   - three digit passes (11, 11 and 10 bits) of histograms find the k-th key, as in the short
 //     select (smxx_short_topk.cu); pass 1's counts made by the CTAs as they score (CountKey),
-//     each pass's bins scanned by one warp (FindBin);
-//   - the output, in column order, from ballots over each warp's consecutive keys; where every
-//     key equal to the k-th one is taken (the usual case), one ballot a step and no tie counts;
-//   - each thread's keys (kSteps) in registers from the start.
+//     each pass's bin found by one warp (FindBin);
+//   - once pass 1's digit is known, each warp keeps the columns of its candidates (its keys at
+//     or above the k-th key's pass-1 bin, Candidates), and passes 2 and 3 and the output read
+//     only those;
+//   - the output, in column order, from ballots over each warp's candidates; where every key
+//     equal to the k-th one is taken (the usual case), one ballot a step and no tie counts.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -18,6 +20,7 @@
 
 #include <cstdint>
 
+#include "smxx_block_scan.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_topk_keys.cuh"
 
@@ -74,17 +77,6 @@ struct Digit {
 // [w * seg, (w + 1) * seg), lane l those at l, l + 32, ... of it (seg <= 32 * kSteps).
 template <int kThreads>
 constexpr int kSteps = (kMaxRow + kThreads - 1) / kThreads;
-
-// The sum of v over the warp's lanes up to this one.
-__device__ __forceinline__ int32_t WarpInclusiveScan(int32_t v) {
-  const int lane = int(threadIdx.x) % 32;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int32_t y = __shfl_up_sync(0xffffffffu, v, d);
-    if (lane >= d) v += y;
-  }
-  return v;
-}
 
 // The count of digit d in h: one a word, or two (kPacked: CountKey's layout).
 template <bool kPacked>
@@ -177,8 +169,9 @@ __device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t* keys, int
 __device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
 
 // The output in column order, from each warp's candidates (`count` columns from sh.list + lo):
-// those above the k-th key `thresh`, and (kTies) the first `need` > 0 equal to it. A warp's
-// counts of both, | 16 (a row's stay below 2^15 each), and one barrier give its first slot.
+// those above the k-th key `thresh`, and (kTies) the first `need` > 0 equal to it. Each warp's
+// counts of both (above | equal << 16: a row's stay below 2^15 each) and one barrier give the
+// warp its first slots.
 template <bool kTies>
 __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t lo, int32_t count,
                                      uint32_t thresh, int32_t need,
@@ -230,7 +223,7 @@ __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t l
 // `counts` their pass-1 counts (CountKey), `blocks` and `out` the row's; k >= 1 (the caller
 // checks). Every thread of the CTA calls it. Each thread loads its keys once, and once pass 1's
 // digit is known keeps the columns of the candidates (Candidates): passes 2 and 3 and the output
-// read only those (some 2k of a row's 16K keys).
+// read only those (about k plus the k-th key's pass-1 bin: ~1K of a 16K-column row).
 template <int kThreads>
 __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
                                   int32_t n, int32_t k, const int32_t* __restrict__ blocks,

@@ -104,8 +104,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t key0 = onchip::KeyOfLogit(v0), key1 = onchip::KeyOfLogit(v1);
         tile[scorer.v0_at] = key0;
         tile[scorer.v1_at] = key1;
-        const uint32_t col = (first + i) * kTile + scorer.sub_warp;    // the row's columns past
-        if (col + scorer.v0_at < len) onchip::CountKey(counts, key0);  // len: not the row's
+        // Only the row's columns count: the last tile's past `len` are not the row's.
+        const uint32_t col = (first + i) * kTile + scorer.sub_warp;
+        if (col + scorer.v0_at < len) onchip::CountKey(counts, key0);
         if (col + scorer.v1_at < len) onchip::CountKey(counts, key1);
       }
       if (i == 0) DSV41_STAMP(2);
