@@ -4,9 +4,12 @@
 // When the same buffers and shapes come back (a serving loop's pipelined calls cycle through a
 // few sets of XLA's buffers), one graph launch replays them all. The graph is recorded by
 // capturing the launches on a stream kept for recording only (no work ever runs on it), then
-// launched on XLA's stream, so XLA still orders everything. A miss records again and updates
-// the least recently used graph of the device in place (cudaGraphExecUpdate: same kernels,
-// new parameters) or instantiates one.
+// launched on XLA's stream, so XLA still orders everything. A miss records again into the
+// least recently used slot of the device: in place (cudaGraphExecUpdate) when that slot's graph
+// was recorded from the same layout (every shape, dtype and attribute: the same kernels with the
+// same launch configurations, only pointers differ), else as a new instantiation. An update
+// across layouts can report success and still replay the old node's launch attributes (a
+// cluster kernel launched without its cluster), so it is never tried.
 //
 // Only for handlers XLA does not capture itself (no kCmdBufferCompatible trait): launching a
 // graph while XLA captures the stream is illegal.
@@ -32,11 +35,16 @@ class GraphCache {
     int64_t hits = 0, misses = 0;
   };
 
-  // Runs `launch(stream)` (an ffi::Error(cudaStream_t)) as the cached graph of `key`: every
-  // pointer, shape and attribute the launches depend on.
+  // What the launches depend on: `layout` every shape, dtype and attribute (which kernels run,
+  // with which launch configurations), `pointers` every buffer address.
+  struct Key {
+    std::vector<int64_t> layout, pointers;
+    bool operator==(const Key&) const = default;
+  };
+
+  // Runs `launch(stream)` (an ffi::Error(cudaStream_t)) as the cached graph of `key`.
   template <class Launch>
-  ffi::Error Run(const char* op, cudaStream_t stream, const std::vector<int64_t>& key,
-                 Launch&& launch) {
+  ffi::Error Run(const char* op, cudaStream_t stream, const Key& key, Launch&& launch) {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= PerDevice::kMaxDevices) {
       return ffi::Error::Internal(std::string(op) + ": no current CUDA device");
@@ -73,6 +81,10 @@ class GraphCache {
     }
     Entry& slot = Slot(d);
     cudaError_t err = cudaErrorUnknown;
+    if (slot.exec != nullptr && slot.key.layout != key.layout) {
+      cudaGraphExecDestroy(slot.exec);  // freed once its launches in flight complete
+      slot.exec = nullptr;
+    }
     if (slot.exec != nullptr) {
       cudaGraphExecUpdateResultInfo info;
       err = cudaGraphExecUpdate(slot.exec, graph, &info);
@@ -106,7 +118,7 @@ class GraphCache {
 
  private:
   struct Entry {
-    std::vector<int64_t> key;
+    Key key;
     uint64_t hash = 0;
     cudaGraphExec_t exec = nullptr;
     uint64_t used = 0;
@@ -119,9 +131,11 @@ class GraphCache {
     Stats stats;
   };
 
-  static uint64_t Hash(const std::vector<int64_t>& key) {  // FNV-1a over the words
+  static uint64_t Hash(const Key& key) {  // FNV-1a over the words
     uint64_t h = 1469598103934665603ull;
-    for (int64_t v : key) h = (h ^ uint64_t(v)) * 1099511628211ull;
+    for (const auto* words : {&key.layout, &key.pointers}) {
+      for (int64_t v : *words) h = (h ^ uint64_t(v)) * 1099511628211ull;
+    }
     return h;
   }
 

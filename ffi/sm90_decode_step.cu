@@ -205,20 +205,24 @@ ffi::Error Launch(const Step& s, cudaStream_t stream) {
   return ffi::Error::Success();
 }
 
-// Every pointer and dimension of the call's buffers and every attribute: what the recorded
-// launches depend on.
-std::vector<int64_t> KeyOf(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
-                           std::initializer_list<int64_t> attrs, ffi::Span<const int32_t> roles,
-                           ffi::Span<const int32_t> selects) {
-  std::vector<int64_t> key;
-  key.reserve(attrs.size() + 2 * roles.size() + 6 * (args.size() + rets.size()));
-  key.insert(key.end(), attrs.begin(), attrs.end());
-  key.insert(key.end(), roles.begin(), roles.end());
-  key.insert(key.end(), selects.begin(), selects.end());
+// Every attribute, dtype and dimension of the call's buffers (the layout) and every pointer:
+// what the recorded launches depend on.
+GraphCache::Key KeyOf(const ffi::RemainingArgs& args, const ffi::RemainingRets& rets,
+                      std::initializer_list<int64_t> attrs, ffi::Span<const int32_t> roles,
+                      ffi::Span<const int32_t> selects, ffi::Span<const int32_t> slots) {
+  GraphCache::Key key;
+  std::vector<int64_t>& layout = key.layout;
+  layout.reserve(attrs.size() + 2 * roles.size() + slots.size() + 5 * (args.size() + rets.size()));
+  layout.insert(layout.end(), attrs.begin(), attrs.end());
+  layout.insert(layout.end(), roles.begin(), roles.end());
+  layout.insert(layout.end(), selects.begin(), selects.end());
+  layout.insert(layout.end(), slots.begin(), slots.end());
+  key.pointers.reserve(args.size() + rets.size());
   auto add = [&key](const auto& b) {
-    key.push_back(reinterpret_cast<int64_t>(b.untyped_data()));
-    key.push_back(static_cast<int64_t>(b.element_type()));
-    for (int64_t d : b.dimensions()) key.push_back(d);
+    key.pointers.push_back(reinterpret_cast<int64_t>(b.untyped_data()));
+    key.layout.push_back(static_cast<int64_t>(b.element_type()));
+    key.layout.push_back(static_cast<int64_t>(b.dimensions().size()));
+    for (int64_t d : b.dimensions()) key.layout.push_back(d);
   };
   for (size_t i = 0; i < args.size(); ++i) add(*args.get<ffi::AnyBuffer>(i));
   for (size_t i = 0; i < rets.size(); ++i) add(**rets.get<ffi::AnyBuffer>(i));
@@ -237,9 +241,8 @@ ffi::Error DecodeStep(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remaini
   };
   if (!graphs) return run(stream);
   // The key holds everything the plans are built from, so a hit replays a checked plan.
-  auto key =
-      KeyOf(args, rets, {k, select_c, block_size, page_size, all_blocks, stacked}, roles, selects);
-  key.insert(key.end(), slots.begin(), slots.end());
+  const GraphCache::Key key = KeyOf(
+      args, rets, {k, select_c, block_size, page_size, all_blocks, stacked}, roles, selects, slots);
   return g_graphs.Run(kOp, stream, key, run);
 }
 

@@ -268,6 +268,29 @@ def test_decode_step_graphs_follow_new_data_and_new_buffers(rng):
 
 
 @pytest.mark.gpu
+def test_decode_step_graphs_of_other_layouts_are_never_updated_in_place(rng):
+    """Once every slot of the graph cache is taken, a miss records into the least recently used
+    one: a graph of another layout (the publish's select over clusters of CTAs at 400 pages, on
+    one CTA at 40) is instantiated anew, never updated in place, so each shape replays its own
+    launches (an update across layouts could keep the old node's cluster dimensions)."""
+    from dsv41_jax import _ext
+
+    cfg = _config()
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
+    step = _jit_in(lambda: fused.step_mode("graphs"), lambda *a: ix.decode(*a))
+    ops = _jit_in(fused.unfused, lambda *a: ix.decode(*a))
+    short = _step_inputs(rng, cfg, 40, ix.layers)
+    long = _step_inputs(rng, cfg, 400, ix.layers)
+    _, misses = _ext.decode_step_graph_stats()
+    kept = [step(*short) for _ in range(40)]  # new outputs every call: a miss every call
+    assert _ext.decode_step_graph_stats()[1] - misses >= 40  # more than the cache's 32 slots
+    for args in (long, short, long, short):
+        want = jax.tree.map(np.asarray, ops(*args))
+        _assert_same(jax.tree.map(np.asarray, step(*args)), want)
+    _assert_same(jax.tree.map(np.asarray, kept[0]), jax.tree.map(np.asarray, ops(*short)))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["graphs", "direct", "layers"])
 @pytest.mark.parametrize("pages,path", [(4, "auto"), (40, "auto"), (40, "mask")])
 def test_decode_stacked_is_the_step_selections_stacked(rng, mode, pages, path):
