@@ -17,6 +17,7 @@ import io
 import itertools
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -366,7 +367,26 @@ SELECT_SHAPES = ((8, 131072), (64, 131072), (8, 1 << 20), (64, 1 << 20))
 STEP_SHAPES = tuple((bs, ctx) for bs in (1, 8, 64) for ctx in (16384, 131072, 1 << 20))
 
 
-def bench_select(rng, bw, quick: bool) -> list[Row]:
+def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    """`"bs8x1M,bs64x128K"` -> ((8, 1 << 20), (64, 131072)); ValueError naming a bad item."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        m = re.fullmatch(r"bs(\d+)\s*x\s*(\d+)([KM])", item, re.IGNORECASE)
+        if m is None or int(m[1]) < 1 or int(m[2]) < 1:
+            raise ValueError(f"shape {item!r} is not bs<batch>x<context>K|M (e.g. bs8x1M)")
+        out.append((int(m[1]), int(m[2]) << (10 if m[3].upper() == "K" else 20)))
+    return tuple(out)
+
+
+def pick_shapes(shapes, quick: bool, quick_set, full_set) -> tuple[tuple[int, int], ...]:
+    """The (batch, context) shapes a bench runs: `shapes` (from --shapes) when given, else its
+    quick or full set."""
+    if shapes:
+        return tuple(shapes)
+    return tuple(quick_set if quick else full_set)
+
+
+def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
     """One consumer layer: the sparse path (sparse logits over C·B positions + top-k +
     map back) against the mask path (dense logits + masked top-k); floor = the candidate blocks'
     bytes (C·B tokens × 132 B per row) over the copy bandwidth."""
@@ -376,7 +396,7 @@ def bench_select(rng, bw, quick: bool) -> list[Row]:
 
     cfg = dj.IndexerConfig()
     rows = []
-    for bs, ctx in SELECT_SHAPES[:2] if quick else SELECT_SHAPES:
+    for bs, ctx in pick_shapes(shapes, quick, SELECT_SHAPES[:2], SELECT_SHAPES):
         caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(bs + ctx), bs, ctx, layers=2
         )
@@ -498,7 +518,7 @@ def _forcing(algorithm: str | None):
     return topk_ffi.forced_algorithm(algorithm) if algorithm else contextlib.nullcontext()
 
 
-def bench_step(rng, bw, quick: bool) -> list[Row]:
+def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
     """The whole V4.1 decode indexer step in one jit (`make_two_level_indexer`: publish at layer
     20 + 4 consumers, each layer with its own cache), sparse and mask paths, beside an XLA
     composition with lax.top_k; plus the publish and one select alone (the per-layer split).
@@ -509,7 +529,8 @@ def bench_step(rng, bw, quick: bool) -> list[Row]:
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     rows = []
-    for bs, ctx in ((1, 16384), (8, 131072), (64, 131072)) if quick else STEP_SHAPES:
+    quick_set = ((1, 16384), (8, 131072), (64, 131072))
+    for bs, ctx in pick_shapes(shapes, quick, quick_set, STEP_SHAPES):
         caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
         )
@@ -879,6 +900,12 @@ def parser() -> argparse.ArgumentParser:
         "commit id; default: the newest run with decode-step rows)",
     )
     ap.add_argument("--only", default="", help=f"comma list of ops: {','.join(OPS)}")
+    ap.add_argument(
+        "--shapes",
+        default="",
+        metavar="LIST",
+        help="select, step and loop run these shapes instead of their sets, e.g. bs8x1M,bs64x128K",
+    )
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
     ap.add_argument("--out", default="", help="write the markdown table here")
@@ -901,6 +928,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, set[s
         )
     if args.section and not args.plots_from:
         ap.error("--section selects a run of --plots-from FILE")
+    try:
+        args.shapes = parse_shapes(args.shapes)
+    except ValueError as e:
+        ap.error(f"--shapes: {e}")
     return args, asked or set(DEFAULT_OPS)
 
 
@@ -945,18 +976,18 @@ def main(argv: list[str] | None = None) -> None:
     if "topk" in only:
         rows += bench_topk(rng, bw, args.topk_impls.split(","))
     for name, bench in (
-        ("select", bench_select),
-        ("step", bench_step),
-        ("prefill", bench_prefill),
+        ("select", lambda: bench_select(rng, bw, args.quick, args.shapes)),
+        ("step", lambda: bench_step(rng, bw, args.quick, args.shapes)),
+        ("prefill", lambda: bench_prefill(rng, bw, args.quick)),
     ):
         if name in only:
             print(f"bench: {name} ...", flush=True)
-            rows += bench(rng, bw, args.quick)
+            rows += bench()
     if "loop" in only:
         from dsv41_jax.bench_loop import bench_loop
 
         print("bench: loop ...", flush=True)
-        rows += bench_loop(rng, bw, args.quick, Row)
+        rows += bench_loop(rng, bw, args.quick, Row, args.shapes)
     if "sharded" in only:
         print("bench: sharded ...", flush=True)
         rows += bench_sharded(rng, bw)

@@ -112,3 +112,19 @@ def test_measuring_needs_a_gpu():
         pytest.skip("a GPU is here: main() would measure")
     with pytest.raises(SystemExit, match="measures on an NVIDIA GPU"):
         bench.main(["topk"])
+
+
+def test_shapes_option_names_batch_and_context():
+    args, _ = bench.parse_args(["step", "--shapes", "bs8x1M, bs64x128k"])
+    assert args.shapes == ((8, 1 << 20), (64, 131072))
+    assert bench.parse_args([])[0].shapes == ()
+    assert bench.pick_shapes((), True, ((1, 2),), ((3, 4),)) == ((1, 2),)
+    assert bench.pick_shapes((), False, ((1, 2),), ((3, 4),)) == ((3, 4),)
+    assert bench.pick_shapes(((8, 9),), True, ((1, 2),), ((3, 4),)) == ((8, 9),)
+
+
+@pytest.mark.parametrize("bad", ["8x1M", "bs8x1G", "bs0x16K", "bs8"])
+def test_bad_shapes_are_usage_errors(capsys, bad):
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(["--shapes", bad])
+    assert e.value.code == 2 and f"--shapes: shape '{bad}'" in capsys.readouterr().err
