@@ -2,9 +2,9 @@
 // of 1024 threads, and each thread loads 16 scores of its CTA's chunk once, as order-preserving
 // keys held in registers. Nothing is buffered and the row is never read again:
 //   - three digit passes (11, 11 and 10 bits) of shared-memory histograms find the k-th key.
-//     Every CTA sums the cluster's histograms through distributed shared memory, so all of them
-//     take the same branches; the search stops after a pass whose bin holds exactly the keys
-//     still needed;
+//     Every CTA adds its nonzero counts into every CTA's sums through distributed shared
+//     memory, so each holds the cluster's histogram and all take the same branches; the search
+//     stops after a pass whose bin holds exactly the keys still needed;
 //   - the output comes in position order from one block scan of per-tile counts of keys above
 //     the k-th and equal to it (the first ties by position), offset by the counts of the
 //     cluster's lower-ranked CTAs: no buffer, no sort.
@@ -35,21 +35,14 @@ static_assert(kShortChunk % kThreads == 0 && kPer % 8 == 0, "whole 16-byte vecto
 using topk::kExcluded;
 
 struct Shared {
-  uint32_t hist[3][kBins];  // one per pass: peers may read a pass's while this CTA fills the next
+  uint32_t hist[3][kBins];  // this CTA's counts, one array a pass (zeroed once, at the start)
+  uint32_t sum[3][kBins];   // the cluster's counts (clusters of 2 or more): the peers add in
   int32_t warp_sums[kWarps];
   int32_t scan_total;
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
   uint32_t member_bits[kMaskWords];
 };
-
-__device__ __forceinline__ void ClusterSync(const cg::cluster_group& cluster, int cl) {
-  if (cl > 1) {
-    cluster.sync();
-  } else {
-    __syncthreads();
-  }
-}
 
 struct Digit {
   int32_t bin, above, in_bin, total;
@@ -72,19 +65,27 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
     if constexpr (kShift + kWidth < 32) in = in && (key[i] >> (kShift + kWidth)) == prefix;
     if (in) atomicAdd(&h[(key[i] >> kShift) & (kDigits - 1)], 1u);
   }
-  ClusterSync(cluster, cl);
+  __syncthreads();
+  if (cl > 1) {
+    // Each CTA adds its nonzero counts into every CTA's sums (its own included): a pass's keys
+    // fall in few digits, so few words cross the cluster, and each CTA then reads the
+    // cluster's histogram from its own shared memory.
+    uint32_t* s = sh.sum[kPass];
+    for (int d = int(threadIdx.x); d < kDigits; d += kThreads) {
+      const uint32_t c = h[d];
+      if (c != 0) {
+        for (int r = 0; r < cl; ++r) atomicAdd(cluster.map_shared_rank(s, r) + d, c);
+      }
+    }
+    cluster.sync();
+    h = s;
+  }
   // Thread t holds digits kDigits - 1 - t * kDigitsPer - j, descending: its exclusive scan is the
   // count of keys in the bins above its own.
   int32_t c[kDigitsPer], mine = 0;
 #pragma unroll
   for (int j = 0; j < kDigitsPer; ++j) {
-    const int d = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
-    int32_t v = 0;
-    if (cl > 1) {
-      for (int r = 0; r < cl; ++r) v += int32_t(cluster.map_shared_rank(h, r)[d]);
-    } else {
-      v = int32_t(h[d]);
-    }
+    const int32_t v = int32_t(h[kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j)]);
     c[j] = v, mine += v;
   }
   int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
@@ -126,13 +127,19 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   for (int j = 0; j < kTiles; ++j)
     topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
+  if (cl > 1) {
+    for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;
+  }
   if (a.members != nullptr) {  // the candidate blocks this chunk overlaps (it synchronises)
     const int64_t b0 = r.lo / a.block_size, b1 = (r.hi + a.block_size - 1) / a.block_size;
     MarkIds<kThreads>(sh.member_bits, b0, b1, a.members + row * a.num_members, a.num_members);
     r.member_bits = sh.member_bits, r.member_base = b0;
-  } else {
+  } else if (cl == 1) {
     __syncthreads();
   }
+  // Every CTA's sums are zero (and every CTA runs) before a peer adds into them; the loads
+  // above are in flight meanwhile.
+  if (cl > 1) cluster.sync();
   uint32_t key[kPer];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -333,17 +334,15 @@ inline unsigned __reduce_add_sync(unsigned, unsigned v) {
   return out;
 }
 
+// Atomic across OS threads too: a cluster's CTAs run concurrently and may add into one peer's
+// shared memory (distributed shared memory atomics).
 template <class T>
 T atomicAdd(T* p, T v) {
-  const T old = *p;
-  *p = old + v;
-  return old;
+  return std::atomic_ref<T>(*p).fetch_add(v);
 }
 template <class T>
 T atomicOr(T* p, T v) {
-  const T old = *p;
-  *p = old | v;
-  return old;
+  return std::atomic_ref<T>(*p).fetch_or(v);
 }
 
 // No occupancy model on the CPU.
