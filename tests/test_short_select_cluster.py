@@ -1,0 +1,95 @@
+"""The short-row select's cluster exchange (cuda/smxx_short_topk.cu) on the CPU stand-in: each
+CTA adds its nonzero counts of a pass into every CTA's sums, and every CTA reads the cluster's
+histogram from its own shared memory. Rows of two CTAs whose k-th key is found at each digit
+pass, ties and random scores, against the oracle; and mutants of the exchange, each of which
+those rows catch. (tests/test_topk.py runs the select at every width through the public op.)"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import pathlib
+
+import numpy as np
+import oracle
+from selection import ROOT, UNWRITTEN, build_emulator, emulate
+from test_onchip_select import digit_row
+
+SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
+N = 16384 + 37  # two CTAs a row (kShortChunk), the second holding 37 + a warp's padding
+
+
+def _rows(rng, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties, a row of one value but a
+    few, and a random one; full lengths but one cut inside the second CTA."""
+    rows = [digit_row(rng, N, k, stop) for stop in (0, 1, 2, 3)]
+    flat = np.full(N, 0.5, np.float32)
+    flat[rng.choice(N, 7, replace=False)] = 2.0
+    rows += [flat, rng.standard_normal(N).astype(np.float32)]
+    lens = np.full(len(rows), N, np.int32)
+    lens[-1] = N - 20
+    return np.stack(rows), lens
+
+
+def _check(exe, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k = 64
+    scores, lens = _rows(rng, k)
+    status, got = emulate(exe, "short", scores, lens, k)
+    assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
+    for r in range(len(got)):
+        want = oracle.topk_row(scores[r], int(lens[r]), k)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"row {r}")
+
+
+def test_two_cta_rows_equal_the_oracle(simt_topk, rng):
+    _check(simt_topk, int(rng.integers(1 << 30)))
+
+
+# (what, the text of the source, its replacement): each breaks the exchange.
+MUTANTS = [
+    (
+        "sums-own-only",
+        "for (int r = 0; r < cl; ++r) atomicAdd(cluster.map_shared_rank(s, r) + d, c);",
+        "atomicAdd(s + d, c);",
+    ),
+    (
+        "rank-0-skipped",
+        "for (int r = 0; r < cl; ++r) atomicAdd",
+        "for (int r = 1; r < cl; ++r) atomicAdd",
+    ),
+    ("single-counts-dropped", "if (c != 0) {", "if (c > 1) {"),
+    (
+        "sums-not-zeroed",
+        "for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;",
+        "",
+    ),
+    ("own-counts-scanned", "    h = s;\n", ""),
+]
+
+
+def _mutant(base: pathlib.Path, work: pathlib.Path, old: str, new: str) -> pathlib.Path:
+    source = SOURCE.read_text()
+    assert source.count(old) == 1, f"the source changed: {old!r} is not there once"
+    (work / "include").mkdir(parents=True)
+    (work / "include" / SOURCE.name).write_text(source.replace(old, new))
+    return build_emulator(work, work / "include", base, rebuild=("short_topk.cc",))
+
+
+def _caught(exe, seed: int) -> bool:
+    try:
+        _check(exe, seed)
+    except AssertionError:
+        return True
+    return False
+
+
+def test_mutants_of_the_exchange_are_caught(simt_topk, rng, tmp_path):
+    """Each mutant (an edited copy of the source, shadowing cuda/ when only short_topk.cc is
+    compiled again) fails the rows that the source itself passes."""
+    base, seed = pathlib.Path(simt_topk).parent, int(rng.integers(1 << 30))
+    _check(simt_topk, seed)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        builds = list(pool.map(lambda m: _mutant(base, tmp_path / m[0], m[1], m[2]), MUTANTS))
+    survived = [m[0] for m, exe in zip(MUTANTS, builds) if not _caught(exe, seed)]
+    assert not survived, f"mutants not caught: {survived}"
