@@ -230,6 +230,40 @@ def build_emulator(
     raise RuntimeError(f"building the SIMT stand-in failed:\n{errors}")
 
 
+def build_mutant(
+    base: pathlib.Path, work: pathlib.Path, source: pathlib.Path, old: str, new: str, rebuild: str
+) -> pathlib.Path:
+    """A stand-in whose kernel file `source` (of cuda/) has `old` (there once) replaced by `new`:
+    the edited copy, in an include folder searched before cuda/, shadows the file where the
+    stand-in's source `rebuild` is compiled again; the other objects are `base`'s."""
+    text = source.read_text()
+    assert text.count(old) == 1, f"{source.name} changed: {old!r} is not there once"
+    (work / "include").mkdir(parents=True)
+    (work / "include" / source.name).write_text(text.replace(old, new))
+    return build_emulator(work, work / "include", base, rebuild=(rebuild,))
+
+
+def mutants_survived(exe, tmp_path, source, mutants, rebuild, check, seed: int) -> list[str]:
+    """The names of `mutants` ((name, old, new) edits of `source`) that pass `check(exe, seed)`,
+    which the unedited build `exe` must pass first."""
+    base = pathlib.Path(exe).parent
+    check(exe, seed)
+
+    def build(m):
+        return build_mutant(base, tmp_path / m[0], source, m[1], m[2], rebuild)
+
+    def caught(mutant_exe) -> bool:
+        try:
+            check(mutant_exe, seed)
+        except AssertionError:
+            return True
+        return False
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        builds = list(pool.map(build, mutants))
+    return [m[0] for m, b in zip(mutants, builds) if not caught(b)]
+
+
 def _run(exe, *args) -> None:
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # fibers' stacks confuse the leak check
     done = subprocess.run([str(exe), *args], capture_output=True, timeout=600, env=env)

@@ -11,17 +11,14 @@ in few launches and a handful of wide ones."""
 
 from __future__ import annotations
 
-import concurrent.futures
-import pathlib
-
 import numpy as np
 import pytest
 from factories import scores as make_scores
 from selection import (
     ROOT,
     UNWRITTEN,
-    build_emulator,
     emulate_onchip,
+    mutants_survived,
     onchip_reference,
 )
 
@@ -237,14 +234,6 @@ MUTANTS = [
 ]
 
 
-def _mutant_build(base: pathlib.Path, work: pathlib.Path, old: str, new: str) -> pathlib.Path:
-    source = HEADER.read_text()
-    assert source.count(old) == 1, f"the header changed: {old!r} is not there once"
-    (work / "include").mkdir(parents=True)
-    (work / "include" / HEADER.name).write_text(source.replace(old, new))
-    return build_emulator(work, work / "include", base, rebuild=("onchip_select.cc",))
-
-
 def _mutant_cases(exe, seed: int) -> None:
     """A few of the cases above, on `exe`: one launch of rows whose k-th key is found at each
     pass, one of ties, one of a sorted row (a warp's candidates past 32) and a random one (four
@@ -259,20 +248,16 @@ def _mutant_cases(exe, seed: int) -> None:
     check(exe, rng, sorted_and_random, lens[:2], k, cl)
 
 
-def _caught(exe, seed: int) -> bool:
-    try:
-        _mutant_cases(exe, seed)
-    except AssertionError:
-        return True
-    return False
-
-
 def test_mutants_are_caught(simt_topk, rng, tmp_path):
     """Each mutant of the select (an edited copy of the header, shadowing cuda/ when only
     onchip_select.cc is compiled again) fails the cases that the header itself passes."""
-    base, seed = pathlib.Path(simt_topk).parent, int(rng.integers(1 << 30))
-    _mutant_cases(simt_topk, seed)
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        builds = list(pool.map(lambda m: _mutant_build(base, tmp_path / m[0], m[1], m[2]), MUTANTS))
-    survived = [m[0] for m, exe in zip(MUTANTS, builds) if not _caught(exe, seed)]
+    survived = mutants_survived(
+        simt_topk,
+        tmp_path,
+        HEADER,
+        MUTANTS,
+        "onchip_select.cc",
+        _mutant_cases,
+        int(rng.integers(1 << 30)),
+    )
     assert not survived, f"mutants not caught: {survived}"

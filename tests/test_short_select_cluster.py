@@ -6,12 +6,9 @@ those rows catch. (tests/test_topk.py runs the select at every width through the
 
 from __future__ import annotations
 
-import concurrent.futures
-import pathlib
-
 import numpy as np
 import oracle
-from selection import ROOT, UNWRITTEN, build_emulator, emulate
+from selection import ROOT, UNWRITTEN, emulate, mutants_survived
 from test_onchip_select import digit_row
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
@@ -68,28 +65,10 @@ MUTANTS = [
 ]
 
 
-def _mutant(base: pathlib.Path, work: pathlib.Path, old: str, new: str) -> pathlib.Path:
-    source = SOURCE.read_text()
-    assert source.count(old) == 1, f"the source changed: {old!r} is not there once"
-    (work / "include").mkdir(parents=True)
-    (work / "include" / SOURCE.name).write_text(source.replace(old, new))
-    return build_emulator(work, work / "include", base, rebuild=("short_topk.cc",))
-
-
-def _caught(exe, seed: int) -> bool:
-    try:
-        _check(exe, seed)
-    except AssertionError:
-        return True
-    return False
-
-
 def test_mutants_of_the_exchange_are_caught(simt_topk, rng, tmp_path):
     """Each mutant (an edited copy of the source, shadowing cuda/ when only short_topk.cc is
     compiled again) fails the rows that the source itself passes."""
-    base, seed = pathlib.Path(simt_topk).parent, int(rng.integers(1 << 30))
-    _check(simt_topk, seed)
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        builds = list(pool.map(lambda m: _mutant(base, tmp_path / m[0], m[1], m[2]), MUTANTS))
-    survived = [m[0] for m, exe in zip(MUTANTS, builds) if not _caught(exe, seed)]
+    survived = mutants_survived(
+        simt_topk, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check, int(rng.integers(1 << 30))
+    )
     assert not survived, f"mutants not caught: {survived}"
