@@ -25,7 +25,7 @@ BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard ffi/* cuda/*)
 STAMP := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install test demo lint typecheck bench clean
+.PHONY: install test demo lint typecheck bench benchmarks clean
 
 install: $(STAMP)
 
@@ -77,6 +77,10 @@ lint: install
 	$(PY) -m ruff format --check $(LINTED)
 	@echo "$(VENV)/bin/clang-format --dry-run --Werror ($(words $(CXX_LINTED)) C++ / CUDA files)"
 	@$(VENV)/bin/clang-format --dry-run --Werror $(CXX_LINTED)
+
+# BENCHMARKS.md from BENCHMARKS_HISTORY.md (after a run's section is added there).
+benchmarks: install
+	$(PY) -m dsv41_jax.bench_report
 
 # mypy -p dsv41_jax with [tool.mypy] of pyproject.toml (tests/test_types.py runs it too).
 typecheck: install

@@ -1,10 +1,13 @@
-"""Device-time benchmarks: `python -m dsv41_jax.bench [--quick] [--out BENCHMARKS.md]`.
+"""Device-time benchmarks: `python -m dsv41_jax.bench [--quick] [--out FILE]`.
 
 Runs on a GPU machine. Time is GPU kernel time read from CUPTI (through torch.profiler, which
 records every kernel of the process, JAX's included): the sum of kernel durations inside the
 timed window divided by the calls in it, median of repeats. Host dispatch is never timed. Inputs
 rotate over several sets so repeated calls do not hit a warm cache. Every row stands beside its
 floor: the bytes it must move over the copy bandwidth measured in the same run.
+
+A run's table (`--out`) goes into BENCHMARKS_HISTORY.md as a new section, and BENCHMARKS.md is
+generated from that file (`python -m dsv41_jax.bench_report`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import testing
+from dsv41_jax import bench_report, testing
 
 BREAKDOWN: list[str] = []  # filled when --breakdown: the kernels behind each timed row
 
@@ -699,35 +702,26 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
 
 
 def read_runs(path: str) -> list[tuple[str, list[Row]]]:
-    """Every benchmark table of a markdown file (as `--out` writes it, or BENCHMARKS.md, which
-    holds one per run): (label, rows) in file order. The label is the heading above the table
-    and the "Device:" line under that heading, if any."""
+    """Every benchmark table of a markdown file (as `--out` writes it, or
+    BENCHMARKS_HISTORY.md, which holds one per run): (label, rows) in file order. The label is
+    the heading above the table and the "Device:" line under that heading, if any."""
     runs: list[tuple[str, list[Row]]] = []
-    heading, device = "", ""
-    current: list[Row] | None = None  # the rows of the benchmark table being read
     with contextlib.redirect_stdout(io.StringIO()):  # a Row prints a progress line
-        for line in open(path).read().splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if line.startswith("#"):
-                heading, device = line.lstrip("#").strip(), ""
-            elif line.startswith("Device:"):
-                device = line
-            elif cells == TABLE_HEADER:
-                current = []
-                runs.append((" / ".join(filter(None, (heading, device))), current))
-            elif current is not None and len(cells) == 6 and _number(cells[3]):
-                floor = float(cells[4]) if _number(cells[4]) else 0.0
-                current.append(Row(cells[0], cells[1], cells[2], float(cells[3]), floor))
-            if not line.startswith("|"):
-                current = None  # a table ends at its first non-table line
-    return [run for run in runs if run[1]]
-
-
-TABLE_HEADER = ["op", "shape", "implementation", "device µs", "floor µs", "vs floor"]
-
-
-def _number(cell: str) -> bool:
-    return cell.replace(".", "", 1).isdigit()
+        for table in bench_report.tables(open(path).read()):
+            rows = []
+            for line in table.rows:
+                op, shape, impl, us, floor, _ = bench_report.cells(line)
+                rows.append(
+                    Row(
+                        op,
+                        shape,
+                        impl,
+                        float(us),
+                        float(floor) if bench_report.is_number(floor) else 0.0,
+                    )
+                )
+            runs.append((" / ".join(filter(None, (table.heading, table.device))), rows))
+    return runs
 
 
 def read_table(path: str, section: str | None = None) -> tuple[list[Row], str]:
@@ -890,7 +884,7 @@ def parser() -> argparse.ArgumentParser:
         default="",
         metavar="FILE",
         help="instead of measuring, plot one run of a saved table (markdown, as --out writes it, "
-        "or BENCHMARKS.md) into --plots DIR (required); needs no GPU",
+        "or BENCHMARKS_HISTORY.md) into --plots DIR (required); needs no GPU",
     )
     ap.add_argument(
         "--section",

@@ -16,7 +16,7 @@ STEP = "decode step (publish + 4 selects)"
 
 
 def saved_runs(tmp_path):
-    """Two runs in one file (as BENCHMARKS.md holds them), and a table of another kind."""
+    """Two runs in one file (as BENCHMARKS_HISTORY.md holds them), and a table of another kind."""
     text = f"""# Benchmarks
 
 ## First run (commit aaaaaaa)

@@ -1,7 +1,7 @@
-"""Every measured figure the README and docs/*.md state is checked against BENCHMARKS.md: each
-one is listed below with the benchmark row (or sentence) it comes from, the newest run of that
-row decides, and a figure in the docs that is not listed fails (cite it here or point to
-BENCHMARKS.md instead)."""
+"""Every measured figure the README and docs/*.md state is checked against the benchmarks: each
+one is listed below with the row of BENCHMARKS.md (the newest measurement of each) or the
+sentence of BENCHMARKS_HISTORY.md it comes from, and a figure in the docs that is not listed
+fails (cite it here or point to BENCHMARKS.md instead)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from dsv41_jax import bench_report
+
 ROOT = Path(__file__).parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BENCH = (ROOT / "BENCHMARKS.md").read_text()
+HISTORY = (ROOT / "BENCHMARKS_HISTORY.md").read_text()
 # A measured figure: a number with a time, share or ratio unit (inline code is not scanned).
 FIGURE = re.compile(r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?\s?(?:µs|us\b|ms\b|%|x\b|TB/s|GB/s)")
 
@@ -25,7 +28,7 @@ LOGITS = ("paged_mqa_logits", "bs64 x 128K", "ffi (DeepGEMM sm90)")
 
 # (document, the text stating the figure, the figure, where it comes from): a BENCHMARKS.md row
 # (op, shape, implementation) for "µs" (its device µs) or "% of floor" (floor / device µs), or
-# a sentence of BENCHMARKS.md that states it.
+# a sentence of BENCHMARKS_HISTORY.md that states it.
 CITED = [
     ("README.md", "70 µs at bs 1 × 16K", "70", ("µs", (STEP, "bs1 x 16K", "auto path (default)"))),
     (
@@ -64,14 +67,14 @@ CITED = [
 
 
 def bench_rows() -> dict[tuple[str, str, str], tuple[float, float]]:
-    """(op, shape, implementation) -> (device µs, floor µs) of its newest run (the file is in
-    time order: a later table row replaces an earlier one)."""
+    """(op, shape, implementation) -> (device µs, floor µs), from BENCHMARKS.md (one row each)."""
     rows = {}
-    for line in BENCH.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and re.fullmatch(r"\d+(\.\d+)?", cells[3]):
-            floor = float(cells[4]) if re.fullmatch(r"\d+(\.\d+)?", cells[4]) else 0.0
-            rows[cells[0], cells[1], cells[2]] = float(cells[3]), floor
+    for table in bench_report.tables(BENCH):
+        for row in table.rows:
+            floor = bench_report.cells(row)[4]
+            assert bench_report.key(row) not in rows, f"BENCHMARKS.md has {row!r} twice"
+            us = float(bench_report.cells(row)[3])
+            rows[bench_report.key(row)] = us, float(floor) if bench_report.is_number(floor) else 0.0
     return rows
 
 
@@ -87,7 +90,7 @@ def test_cited_figure_matches_benchmarks(doc, text, figure, source):
     assert " ".join(text.split()) in flat, f"{doc} no longer says {text!r}: update CITED"
     kind, where = source
     if kind == "sentence":
-        assert where in " ".join(BENCH.split()), f"BENCHMARKS.md does not say {where!r}"
+        assert where in " ".join(HISTORY.split()), f"BENCHMARKS_HISTORY.md does not say {where!r}"
         return
     us, floor = bench_rows()[where]
     value = us if kind == "µs" else 100 * floor / us

@@ -10,11 +10,11 @@ from dsv41_jax._dispatch import Implementation, Op
 from dsv41_jax.topk import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
-# Dispatch by measurement (H200, BENCHMARKS.md "Short-row select and the dispatch by shape" and
-# the Pallas rows of the first table): top-k k=512 over [8, 128K] ffi 21.9 µs, pallas 164,
-# reference 441 -> ffi, pallas, reference. Candidate top-2048 over [8, 16K] ffi 12.7 µs,
-# reference 109, pallas 124: the Pallas kernel is slower than the XLA reference, so it comes
-# after it and runs only when named. Which CUDA select "ffi" runs: topk.ffi.algorithm_for.
+# Dispatch by measurement (H200, BENCHMARKS_HISTORY.md "Short-row select and the dispatch by
+# shape" and the Pallas rows of the first table): top-k k=512 over [8, 128K] ffi 21.9 µs,
+# pallas 164, reference 441 -> ffi, pallas, reference. Candidate top-2048 over [8, 16K] ffi
+# 12.7 µs, reference 109, pallas 124: the Pallas kernel is slower than the XLA reference, so it
+# comes after it and runs only when named. Which CUDA select "ffi" runs: topk.ffi.algorithm_for.
 TOPK = Op("topk", ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
 SELECT_CANDIDATE_BLOCKS = Op(
     "select_candidate_blocks",

@@ -1,4 +1,4 @@
-"""Minimal Mosaic GPU repro: why the exact top-k is not a Pallas kernel (BENCHMARKS.md).
+"""Minimal Mosaic GPU repro: why the exact top-k is not a Pallas kernel (BENCHMARKS_HISTORY.md).
 
 Mosaic GPU offers no scatter, histogram or atomic at a data-dependent index, so an exact k-th
 key must be found by counting: `jnp.sum(jnp.where(keys >= t, 1, 0), axis=1)` per threshold over
