@@ -20,7 +20,7 @@ PAGED_MQA_LOGITS = Op(
 )
 SPARSE_PAGED_MQA_LOGITS = Op(
     "sparse_paged_mqa_logits",
-    ffi=ffi.sparse_paged_mqa_logits,  # SM90 gather + dense kernel; SM100 compile-verified only
+    ffi=ffi.sparse_paged_mqa_logits,  # SM90: the project's kernel; SM100 compile-verified only
     reference=reference.sparse_paged_mqa_logits,
 )
 MQA_LOGITS = Op("mqa_logits", ffi=ffi.mqa_logits, reference=reference.mqa_logits)

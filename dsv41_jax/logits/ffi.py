@@ -227,7 +227,7 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
     # Consecutive rows of one request (speculative rows) share a KV pass in DeepGEMM's schedule.
     request_ids = jnp.arange(rows, dtype=jnp.int32) // query.next_n
     out = (
-        jax.ShapeDtypeStruct((rows, 2048 * 8), jnp.bfloat16),
+        jax.ShapeDtypeStruct((rows, c * block_size), jnp.bfloat16),  # C·B: declined otherwise
         jax.ShapeDtypeStruct((meta_bytes,), jnp.uint8),
         jax.ShapeDtypeStruct((work_bytes,), jnp.uint8),
     )
