@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "smxx_radix_topk.cuh"
+#include "smxx_topk_args.cuh"
 
 namespace dsv41 {
 
@@ -22,7 +22,7 @@ int64_t FilterTopkMaskBytes(int64_t n, int32_t block_size, int64_t num_members);
 
 // One-time kernel attributes of the current device; call outside any stream capture.
 cudaError_t PrepareFilterTopk();
-// Same arguments and output as LaunchRadixTopk. With `members` (mode kPositions only) it reads
+// Same arguments and output as LaunchClusterTopk. With `members` (mode kPositions only) it reads
 // only the candidate blocks' scores. cudaErrorInvalidValue when k > kFilterMaxK or the mask
 // needs more than kFilterMaskSmem (the FFI handler rejects both first).
 cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream);

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "smxx_radix_topk.cuh"
+#include "smxx_topk_args.cuh"
 
 namespace dsv41 {
 
@@ -20,7 +20,7 @@ cudaError_t PrepareShortTopk();
 // How many clusters of `cluster` CTAs of the kernel the current device runs at once (0 when it
 // cannot tell): more rows than that run in waves. Outside any stream capture.
 int32_t ShortTopkMaxActiveClusters(int32_t cluster);
-// Same arguments and output as LaunchRadixTopk (both modes, starts, a candidate mask in
+// Same arguments and output as LaunchClusterTopk (both modes, starts, a candidate mask in
 // kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
 // (the FFI handler rejects them first).
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream);

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "smxx_launch.cuh"
-#include "smxx_radix_topk.cuh"
+#include "smxx_topk_args.cuh"
 
 namespace dsv41 {
 namespace topk {

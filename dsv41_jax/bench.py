@@ -189,7 +189,7 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
             # The filter-first select forced (the dispatch takes the short-row select for rows
             # of at most 128K keys).
             total["filter"] += jax_time_us(
-                lambda x, m: topk_ffi.radix_topk(
+                lambda x, m: topk_ffi.cuda_topk(
                     x, m, cfg.index_topk, None, None, 8, "positions", "filter"
                 ),
                 [(logits, ends)],
@@ -323,7 +323,7 @@ def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode) -> list
             continue
 
         def forced(s, lens, blocks=None, a=algorithm):
-            return topk_ffi.radix_topk(s, lens, k, None, blocks, block_size, mode, a)
+            return topk_ffi.cuda_topk(s, lens, k, None, blocks, block_size, mode, a)
 
         rows.append(Row(op, shape, f"ffi {algorithm}", jax_time_us(forced, sets), floor))
     return rows

@@ -11,8 +11,8 @@
 #include "sm100_paged_sparse_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
 #include "sm90_sparse_select.h"
+#include "smxx_cluster_topk.cuh"
 #include "smxx_filter_topk.cuh"
-#include "smxx_radix_topk.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "smxx_short_topk.cuh"
 #include "smxx_sort_blocks.cuh"
@@ -35,7 +35,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(DecodeStepTracedSm90FFI);
 std::pair<int64_t, int64_t> DecodeStepGraphStats();
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(RadixTopkFFI);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(ClusterTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(FilterTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ShortTopkFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PagedSparseMqaLogitsSm100FFI);
@@ -89,7 +89,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm90_decode_step_traced"] = Capsule(dsv41::DecodeStepTracedSm90FFI);
     d["dsv41_sm90_mqa_logits"] = Capsule(dsv41::MqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
-    d["dsv41_radix_topk"] = Capsule(dsv41::RadixTopkFFI);
+    d["dsv41_cluster_topk"] = Capsule(dsv41::ClusterTopkFFI);
     d["dsv41_filter_topk"] = Capsule(dsv41::FilterTopkFFI);
     d["dsv41_short_topk"] = Capsule(dsv41::ShortTopkFFI);
     d["dsv41_sm100_paged_sparse_mqa_logits"] = Capsule(dsv41::PagedSparseMqaLogitsSm100FFI);
@@ -132,7 +132,7 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
       const bool sm90 = major == 9 && minor == 0, sm100 = major == 10 && minor == 0;
       std::vector<cudaError_t (*)()> prepares;
       if (sm90 || sm100) {
-        prepares = {dsv41::PrepareRadixTopk, dsv41::PrepareFilterTopk, dsv41::PrepareShortTopk,
+        prepares = {dsv41::PrepareClusterTopk, dsv41::PrepareFilterTopk, dsv41::PrepareShortTopk,
                     dsv41::PrepareSortCandidateBlocks};
       }
       if (sm90) {

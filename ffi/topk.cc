@@ -1,6 +1,6 @@
-// dsv41_radix_topk  <-> RadixTopkFFI  <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
-// dsv41_filter_topk <-> FilterTopkFFI <-> dsv41_jax.topk.ffi.radix_topk(algorithm="filter")
-// dsv41_short_topk  <-> ShortTopkFFI  <-> dsv41_jax.topk.ffi.radix_topk(algorithm="short")
+// dsv41_cluster_topk <-> ClusterTopkFFI <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
+// dsv41_filter_topk  <-> FilterTopkFFI  <-> dsv41_jax.topk.ffi.cuda_topk(algorithm="filter")
+// dsv41_short_topk   <-> ShortTopkFFI   <-> dsv41_jax.topk.ffi.cuda_topk(algorithm="short")
 // Same operands, attributes and output; the filter-first kernel takes k <= kFilterMaxK and a
 // candidate mask whose bitmap and block list fit kFilterMaskSmem, the short-row kernel rows of
 // at most kShortMaxCluster * kShortChunk scores.
@@ -39,7 +39,7 @@ ffi::Error CheckTopk(const char* op, Select select, int64_t n, int64_t num_membe
 cudaError_t LaunchTopk(Select select, const TopkArgs& args, cudaStream_t stream) {
   switch (select) {
     case Select::kCluster:
-      return LaunchRadixTopk(args, stream);
+      return LaunchClusterTopk(args, stream);
     case Select::kFilter:
       return LaunchFilterTopk(args, stream);
     case Select::kShort:
@@ -55,7 +55,7 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
                            bool has_members) {
   constexpr const char* kOp = kSelect == Select::kFilter  ? "dsv41_filter_topk"
                               : kSelect == Select::kShort ? "dsv41_short_topk"
-                                                          : "dsv41_radix_topk";
+                                                          : "dsv41_cluster_topk";
   const auto sd = scores.dimensions(), md = members.dimensions(), od = out->dimensions();
   if (sd.size() != 2 || md.size() != 2 || od.size() != 2) {
     return InvalidArgument(kOp, "expected scores [rows, n], members [rows, m], out [rows, k]");
@@ -102,7 +102,7 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
       .Attr<bool>("has_starts")                                              \
       .Attr<bool>("has_members")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RadixTopkFFI, TopkImpl<Select::kCluster>, DSV41_TOPK_BINDING,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ClusterTopkFFI, TopkImpl<Select::kCluster>, DSV41_TOPK_BINDING,
                               kCmdBuffer);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, TopkImpl<Select::kFilter>, DSV41_TOPK_BINDING,
                               kCmdBuffer);

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "common.h"
-#include "smxx_radix_topk.cuh"
+#include "smxx_cluster_topk.cuh"
 
 namespace dsv41 {
 

@@ -70,21 +70,21 @@ def forced(algorithm):
     from dsv41_jax.topk import ffi as topk_ffi
 
     long = jnp.asarray(rng.standard_normal((2, 1 << 17)).astype(np.float32))
-    out = topk_ffi.radix_topk(
+    out = topk_ffi.cuda_topk(
         long, jnp.array([1 << 17, 5000]), 2048, None, None, 8, "positions", algorithm
     )
-    half = topk_ffi.radix_topk(
+    half = topk_ffi.cuda_topk(
         scores.astype(jnp.bfloat16), top_lens, 512, None, None, 8, "positions", algorithm
     )
     starts = jnp.array([0, 3, 69999], jnp.int32)
-    ragged = topk_ffi.radix_topk(
+    ragged = topk_ffi.cuda_topk(
         scores, jnp.array([5, 60000, 1]), 512, starts, None, 8, "positions", algorithm
     )
-    blocks = topk_ffi.radix_topk(
+    blocks = topk_ffi.cuda_topk(
         scores[:, :16384], top_lens, 2048, None, None, 8, "candidate_blocks", algorithm
     )
     members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))  # messy on purpose
-    masked = topk_ffi.radix_topk(scores, top_lens, 512, None, members, 8, "positions", algorithm)
+    masked = topk_ffi.cuda_topk(scores, top_lens, 512, None, members, 8, "positions", algorithm)
     return int(out.sum() + half.sum() + ragged.sum() + blocks.sum() + masked.sum())
 
 

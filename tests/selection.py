@@ -173,7 +173,7 @@ def case_inputs(rng, case: Case, make_scores: Callable) -> dict:
 SIMT_SOURCES = (
     "main.cc",
     "filter_topk.cc",
-    "radix_topk.cc",
+    "cluster_topk.cc",
     "short_topk.cc",
     "sort_blocks.cc",
     "page_kernels.cc",
@@ -287,8 +287,8 @@ def _launch(exe, command: str, header, arrays) -> tuple[int, np.ndarray]:
 
 
 def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=8, mode=0):
-    """Runs LaunchFilterTopk ("filter") or LaunchRadixTopk ("cluster") on the CPU stand-in;
-    returns (cudaError, out)."""
+    """Runs the select `kernel` ("cluster", "filter" or "short": LaunchClusterTopk, ...) on the
+    CPU stand-in; returns (cudaError, out)."""
     scores = np.asarray(scores)
     rows, n = scores.shape
     bf16 = scores.dtype == jnp.bfloat16
@@ -301,8 +301,7 @@ def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=
     ]
     if members is not None:
         arrays.append(np.asarray(members, np.int32))
-    command = {"filter": "filter", "short": "short", "cluster": "radix"}[kernel]
-    status, out = _launch(exe, command, header, arrays)
+    status, out = _launch(exe, kernel, header, arrays)
     return status, out.view(np.int32).reshape(rows, k)
 
 
@@ -382,7 +381,7 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
     if impl.name in FORCED:  # one CUDA select, whatever the dispatch would pick
         algorithm = FORCED[impl.name]
         return _device_run(
-            lambda s, n, st, c: topk_ffi.radix_topk(
+            lambda s, n, st, c: topk_ffi.cuda_topk(
                 s, n, k, st, c, block_size, "positions", algorithm
             ),
             s,
@@ -416,7 +415,7 @@ def run_candidate_blocks(impl: Impl, request, block_scores, lens, c, block_size=
         return got
     if impl.name in FORCED:
         return _device_run(
-            lambda b, n: topk_ffi.radix_topk(
+            lambda b, n: topk_ffi.cuda_topk(
                 b, n, c, None, None, block_size, "candidate_blocks", FORCED[impl.name]
             ),
             bs,

@@ -245,7 +245,7 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     starts = jnp.array([0, 1, 0], jnp.int32)
 
     def lowered(k, starts=None, members=None, mode="positions"):
-        f = jax.jit(lambda s, n: topk_ffi.radix_topk(s, n, k, starts, members, 8, mode, "filter"))
+        f = jax.jit(lambda s, n: topk_ffi.cuda_topk(s, n, k, starts, members, 8, mode, "filter"))
         return f.trace(scores, lens).lower(lowering_platforms=("cuda",)).as_text()
 
     assert "custom_call @dsv41_filter_topk" in lowered(512, starts)
@@ -264,7 +264,7 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     half = scores.astype(jnp.bfloat16)
     for algorithm in ("cluster", "filter", "short"):
         f = jax.jit(
-            lambda s, n, a=algorithm: topk_ffi.radix_topk(s, n, 64, None, None, 8, "positions", a)
+            lambda s, n, a=algorithm: topk_ffi.cuda_topk(s, n, 64, None, None, 8, "positions", a)
         )
         text = f.trace(half, lens).lower(lowering_platforms=("cuda",)).as_text()
         assert "xbf16>" in text and f"custom_call @{topk_ffi.ALGORITHMS[algorithm]}" in text

@@ -28,21 +28,21 @@ def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: i
     )
 
 
-RADIX_TOPK = "dsv41_radix_topk"
+CLUSTER_TOPK = "dsv41_cluster_topk"
 FILTER_TOPK = "dsv41_filter_topk"
 SHORT_TOPK = "dsv41_short_topk"
-ALGORITHMS = {"cluster": RADIX_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
+ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
 # The sparse consumer's one-kernel select (`sparse_algorithm`): not a select of arbitrary scores.
 ONCHIP = "onchip"
 
 
-def radix_topk(
+def cuda_topk(
     scores, lengths, k, starts, members, block_size, mode, algorithm="cluster"
 ) -> jax.Array:
     """The CUDA exact select over float32 or bfloat16 scores: ascending output, -1 padded. `mode`
     is "positions" (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest
     pinned). `algorithm`:
-    "cluster" (the cluster radix select, cuda/smxx_radix_topk.cu), "filter" (filter first,
+    "cluster" (the cluster radix select, cuda/smxx_cluster_topk.cu), "filter" (filter first,
     cuda/smxx_filter_topk.cu: k up to LIMITS["filter_topk_max_k"]; with a candidate mask it
     reads only the candidate blocks' scores) or "short" (keys in registers,
     cuda/smxx_short_topk.cu: rows of at most `short_max_n()` scores)."""
@@ -157,14 +157,14 @@ def topk(scores, lengths, k, starts, candidates, block_size) -> jax.Array:
     _ext.require_gpu(SHORT_TOPK)  # before the policy reads the device
     algorithm = algorithm_for(scores, k, candidates, block_size)
     _dispatch.record("topk: CUDA select", algorithm)
-    return radix_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
+    return cuda_topk(scores, lengths, k, starts, candidates, block_size, "positions", algorithm)
 
 
 def select_candidate_blocks(block_scores, lengths, num_candidates, block_size) -> jax.Array:
     _ext.require_gpu(SHORT_TOPK)
     algorithm = algorithm_for(block_scores, num_candidates, None, block_size)
     _dispatch.record("select_candidate_blocks: CUDA select", algorithm)
-    return radix_topk(
+    return cuda_topk(
         block_scores,
         lengths,
         num_candidates,

@@ -47,7 +47,7 @@ def run(variant: str) -> None:
     def topk_body(scores, lens):
         members = jnp.zeros((scores.shape[0], m), jnp.int32)
         out = jax.ShapeDtypeStruct((scores.shape[0], k), jnp.int32)
-        return jax.ffi.ffi_call("dsv41_radix_topk", out, vmap_method="sequential")(
+        return jax.ffi.ffi_call("dsv41_cluster_topk", out, vmap_method="sequential")(
             scores,
             lens,
             jnp.zeros_like(lens),

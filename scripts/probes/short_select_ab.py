@@ -45,7 +45,7 @@ for op, rows, n, k in CASES:
         if op == "candidate":
             return dj.select_candidate_blocks(s, ln, num_candidates=k, implementation=impl)
         if op == "masked":
-            return topk_ffi.radix_topk(s, ln, k, None, blocks, 8, "positions", "short")
+            return topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", "short")
         return dj.topk(s, ln, k, implementation=impl)
 
     with topk_ffi.forced_algorithm("short"):
@@ -54,7 +54,7 @@ for op, rows, n, k in CASES:
     if op == "masked":
         want = np.asarray(
             jax.jit(
-                lambda s, ln: topk_ffi.radix_topk(s, ln, k, None, blocks, 8, "positions", "filter")
+                lambda s, ln: topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", "filter")
             )(*sets[0])
         )
     else:

@@ -23,9 +23,9 @@
 #define PREPARE PrepareFilterTopk
 #define LAUNCH LaunchFilterTopk
 #else
-#include "smxx_radix_topk.cu"
-#define PREPARE PrepareRadixTopk
-#define LAUNCH LaunchRadixTopk
+#include "smxx_cluster_topk.cu"
+#define PREPARE PrepareClusterTopk
+#define LAUNCH LaunchClusterTopk
 #endif
 
 using namespace dsv41;

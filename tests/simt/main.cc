@@ -1,5 +1,5 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
-//   kernels_emu filter|radix|short CASE OUT   (the top-k selects; format below)
+//   kernels_emu filter|cluster|short CASE OUT (the top-k selects; format below)
 //   kernels_emu onchip:CL CASE OUT         (the on-chip select, clusters of CL; at RunOnChip)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
 //   kernels_emu l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
@@ -15,16 +15,16 @@
 #include <vector>
 
 #include "smxx_block_ops.cuh"
+#include "smxx_cluster_topk.cuh"
 #include "smxx_filter_topk.cuh"
 #include "smxx_page_transform.cuh"
-#include "smxx_radix_topk.cuh"
 #include "smxx_ragged_rows.cuh"
 #include "smxx_short_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
 std::pair<void*, std::size_t> FilterTopkSharedMemory();
-std::pair<void*, std::size_t> RadixTopkSharedMemory();
+std::pair<void*, std::size_t> ClusterTopkSharedMemory();
 std::pair<void*, std::size_t> ShortTopkSharedMemory();
 std::pair<void*, std::size_t> SortBlocksSharedMemory();
 std::pair<void*, std::size_t> OnChipSelectSharedMemory();
@@ -250,9 +250,9 @@ int main(int argc, char** argv) {
   } else if (which == "short") {
     GuardSharedMemory(dsv41::ShortTopkSharedMemory);
     err = dsv41::LaunchShortTopk(args, nullptr);
-  } else if (which == "radix") {
-    GuardSharedMemory(dsv41::RadixTopkSharedMemory);
-    err = dsv41::LaunchRadixTopk(args, nullptr);
+  } else if (which == "cluster") {
+    GuardSharedMemory(dsv41::ClusterTopkSharedMemory);
+    err = dsv41::LaunchClusterTopk(args, nullptr);
   }
   std::FILE* o = std::fopen(argv[3], "wb");
   const int32_t status = err;

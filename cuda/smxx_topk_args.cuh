@@ -1,4 +1,5 @@
-// Exact top-k by radix select over a cluster of CTAs per row (SM90: thread block clusters).
+// The arguments every exact top-k select of cuda/ takes (cluster, filter-first, short-row): one
+// layout for the three launchers, the FFI handlers and the CPU stand-in.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,9 +28,5 @@ struct TopkArgs {
   TopkMode mode;
   bool bf16;  // scores are bfloat16 (keys of their exact float32 values)
 };
-
-// One-time kernel attributes of the current device; call outside any stream capture.
-cudaError_t PrepareRadixTopk();
-cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

@@ -11,8 +11,8 @@
 
 #include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
+#include "smxx_cluster_topk.cuh"
 #include "smxx_phase_stamps.cuh"
-#include "smxx_radix_topk.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
@@ -28,7 +28,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kCachedKeys = 16384;           // a chunk up to this size keeps its keys in smem
 constexpr int64_t kCompacted = kCachedKeys / 2;  // (key, position) pairs kept after pass 0
 constexpr int kMaxCluster = 16;
-constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareRadixTopk (not under capture)
+constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareClusterTopk (not under capture)
 
 struct Shared {
   uint32_t warp_hist[kWarps][kBins];  // per-warp histograms: contention stays inside a warp
@@ -286,7 +286,7 @@ __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row,
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64_t chunk) {
+__global__ void __launch_bounds__(kThreads, 2) ClusterTopkKernel(TopkArgs a, int64_t chunk) {
   // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
   // waiting for a whole free GPC: CTAs then started up to 27 us apart at [8, 128K] on the H200).
   extern __shared__ uint32_t dyn[];  // [cached keys, or compacted keys | positions | member bitmap]
@@ -337,10 +337,10 @@ __global__ void __launch_bounds__(kThreads, 2) RadixTopkKernel(TopkArgs a, int64
 
 }  // namespace
 
-cudaError_t PrepareRadixTopk() {
+cudaError_t PrepareClusterTopk() {
   cudaError_t err =
-      SetMaxDynamicSmem(kMaxTopkSmem, RadixTopkKernel<float>, RadixTopkKernel<topk::Bf16>);
-  for (auto kernel : {RadixTopkKernel<float>, RadixTopkKernel<topk::Bf16>}) {
+      SetMaxDynamicSmem(kMaxTopkSmem, ClusterTopkKernel<float>, ClusterTopkKernel<topk::Bf16>);
+  for (auto kernel : {ClusterTopkKernel<float>, ClusterTopkKernel<topk::Bf16>}) {
     if (err == cudaSuccess) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
@@ -348,7 +348,7 @@ cudaError_t PrepareRadixTopk() {
   return err;
 }
 
-cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
+cudaError_t LaunchClusterTopk(const TopkArgs& args, cudaStream_t stream) {
   if (args.rows == 0 || args.k == 0) return cudaSuccess;
   const int64_t len_max = args.n;
   int cl = 1;
@@ -361,9 +361,9 @@ cudaError_t LaunchRadixTopk(const TopkArgs& args, cudaStream_t stream) {
   const int64_t member_words = args.members ? (chunk / args.block_size + 2 + 31) / 32 + 1 : 0;
   const size_t smem = size_t(kCachedKeys + member_words) * sizeof(uint32_t);
   if (smem > kMaxTopkSmem) return cudaErrorInvalidValue;  // rows beyond ~50M positions
-  return args.bf16 ? topk::LaunchRowClusters(RadixTopkKernel<topk::Bf16>, args, chunk, cl, kThreads,
-                                             smem, stream)
-                   : topk::LaunchRowClusters(RadixTopkKernel<float>, args, chunk, cl, kThreads,
+  return args.bf16 ? topk::LaunchRowClusters(ClusterTopkKernel<topk::Bf16>, args, chunk, cl,
+                                             kThreads, smem, stream)
+                   : topk::LaunchRowClusters(ClusterTopkKernel<float>, args, chunk, cl, kThreads,
                                              smem, stream);
 }
 

@@ -1,6 +1,6 @@
 // The cluster radix top-k kernel, compiled for the CPU stand-in (cuda_runtime.h).
 #include "shared_buffer.h"
 
-SIMT_SHARED_BUFFER(dyn, RadixTopkSharedMemory)
+SIMT_SHARED_BUFFER(dyn, ClusterTopkSharedMemory)
 
-#include "smxx_radix_topk.cu"
+#include "smxx_cluster_topk.cu"
