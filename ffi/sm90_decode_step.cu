@@ -212,7 +212,12 @@ GraphCache::Key KeyOf(const ffi::RemainingArgs& args, const ffi::RemainingRets& 
                       ffi::Span<const int32_t> selects, ffi::Span<const int32_t> slots) {
   GraphCache::Key key;
   std::vector<int64_t>& layout = key.layout;
-  layout.reserve(attrs.size() + 2 * roles.size() + slots.size() + 5 * (args.size() + rets.size()));
+  layout.reserve(5 + attrs.size() + 2 * roles.size() + slots.size() +
+                 5 * (args.size() + rets.size()));
+  // The counts first, so no two calls' words run together into one key.
+  for (size_t n : {roles.size(), selects.size(), slots.size(), args.size(), rets.size()}) {
+    layout.push_back(int64_t(n));
+  }
   layout.insert(layout.end(), attrs.begin(), attrs.end());
   layout.insert(layout.end(), roles.begin(), roles.end());
   layout.insert(layout.end(), selects.begin(), selects.end());
