@@ -81,18 +81,18 @@ def test_row_sharded_equals_unsharded(rng, w, batch, next_n):
 
 def test_row_sharding_rejects_unknown_axis():
     with pytest.raises(ValueError, match="'tp' is not one of the mesh's axis names"):
-        sharding._row_sharded(lambda *a: a, mesh_of(2), "tp", 4, ((jnp.zeros(4),),))
+        sharding.rows._row_sharded(lambda *a: a, mesh_of(2), "tp", 4, ((jnp.zeros(4),),))
     with pytest.raises(ValueError, match="pass the axis name as a str, not a tuple"):
-        sharding._row_sharded(lambda *a: a, mesh_of(2), ("x",), 4, ((jnp.zeros(4),),))
+        sharding.rows._row_sharded(lambda *a: a, mesh_of(2), ("x",), 4, ((jnp.zeros(4),),))
 
 
 def test_row_sharding_fallback_returns_replicated_outputs(rng):
     """Requests that do not divide over the devices run replicated (with a log line), and the
     outputs are replicated over the mesh as documented, not left on one device."""
     mesh = mesh_of(2)
-    out = jax.jit(lambda x: sharding._row_sharded(lambda per: per[0] * 2, mesh, "x", 3, ((x,),)))(
-        jnp.arange(3.0)
-    )
+    out = jax.jit(
+        lambda x: sharding.rows._row_sharded(lambda per: per[0] * 2, mesh, "x", 3, ((x,),))
+    )(jnp.arange(3.0))
     assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
 
 
@@ -149,7 +149,7 @@ def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
     """The consumer scoring only its device's part of the candidate blocks (a local table of
     blocks of B, of B / W, or of single positions, by the layout) selects what the unsharded
     consumer does, bitwise."""
-    from dsv41_jax.sharding import _local_block_size
+    from dsv41_jax.sharding.dcp import _local_block_size
 
     check_dcp(rng, w, interleave, path="sparse")
     b = CFG.candidate_block_size
@@ -164,7 +164,7 @@ def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
 def test_dcp_local_table_is_each_devices_part_of_the_blocks():
     """For every layout, a device's local table holds exactly its positions (below its length)
     whose global block is published, in local blocks of the size the layout gives."""
-    from dsv41_jax.sharding import _local_table
+    from dsv41_jax.sharding.dcp import _local_table
 
     rng = np.random.default_rng(7)
     for b in (1, 4, 8):

@@ -1,218 +1,34 @@
-"""Multi-device selection with JAX's own engine: `Mesh` + `shard_map` + collectives.
-
-Two layouts (docs/multi_device.md), both bitwise equal to the unsharded result:
-
-- **Row sharding** (tensor parallel): the indexer is replicated; each device selects a contiguous,
-  equal slice of the requests and an all-gather rebuilds the full outputs. `publish_row_sharded`
-  / `select_row_sharded` wrap the `shard_map` themselves.
-- **Decode context parallel (DCP)**: each device holds the compressed positions `g` with
-  `(g // I) % W == rank` (interleave `I`) in its own paged cache. Every device takes its local
-  top-k with global ids, the `(score, id)` pairs are all-gathered and re-selected in the same
-  order; candidate blocks come from each device's local top-C of its block maxima (global ids),
-  all-gathered and re-selected (or, with `exchange="pmax"`, from the all-reduced maxima of every
-  block). `dcp_publish` / `dcp_select` run inside the caller's `shard_map`.
-- **Prefill context parallel (PCP)**: the packed prefill keys are split into equal chunks over
-  the ranks and each rank scores its own query rows against the all-gathered buffer
-  (`pcp_publish_prefill` / `pcp_select_prefill`, inside the caller's `shard_map`).
+"""Decode context parallel (DCP): each device holds the compressed positions `g` with
+`(g // I) % W == rank` (interleave `I`) in its own paged cache. Every device takes its local top-k
+with global ids, the `(score, id)` pairs are all-gathered and re-selected in the same order;
+candidate blocks come from each device's local top-C of its block maxima (global ids),
+all-gathered and re-selected (or, with `exchange="pmax"`, from the all-reduced maxima of every
+block). `dcp_publish` / `dcp_select` run inside the caller's `shard_map`.
 
 Exactness of the merge: a position in the global top-k has at most k - 1 positions above it
-anywhere, hence on its own device, so it is in its device's local top-k.
-"""
+anywhere, hence on its own device, so it is in its device's local top-k."""
 
 from __future__ import annotations
 
-import functools
-import logging
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation, shared
+from dsv41_jax._dispatch import Implementation
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.indexer import (
-    _check_paged_config,
-    _check_table,
-    publish,
-    publish_prefill,
-    select,
-    select_prefill,
-)
+from dsv41_jax.indexer import _check_paged_config, _check_table
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
-from dsv41_jax.logits.api import check_ragged
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
-from dsv41_jax.rows import prefill_ranges, row_block_table, row_lengths, rows_as_requests
+from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
+from dsv41_jax.sharding._axis import bound_axis
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
-from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
-
-__all__ = [
-    "dcp_capacity",
-    "dcp_local_length",
-    "dcp_local_to_global",
-    "dcp_publish",
-    "dcp_select",
-    "pcp_keys",
-    "pcp_publish_prefill",
-    "pcp_select_prefill",
-    "publish_row_sharded",
-    "select_row_sharded",
-]
-
-logger = logging.getLogger("dsv41_jax")
+from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 
-# ----------------------------------------------------------------------------- row sharding
-def _row_sharded(
-    fn: Callable[..., Any], mesh: Mesh, axis: str, batch: int, args: tuple[Any, ...]
-) -> Any:
-    """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0).
-
-    The public entry points call it under `jax.jit`, so the shard_map is traced once rather
-    than run primitive by primitive as an eager shard_map is."""
-    if axis not in mesh.axis_names:
-        hint = " (pass the axis name as a str, not a tuple)" if isinstance(axis, tuple) else ""
-        raise ValueError(
-            f"axis {axis!r} is not one of the mesh's axis names {mesh.axis_names}{hint}"
-        )
-    world = mesh.shape[axis]
-    if world == 1 or batch % world:
-        if world > 1:
-            logger.warning(
-                "row sharding: %d requests do not divide over %d devices of axis %r; "
-                "running replicated",
-                batch,
-                world,
-                axis,
-            )
-        replicated = NamedSharding(mesh, P())
-        return jax.tree.map(lambda x: lax.with_sharding_constraint(x, replicated), fn(*args))
-    per = batch // world
-
-    def body(*local_args: Any) -> Any:
-        start = lax.axis_index(axis) * per
-        sliced = jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, start, per, 0), local_args[0])
-        out = fn(sliced, *local_args[1:])
-        return jax.tree.map(lambda x: lax.all_gather(x, axis, axis=0, tiled=True), out)
-
-    per_request, shared = args[0], args[1:]
-    specs = (
-        jax.tree.map(lambda _: P(), per_request),
-        *[jax.tree.map(lambda _: P(), a) for a in shared],
-    )
-    return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)(
-        per_request, *shared
-    )
-
-
-def publish_row_sharded(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    context_lens: jax.Array,
-    block_table: jax.Array,
-    config: IndexerConfig,
-    *,
-    mesh: Mesh,
-    axis: str,
-    implementation: Implementation = None,
-) -> tuple[jax.Array, CandidateTable]:
-    """`publish` with the requests split over mesh axis `axis` (replicated inputs and outputs).
-
-    Each device selects `batch / W` contiguous requests (all their `next_n` rows); one all-gather
-    rebuilds the top-k and the table. Falls back to replicated, with a log line, when the requests
-    do not divide.
-    """
-
-    return _publish_row_sharded(
-        query, cache, context_lens, block_table, config, mesh, axis, shared(implementation)
-    )
-
-
-@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
-def _publish_row_sharded(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    context_lens: jax.Array,
-    block_table: jax.Array,
-    config: IndexerConfig,
-    mesh: Mesh,
-    axis: str,
-    impl: Implementation,
-) -> tuple[jax.Array, CandidateTable]:
-    def fn(
-        per_request: tuple[QueryBundle, jax.Array, jax.Array], cache: PagedIndexCache
-    ) -> tuple[jax.Array, CandidateTable]:
-        q, lens, bt = per_request
-        return publish(q, cache, lens, bt, config, implementation=impl)
-
-    return _row_sharded(fn, mesh, axis, query.batch, ((query, context_lens, block_table), cache))
-
-
-def select_row_sharded(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    context_lens: jax.Array,
-    block_table: jax.Array,
-    table: CandidateTable,
-    config: IndexerConfig,
-    *,
-    mesh: Mesh,
-    axis: str,
-    path: Literal["auto", "mask", "sparse"] = "auto",
-    implementation: Implementation = None,
-) -> jax.Array:
-    """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
-    _check_paged_config(config, query, cache)
-    _check_table(table, query, config)  # before its rows are split per request
-    return _select_row_sharded(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        table,
-        config,
-        mesh,
-        axis,
-        path,
-        shared(implementation),
-    )
-
-
-@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9))
-def _select_row_sharded(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    context_lens: jax.Array,
-    block_table: jax.Array,
-    table: CandidateTable,
-    config: IndexerConfig,
-    mesh: Mesh,
-    axis: str,
-    path: Literal["auto", "mask", "sparse"],
-    implementation: Implementation,
-) -> jax.Array:
-    n = query.next_n
-    rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
-
-    def fn(
-        per_request: tuple[QueryBundle, jax.Array, jax.Array, CandidateTable],
-        cache: PagedIndexCache,
-    ) -> jax.Array:
-        q, lens, bt, tbl = per_request
-        tbl = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbl)
-        return select(q, cache, lens, bt, tbl, config, path=path, implementation=implementation)
-
-    return _row_sharded(
-        fn, mesh, axis, query.batch, ((query, context_lens, block_table, rows_table), cache)
-    )
-
-
-# ----------------------------------------------------------------------------- DCP
 def dcp_local_length(
     global_lens: jax.Array, world: int, rank: int | jax.Array, interleave: int
 ) -> jax.Array:
@@ -254,19 +70,6 @@ def _dcp_topk(
     return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
 
-def _bound_axis(axis: str, fn: str) -> tuple[int, jax.Array]:
-    """(size, this device's index) of mesh axis `axis`, or a ValueError naming `fn` and the
-    axis when the call is not inside a `shard_map` over it (JAX's own NameError does not say
-    which call needs the axis)."""
-    try:
-        return lax.axis_size(axis), lax.axis_index(axis)
-    except NameError:
-        raise ValueError(
-            f"{fn} must be called inside jax.shard_map over a mesh with axis {axis!r} (axis "
-            f"{axis!r} is not bound here)"
-        ) from None
-
-
 def dcp_capacity(local_capacity: int, world: int, interleave: int) -> int:
     """Global positions `[0, G)` that W devices of `local_capacity` positions each hold in
     full under interleave I: whole cycles of W·I, then the part of the next cycle before the
@@ -290,7 +93,7 @@ def _dcp_rows(
     speculative rows that is not `L_local - next_n + 1 + j` (the share of L - 1 positions may
     equal that of L), so the logits kernels, which derive a request's rows that way, are
     handed every row as its own request (`rows_as_requests`)."""
-    world, rank = _bound_axis(axis, fn)
+    world, rank = bound_axis(axis, fn)
     global_context_lens = _checks.array(global_context_lens, "global_context_lens")
     _checks.shape(global_context_lens, (query.batch,), "global_context_lens")
     _checks.integer(global_context_lens, "global_context_lens")
@@ -576,103 +379,3 @@ def _merge_gathered(
     all_scores = lax.all_gather(jnp.where(local >= 0, scores, -jnp.inf), axis, axis=1, tiled=True)
     all_ids = lax.all_gather(ids, axis, axis=1, tiled=True)
     return _merge_topk(all_scores, all_ids, k)
-
-
-# ----------------------------------------------------------------------------- prefill CP
-def pcp_keys(keys: KeyBuffer, *, axis: str) -> KeyBuffer:
-    """The whole packed key buffer from each rank's chunk (prefill context parallelism); call
-    inside `shard_map` over `axis`.
-
-    Padding rule: the packed keys are split into W equal chunks of `ceil(T / W)` tokens in
-    order, rank r holding tokens `[r·ceil(T/W), (r+1)·ceil(T/W))`, the last chunk zero-padded.
-    Every rank then contributes the same all-gather shape, and the gathered buffer is the
-    original one followed by padding no row sees (`ends <= T`), so positions need no remapping.
-    One all-gather of `T·(D + 4)` bytes (fp8) per layer.
-    """
-    if not isinstance(keys, KeyBuffer):
-        raise ValueError(f"keys must be a KeyBuffer, got {type(keys).__name__}")
-    keys.check_one_layer("keys")
-    _bound_axis(axis, "pcp_keys")
-    gather = functools.partial(lax.all_gather, axis_name=axis, axis=0, tiled=True)
-    return KeyBuffer(gather(keys.values), gather(keys.scales), keys.format)
-
-
-def _pcp_inputs(
-    query: QueryBundle,
-    keys: KeyBuffer,
-    starts: jax.Array,
-    ends: jax.Array,
-    axis: str,
-    num_keys: int | None,
-    fn: str,
-) -> tuple[KeyBuffer, jax.Array, jax.Array]:
-    """(the gathered keys, the rows' ranges clamped to the `num_keys` real keys).
-
-    The gathered buffer ends with the padding rule's zero keys: a traced end past T would reach
-    them where one device clamps it to T, so the ranges are clamped to T first."""
-    _bound_axis(axis, fn)
-    full = pcp_keys(keys, axis=axis)
-    padded = full.num_tokens
-    if num_keys is None:
-        num_keys = padded
-    num_keys = _checks.static_int(num_keys, "num_keys")
-    world = lax.axis_size(axis)
-    if not 0 <= num_keys <= padded or -(-num_keys // world) * world != padded:
-        raise ValueError(
-            f"num_keys must be the T keys before padding: {world} chunks of "
-            f"{padded // world} keys hold T in ({padded - padded // world}, {padded}], "
-            f"got {num_keys}"
-        )
-    check_ragged(query, full, starts, ends)  # names a bad argument before it is clamped
-    return full, *prefill_ranges(starts, ends, num_keys)
-
-
-def pcp_publish_prefill(
-    query: QueryBundle,
-    keys: KeyBuffer,
-    starts: jax.Array,
-    ends: jax.Array,
-    config: IndexerConfig,
-    *,
-    axis: str,
-    num_keys: int | None = None,
-    row_chunk: int | None = None,
-    implementation: Implementation = None,
-) -> tuple[jax.Array, CandidateTable]:
-    """`publish_prefill` with the key buffer split over `axis` (`pcp_keys`' padding rule) and
-    each rank scoring its own query rows (`query`, `starts`, `ends`: this rank's rows, ranges in
-    global key positions); call inside `shard_map`. Equal, row for row, to `publish_prefill` on
-    one device.
-
-    `num_keys`: T, the packed keys before the last chunk's zero padding (static). Traced ranges
-    are clamped to `[0, T]` as on one device; None means no padding (T = W·chunk), and then a
-    traced end past the real keys would see the padding's zero keys."""
-    full, starts, ends = _pcp_inputs(
-        query, keys, starts, ends, axis, num_keys, "pcp_publish_prefill"
-    )
-    return publish_prefill(
-        query, full, starts, ends, config, row_chunk=row_chunk, implementation=implementation
-    )
-
-
-def pcp_select_prefill(
-    query: QueryBundle,
-    keys: KeyBuffer,
-    starts: jax.Array,
-    ends: jax.Array,
-    table: CandidateTable,
-    config: IndexerConfig,
-    *,
-    axis: str,
-    num_keys: int | None = None,
-    row_chunk: int | None = None,
-    implementation: Implementation = None,
-) -> jax.Array:
-    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`, `num_keys`
-    included; `table`: this rank's rows of the published table)."""
-    full, starts, ends = _pcp_inputs(
-        query, keys, starts, ends, axis, num_keys, "pcp_select_prefill"
-    )
-    return select_prefill(
-        query, full, starts, ends, table, config, row_chunk=row_chunk, implementation=implementation
-    )

@@ -1,0 +1,166 @@
+"""Row sharding (tensor parallel): the indexer is replicated; each device selects a contiguous,
+equal slice of the requests and an all-gather rebuilds the full outputs (`publish_row_sharded` /
+`select_row_sharded` wrap the `shard_map` themselves), bitwise the unsharded result."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+import jax
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dsv41_jax._dispatch import Implementation, shared
+from dsv41_jax.config import IndexerConfig
+from dsv41_jax.indexer import _check_paged_config, _check_table, publish, select
+from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
+
+logger = logging.getLogger("dsv41_jax")
+
+
+def _row_sharded(
+    fn: Callable[..., Any], mesh: Mesh, axis: str, batch: int, args: tuple[Any, ...]
+) -> Any:
+    """Run `fn(*args)` on each device's request slice and all-gather the outputs (axis 0).
+
+    The public entry points call it under `jax.jit`, so the shard_map is traced once rather
+    than run primitive by primitive as an eager shard_map is."""
+    if axis not in mesh.axis_names:
+        hint = " (pass the axis name as a str, not a tuple)" if isinstance(axis, tuple) else ""
+        raise ValueError(
+            f"axis {axis!r} is not one of the mesh's axis names {mesh.axis_names}{hint}"
+        )
+    world = mesh.shape[axis]
+    if world == 1 or batch % world:
+        if world > 1:
+            logger.warning(
+                "row sharding: %d requests do not divide over %d devices of axis %r; "
+                "running replicated",
+                batch,
+                world,
+                axis,
+            )
+        replicated = NamedSharding(mesh, P())
+        return jax.tree.map(lambda x: lax.with_sharding_constraint(x, replicated), fn(*args))
+    per = batch // world
+
+    def body(*local_args: Any) -> Any:
+        start = lax.axis_index(axis) * per
+        sliced = jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, start, per, 0), local_args[0])
+        out = fn(sliced, *local_args[1:])
+        return jax.tree.map(lambda x: lax.all_gather(x, axis, axis=0, tiled=True), out)
+
+    per_request, shared = args[0], args[1:]
+    specs = (
+        jax.tree.map(lambda _: P(), per_request),
+        *[jax.tree.map(lambda _: P(), a) for a in shared],
+    )
+    return jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)(
+        per_request, *shared
+    )
+
+
+def publish_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    *,
+    mesh: Mesh,
+    axis: str,
+    implementation: Implementation = None,
+) -> tuple[jax.Array, CandidateTable]:
+    """`publish` with the requests split over mesh axis `axis` (replicated inputs and outputs).
+
+    Each device selects `batch / W` contiguous requests (all their `next_n` rows); one all-gather
+    rebuilds the top-k and the table. Falls back to replicated, with a log line, when the requests
+    do not divide.
+    """
+
+    return _publish_row_sharded(
+        query, cache, context_lens, block_table, config, mesh, axis, shared(implementation)
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+def _publish_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    mesh: Mesh,
+    axis: str,
+    impl: Implementation,
+) -> tuple[jax.Array, CandidateTable]:
+    def fn(
+        per_request: tuple[QueryBundle, jax.Array, jax.Array], cache: PagedIndexCache
+    ) -> tuple[jax.Array, CandidateTable]:
+        q, lens, bt = per_request
+        return publish(q, cache, lens, bt, config, implementation=impl)
+
+    return _row_sharded(fn, mesh, axis, query.batch, ((query, context_lens, block_table), cache))
+
+
+def select_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    *,
+    mesh: Mesh,
+    axis: str,
+    path: Literal["auto", "mask", "sparse"] = "auto",
+    implementation: Implementation = None,
+) -> jax.Array:
+    """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
+    _check_paged_config(config, query, cache)
+    _check_table(table, query, config)  # before its rows are split per request
+    return _select_row_sharded(
+        query,
+        cache,
+        context_lens,
+        block_table,
+        table,
+        config,
+        mesh,
+        axis,
+        path,
+        shared(implementation),
+    )
+
+
+@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9))
+def _select_row_sharded(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    mesh: Mesh,
+    axis: str,
+    path: Literal["auto", "mask", "sparse"],
+    implementation: Implementation,
+) -> jax.Array:
+    n = query.next_n
+    rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
+
+    def fn(
+        per_request: tuple[QueryBundle, jax.Array, jax.Array, CandidateTable],
+        cache: PagedIndexCache,
+    ) -> jax.Array:
+        q, lens, bt, tbl = per_request
+        tbl = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbl)
+        return select(q, cache, lens, bt, tbl, config, path=path, implementation=implementation)
+
+    return _row_sharded(
+        fn, mesh, axis, query.batch, ((query, context_lens, block_table, rows_table), cache)
+    )
