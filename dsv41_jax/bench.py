@@ -708,18 +708,7 @@ def read_runs(path: str) -> list[tuple[str, list[Row]]]:
     runs: list[tuple[str, list[Row]]] = []
     with contextlib.redirect_stdout(io.StringIO()):  # a Row prints a progress line
         for table in bench_report.tables(open(path).read()):
-            rows = []
-            for line in table.rows:
-                op, shape, impl, us, floor, _ = bench_report.cells(line)
-                rows.append(
-                    Row(
-                        op,
-                        shape,
-                        impl,
-                        float(us),
-                        float(floor) if bench_report.is_number(floor) else 0.0,
-                    )
-                )
+            rows = [Row(*bench_report.key(r), *bench_report.figures(r)) for r in table.rows]
             runs.append((" / ".join(filter(None, (table.heading, table.device))), rows))
     return runs
 
@@ -978,10 +967,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"bench: {name} ...", flush=True)
             rows += bench()
     if "loop" in only:
-        from dsv41_jax.bench_loop import bench_loop
+        from dsv41_jax.bench_loop import LOOP_SHAPES, LOOP_SHAPES_QUICK, bench_loop
 
         print("bench: loop ...", flush=True)
-        rows += bench_loop(rng, bw, args.quick, Row, args.shapes)
+        shapes = pick_shapes(args.shapes, args.quick, LOOP_SHAPES_QUICK, LOOP_SHAPES)
+        rows += bench_loop(rng, bw, shapes, Row)
     if "sharded" in only:
         print("bench: sharded ...", flush=True)
         rows += bench_sharded(rng, bw)

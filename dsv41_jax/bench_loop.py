@@ -116,16 +116,17 @@ def same_signature(step: Callable, *args: object) -> Callable:
     return jax.jit(body, keep_unused=True)
 
 
-def bench_loop(rng, bw: float, quick: bool, row: Callable, shapes=()) -> list:
+def bench_loop(rng, bw: float, shapes, row: Callable) -> list:
     """Span, host wall and kernel sum of the decode step (fused layers and op by op), publish and
-    one select, with a trivial jit's host wall of the same rounds, per shape."""
+    one select, with a trivial jit's host wall of the same rounds, per (batch, context) of
+    `shapes` (LOOP_SHAPES_QUICK / LOOP_SHAPES unless --shapes names others)."""
     import dsv41_jax as dj
 
     cfg = dj.IndexerConfig()
     rows = []
     x = jnp.ones((8, 16384), jnp.float32)
     trivial = jax.jit(lambda v: v + 1)
-    for bs, ctx in tuple(shapes) or (LOOP_SHAPES_QUICK if quick else LOOP_SHAPES):
+    for bs, ctx in shapes:
         caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
         )

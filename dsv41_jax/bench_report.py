@@ -41,9 +41,9 @@ def is_number(cell: str) -> bool:
 def tables(text: str) -> list[Table]:
     """Every table under HEADER in `text` whose device-µs cells are numbers (rows of other
     forms dropped), in file order. A heading of any level resets the `Device:` line."""
-    out: list[Table] = []
+    found: list[tuple[Table, list[str]]] = []
     section = heading = device = ""
-    rows: list[str] | None = None
+    rows: list[str] | None = None  # the rows of the table being read
     for line in text.splitlines():
         if line.startswith("#"):
             heading, device = line.lstrip("#").strip(), ""
@@ -53,20 +53,26 @@ def tables(text: str) -> list[Table]:
             device = line.strip()
         if line.strip() == HEADER:
             rows = []
-            out.append(Table(section, heading, device, ()))
+            found.append((Table(section, heading, device, ()), rows))
         elif rows is not None and line.startswith("|"):
             c = cells(line)
             if len(c) == 6 and is_number(c[3]):
                 rows.append(line.strip())
-                out[-1] = dataclasses.replace(out[-1], rows=tuple(rows))
         elif rows is not None:
             rows = None  # a table ends at its first non-table line
-    return [t for t in out if t.rows]
+    return [dataclasses.replace(t, rows=tuple(r)) for t, r in found if r]
 
 
 def key(row: str) -> tuple[str, str, str]:
+    """(op, shape, implementation) of a row."""
     op, shape, implementation = cells(row)[:3]
     return op, shape, implementation
+
+
+def figures(row: str) -> tuple[float, float]:
+    """(device µs, floor µs) of a row; a floor of "–" is 0."""
+    us, floor = cells(row)[3:5]
+    return float(us), float(floor) if is_number(floor) else 0.0
 
 
 def current(text: str) -> list[tuple[Table, list[str]]]:

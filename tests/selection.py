@@ -182,6 +182,44 @@ SIMT_SOURCES = (
 )
 
 
+# Rows that stop the three-pass selects (the short-row and on-chip ones: digits of 11, 11 and 10
+# bits) at a chosen pass.
+BASE = 0x3F800000  # 1.0f: the low 23 bits clear, so + (a << 21 | b << 10 | c) sets the digits
+
+
+def digit_row(rng, n: int, k: int, stop: int) -> np.ndarray:
+    """A row whose k-th key the select finds at a chosen step: `stop` 0 / 1 when the bin of pass
+    0 / 1 holds exactly the keys still needed; 2 with ties at the k-th key and fewer of them
+    needed; 3 when the pass-2 bin of the k-th key holds exactly the keys still needed. Keys'
+    digits a (pass 0, top 11 bits), b (pass 1) and c (pass 2) over 1.0's bits, columns shuffled."""
+    above = int(rng.integers(0, k))  # keys in bins above the k-th key's (a = 3)
+    rest = k - above
+    a = rng.integers(0, 2, n)  # the keys below
+    b = rng.integers(0, 1 << 11, n)
+    c = rng.integers(0, 1 << 10, n)
+    a[:above] = 3
+    group = slice(above, above + rest)
+    a[group] = 2
+    if stop == 0:
+        b[above], c[above] = 0, 0  # the lowest key of the k-th key's pass-0 bin
+    if stop >= 1:
+        b[group] = 7
+        c[above] = 0  # the lowest key of its pass-1 bin
+        a[above + rest : above + rest + 5] = 2  # in the k-th key's pass-0 bin, below its pass-1 bin
+        b[above + rest : above + rest + 5] = rng.integers(0, 7, 5)
+    if stop >= 2:
+        split = int(rng.integers(0, rest))  # keys above the k-th one in its pass-1 bin
+        c[above : above + split] = rng.integers(10, 1 << 10, split)
+        ties = rest - split + (int(rng.integers(1, 40)) if stop == 2 else 0)
+        lo = above + split
+        a[lo : lo + ties], b[lo : lo + ties], c[lo : lo + ties] = 2, 7, 9
+        below = lo + max(ties, rest - split)  # same pass-1 bin, below the k-th key's pass-2 bin
+        a[below : below + 6], b[below : below + 6] = 2, 7
+        c[below : below + 6] = rng.integers(0, 9, 6)
+    bits = (BASE + (a << 21 | b << 10 | c)).astype(np.uint32)
+    return rng.permutation(bits.view(np.float32))
+
+
 def build_emulator(
     directory: pathlib.Path,
     include: pathlib.Path | None = None,

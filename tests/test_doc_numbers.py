@@ -71,10 +71,8 @@ def bench_rows() -> dict[tuple[str, str, str], tuple[float, float]]:
     rows = {}
     for table in bench_report.tables(BENCH):
         for row in table.rows:
-            floor = bench_report.cells(row)[4]
             assert bench_report.key(row) not in rows, f"BENCHMARKS.md has {row!r} twice"
-            us = float(bench_report.cells(row)[3])
-            rows[bench_report.key(row)] = us, float(floor) if bench_report.is_number(floor) else 0.0
+            rows[bench_report.key(row)] = bench_report.figures(row)
     return rows
 
 

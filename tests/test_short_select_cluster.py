@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import oracle
-from selection import ROOT, UNWRITTEN, emulate, mutants_survived
-from test_onchip_select import digit_row
+from selection import ROOT, UNWRITTEN, digit_row, emulate, mutants_survived
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
 N = 16384 + 37  # two CTAs a row (kShortChunk), the second holding 37 + a warp's padding
