@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import _checks, _dispatch, _ext
+from dsv41_jax import _checks, _dispatch, _ext, status
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.types import _row_bytes
@@ -74,12 +74,14 @@ def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice
 
 def device() -> dict[str, object]:
     """The facts the dispatch reads: backend, device kind and compute capability, whether the
-    CUDA extension is built, and on a GPU the short-row select's cluster occupancy."""
+    CUDA extension is built, each implementation's status (`dsv41_jax.status`), and on a GPU
+    the short-row select's cluster occupancy."""
     facts: dict[str, object] = {
         "backend": jax.default_backend(),
         "device": jax.devices()[0].device_kind,
         "compute_capability": _ext.compute_capability() or None,
         "extension": "built" if _ext.available() else "not built",
+        "status": {name: str(s) for name, s in status.STATUS.items()},
     }
     if facts["backend"] == "gpu" and _ext.available():
         _ext.register_ffi_targets()
@@ -162,7 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         ap.error(str(e))
     for key, value in device().items():
-        print(f"{key}: {value}")
+        if key == "status":
+            print("status:")
+            for name, line in cast(dict, value).items():
+                print(f"  {name}: {line}")
+        else:
+            print(f"{key}: {value}")
     print(f"\ndecode step, bs {args.batch} x {args.context} positions (V4.1 config):")
     seen = set()
     for choice in choices:

@@ -143,6 +143,29 @@ def check_dcp(rng, w, interleave, **step_kw):
     assert_dcp_equal(got, want_idx, want_table, want_sel)
 
 
+@pytest.mark.parametrize("verified", [False, True])
+def test_dcp_auto_path_follows_the_status(rng, monkeypatch, verified):
+    """`dcp_select(path="auto")` takes the sparse path exactly when dsv41_jax.status records
+    the DCP sparse path as device-verified, and says why not otherwise (info.explain)."""
+    from dsv41_jax import info, status
+
+    if verified:
+        entry = status.Status("device", "the DCP sparse path", ("H200",))
+        monkeypatch.setitem(status.STATUS, "dcp sparse path", entry)
+    mesh, batch, global_pages = mesh_of(2), 2, 4
+    global_keys = [tied_keys(rng, global_pages * 16, 64) for _ in range(batch)]
+    local_caches, local_tables = dcp_layout(rng, global_keys, 2, 1, global_pages // 2 + 1)
+    ctx = jnp.full((batch,), global_pages * 16, jnp.int32)
+    step = dcp_step(mesh, CFG)
+    choices = info.explain(
+        step, queries(rng, batch), local_caches, local_tables, ctx, queries(rng, batch)
+    )
+    [path] = [c for c in choices if c.op == "dcp_select: consumer path"]
+    assert path.implementation == ("sparse" if verified else "mask")
+    want = () if verified else (("sparse", "the DCP sparse path is run on host devices only"),)
+    assert path.declined == want
+
+
 @pytest.mark.parametrize("w", [2, 4, 8])
 @pytest.mark.parametrize("interleave", [1, 2, 3, 4, 8])
 def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation
+from dsv41_jax import _checks, status
+from dsv41_jax._dispatch import Implementation, record
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import _check_paged_config, _check_table
@@ -247,6 +247,17 @@ def dcp_publish(
     )
 
 
+def _auto_path() -> Literal["mask", "sparse"]:
+    """What `dcp_select(path="auto")` takes: the sparse path once its status is device-verified
+    (recorded for `dsv41_jax.info` with the reason), the mask path until then."""
+    sparse = status.of("dcp sparse path")
+    if sparse.device_verified:
+        record("dcp_select: consumer path", "sparse")
+        return "sparse"
+    record("dcp_select: consumer path", "mask", [("sparse", f"the DCP sparse path is {sparse}")])
+    return "mask"
+
+
 def dcp_select(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -266,9 +277,10 @@ def dcp_select(
     the all-gathered candidates are re-selected exactly. `path="mask"` scores every local
     position and masks; `path="sparse"` scores only the local part of the candidate blocks (a
     local table over this device's positions: blocks of B when I is a multiple of B, of B / W
-    when B / I is a multiple of W, of single positions otherwise). `"auto"` takes the mask
-    path: the sparse one has run on host devices only (its GPU kernels through a local table
-    have not run under DCP yet). Every path returns the unsharded result bitwise.
+    when B / I is a multiple of W, of single positions otherwise). `"auto"` takes the sparse
+    path once `dsv41_jax.status` records it as device-verified ("dcp sparse path",
+    docs/status.md) and the mask path until then. Every path returns the unsharded result
+    bitwise.
     """
     interleave = _checks.positive_int(interleave, "interleave")
     if path not in ("auto", "mask", "sparse"):
@@ -280,6 +292,8 @@ def dcp_select(
         query, cache, block_table, global_context_lens, axis, interleave, "dcp_select"
     )
     rows_query, k = rows_as_requests(query), config.index_topk
+    if path == "auto":
+        path = _auto_path()
     if path == "sparse":
         local = _local_table(
             table,

@@ -1,0 +1,95 @@
+"""Where each implementation has been verified: one record per implementation, which the
+dispatch, `dsv41_jax.info` and docs/status.md (`scripts/gen_status_doc.py`) read, so that no
+decision is keyed on prose.
+
+A status is one of
+- "device": it ran on `devices` and matched the reference there (the project's GPU tests);
+- "compiled": built for its architecture in CI, never run in this project (no such machine);
+- "host": run on CPU host devices only (its GPU kernels not yet in this arrangement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+Level = Literal["device", "compiled", "host"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """How far one implementation has been verified; `covers` says what it is."""
+
+    level: Level
+    covers: str
+    devices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.level not in ("device", "compiled", "host"):
+            raise ValueError(f"level must be 'device', 'compiled' or 'host', got {self.level!r}")
+        if (self.level == "device") != bool(self.devices):
+            raise ValueError("a device-verified status names its devices; no other does")
+
+    @property
+    def device_verified(self) -> bool:
+        return self.level == "device"
+
+    def __str__(self) -> str:
+        if self.level == "device":
+            return "verified on " + ", ".join(self.devices)
+        return "compile-verified only" if self.level == "compiled" else "run on host devices only"
+
+
+_H200 = ("H200",)
+STATUS: dict[str, Status] = {
+    "sm90 paged logits": Status(
+        "device",
+        "DeepGEMM's FP8 paged MQA logits (decode), through `dsv41_sm90_paged_mqa_logits`",
+        _H200,
+    ),
+    "sm90 sparse logits": Status(
+        "device", 'the project\'s FP8 logits over the candidate blocks (`path="sparse"`)', _H200
+    ),
+    "sm90 prefill logits": Status("device", "DeepGEMM's FP8 ragged MQA logits (prefill)", _H200),
+    "sm90 fused layers": Status(
+        "device", "the step's publish and select layers as one custom call each", _H200
+    ),
+    "cuda selects": Status(
+        "device", "the short-row, filter-first, cluster and on-chip exact top-k selects", _H200
+    ),
+    "pallas kernels": Status(
+        "device", "the Pallas Mosaic GPU block maxima, top-k and candidate selection", _H200
+    ),
+    "sm100 paged logits": Status("compiled", "DeepGEMM's MXFP4 paged MQA logits (decode)"),
+    "sm100 sparse logits": Status("compiled", "DeepGEMM's MXFP4 paged sparse MQA logits"),
+    "sm100 prefill logits": Status("compiled", "DeepGEMM's MXFP4 ragged MQA logits (prefill)"),
+    "dcp sparse path": Status(
+        "host", '`dcp_select(path="sparse")`: local candidate tables under decode context parallel'
+    ),
+}
+
+
+def of(name: str) -> Status:
+    """The status of implementation `name` (a key of STATUS)."""
+    try:
+        return STATUS[name]
+    except KeyError:
+        raise KeyError(f"no status for {name!r}; known: {sorted(STATUS)}") from None
+
+
+def markdown() -> str:
+    """docs/status.md: every implementation's status, as STATUS holds it."""
+    lines = [
+        "# What has been verified where",
+        "",
+        "Generated from `dsv41_jax/status.py` (`python scripts/gen_status_doc.py`); the dispatch",
+        'reads the same records (e.g. `dcp_select(path="auto")` takes the sparse path only once',
+        "it is device-verified) and `python -m dsv41_jax info` prints them. A kernel counts as",
+        "verified on a device once it has run there and matched the reference; compile-verified",
+        "kernels are built for their architecture in CI and have never run in this project.",
+        "",
+        "| implementation | status | what it is |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {name} | {s} | {s.covers} |" for name, s in STATUS.items()]
+    return "\n".join(lines) + "\n"
