@@ -4,7 +4,11 @@ Runs on a GPU machine. Time is GPU kernel time read from CUPTI (through torch.pr
 records every kernel of the process, JAX's included): the sum of kernel durations inside the
 timed window divided by the calls in it, median of repeats. Host dispatch is never timed. Inputs
 rotate over several sets so repeated calls do not hit a warm cache. Every row stands beside its
-floor: the bytes it must move over the copy bandwidth measured in the same run.
+floor: the bytes it must move over the copy bandwidth measured in the same run. The selection
+rows are checked before they are timed: top-k, masked top-k and candidate selection (each
+implementation and each CUDA select forced) against the reference, a consumer layer's and the
+step's variants against the mask path's selections; a row whose result differs raises
+WrongResult and is never timed.
 
 A run's table (`--out`) goes into BENCHMARKS_HISTORY.md as a new section, and BENCHMARKS.md is
 generated from that file (`python -m dsv41_jax.bench_report`).
@@ -87,8 +91,35 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
-def jax_time_us(fn: Callable, arg_sets: Sequence[tuple], calls: int = 20) -> float:
+class WrongResult(AssertionError):
+    """A benchmarked call returned something else than what it is checked against: its row is
+    not timed."""
+
+
+def check_result(got: object, want: object, what: str) -> None:
+    """Raise WrongResult unless the pytrees `got` and `want` hold equal arrays (selections are
+    exact, so equal means bitwise)."""
+    g, w = jax.tree.leaves(got), jax.tree.leaves(want)
+    if len(g) != len(w) or not all(
+        np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(g, w)
+    ):
+        raise WrongResult(f"{what}: the result differs from what it is checked against")
+
+
+def jax_time_us(
+    fn: Callable,
+    arg_sets: Sequence[tuple],
+    calls: int = 20,
+    want: object = None,
+    what: str = "",
+    pick: Callable[[object], object] = lambda result: result,
+) -> float:
+    """Kernel time per call of jit(fn) over `arg_sets`; with `want` (what `pick` of its result
+    on `arg_sets[0]` must be, e.g. the reference's), the result is checked first
+    (WrongResult)."""
     f = jax.jit(fn)
+    if want is not None:
+        check_result(pick(f(*arg_sets[0])), want, what)
     return kernel_time_us(lambda i: f(*arg_sets[i % len(arg_sets)]), calls)
 
 
@@ -289,19 +320,21 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
         ]
         floor = bs * n * 4 / (bw * 1e3)
         shape = f"[{bs}, {n // 1024}K]"
+
+        def fn(s, lens, impl):
+            if candidate:
+                return dj.select_candidate_blocks(s, lens, num_candidates=k, implementation=impl)
+            return dj.topk(s, lens, k, implementation=impl)
+
+        want = jax.jit(functools.partial(fn, impl="reference"))(*sets[0])
         for impl in (*impls, "reference"):
-
-            def fn(s, lens, impl=impl):
-                if candidate:
-                    return dj.select_candidate_blocks(
-                        s, lens, num_candidates=k, implementation=impl
-                    )
-                return dj.topk(s, lens, k, implementation=impl)
-
-            rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+            t = jax_time_us(
+                functools.partial(fn, impl=impl), sets, want=want, what=f"{op} {shape} {impl}"
+            )
+            rows.append(Row(op, shape, impl, t, floor))
         if "ffi" in impls:  # each CUDA select forced, beside the dispatch's pick ("ffi")
             mode = "candidate_blocks" if candidate else "positions"
-            rows += _forced_selects(op, shape, floor, sets, k, None, 8, mode)
+            rows += _forced_selects(op, shape, floor, sets, k, None, 8, mode, want)
         t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
         rows.append(Row(op, shape, "lax.top_k (baseline)", t, floor))
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
@@ -311,9 +344,10 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
     return rows
 
 
-def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode) -> list[Row]:
+def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode, want) -> list[Row]:
     """Rows "ffi <select>" for every CUDA select that takes the call (sets: (scores, lens) or,
-    `masked`, (scores, lens, blocks))."""
+    `masked`, (scores, lens, blocks)), each checked against `want` (the reference's result on
+    sets[0])."""
     from dsv41_jax.topk import ffi as topk_ffi
 
     rows = []
@@ -325,7 +359,8 @@ def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode) -> list
         def forced(s, lens, blocks=None, a=algorithm):
             return topk_ffi.cuda_topk(s, lens, k, None, blocks, block_size, mode, a)
 
-        rows.append(Row(op, shape, f"ffi {algorithm}", jax_time_us(forced, sets), floor))
+        t = jax_time_us(forced, sets, want=want, what=f"{op} {shape} ffi {algorithm}")
+        rows.append(Row(op, shape, f"ffi {algorithm}", t, floor))
     return rows
 
 
@@ -347,14 +382,18 @@ def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
         sets = [(testing.normal(rng, (bs, n)), lens, blocks) for _ in range(3)]
         floor = bs * c * b * 4 / (bw * 1e3)
         op, shape = "masked topk k=512", f"[{bs}, {n // 1024}K]"
+
+        def fn(s, lens, blocks, impl):
+            return dj.topk(s, lens, k, candidates=blocks, block_size=b, implementation=impl)
+
+        want = jax.jit(functools.partial(fn, impl="reference"))(*sets[0])
         for impl in (*impls, "reference"):
-
-            def fn(s, lens, blocks, impl=impl):
-                return dj.topk(s, lens, k, candidates=blocks, block_size=b, implementation=impl)
-
-            rows.append(Row(op, shape, impl, jax_time_us(fn, sets), floor))
+            t = jax_time_us(
+                functools.partial(fn, impl=impl), sets, want=want, what=f"{op} {shape} {impl}"
+            )
+            rows.append(Row(op, shape, impl, t, floor))
         if "ffi" in impls:  # each select forced (the filter one reads only the candidate blocks)
-            rows += _forced_selects(op, shape, floor, sets, k, True, b, "positions")
+            rows += _forced_selects(op, shape, floor, sets, k, True, b, "positions", want)
         member = np.zeros((bs, n // b), bool)
         np.put_along_axis(member, np.asarray(blocks), True, axis=1)
         mask = torch.from_numpy(np.repeat(member, b, axis=1)).cuda()
@@ -416,6 +455,8 @@ def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
         sets = [(qs[1], caches[1], lens, bt, table), (qs[0], caches[0], lens, bt, table)]
         # The sparse path as the policy runs it (default), then each of its two forms forced:
         # one kernel ("onchip"), and its logits then the short select ("short").
+        # Each is checked against the mask path's selection (the paths are bitwise equal).
+        want = jax.jit(lambda *a: dj.select(*a, cfg, path="mask"))(*sets[0])
         for path, algorithm in (
             ("sparse", None),
             ("sparse", "onchip"),
@@ -423,7 +464,12 @@ def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
             ("mask", None),
         ):
             with _forcing(algorithm):  # traced inside
-                t = jax_time_us(lambda *a, p=path: dj.select(*a, cfg, path=p), sets)
+                t = jax_time_us(
+                    lambda *a, p=path: dj.select(*a, cfg, path=p),
+                    sets,
+                    want=want,
+                    what=f"select {shape} {path} {algorithm}",
+                )
             name = f"{path} path" + (f", {algorithm} top-k forced" if algorithm else "")
             rows.append(Row("select (consumer layer)", shape, name, t, floor))
         # torch: the mask path's selection part on the same dense logits (DeepGEMM logits are
@@ -543,12 +589,24 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
         qr = dict(zip(layers, qs[::-1]))
         sets = [(qd, cd, lens, bt), (qr, cd, lens, bt)]
         variants = [("auto", None), *itertools.product(("sparse", "mask"), STEP_ALGORITHMS)]
+        # Each variant's selections are checked against the mask path's (all bitwise equal).
+        mask_ix = dj.make_two_level_indexer(
+            cfg, source_layer=20, consumer_layers=layers[1:], path="mask"
+        )
+        want = jax.jit(mask_ix.decode)(*sets[0]).selections
         for path, algorithm in variants:
             ix = dj.make_two_level_indexer(
                 cfg, source_layer=20, consumer_layers=layers[1:], path=path
             )
             with _forcing(algorithm):  # traced inside: the jit below is new
-                t = jax_time_us(lambda *a, ix=ix: ix.decode(*a), sets, calls=10)
+                t = jax_time_us(
+                    lambda *a, ix=ix: ix.decode(*a),
+                    sets,
+                    calls=10,
+                    want=want,
+                    what=f"step {shape} {path} {algorithm}",
+                    pick=lambda result: result.selections,
+                )
             rows.append(
                 Row(
                     "decode step (publish + 4 selects)",

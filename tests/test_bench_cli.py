@@ -128,3 +128,19 @@ def test_bad_shapes_are_usage_errors(capsys, bad):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(["--shapes", bad])
     assert e.value.code == 2 and f"--shapes: shape '{bad}'" in capsys.readouterr().err
+
+
+def test_results_are_checked_before_anything_is_timed(monkeypatch):
+    """A call whose result differs from what it is checked against raises WrongResult, and its
+    kernels are never timed; equal pytrees pass."""
+    import jax.numpy as jnp
+
+    timed = []
+    monkeypatch.setattr(bench, "kernel_time_us", lambda run, calls: timed.append(calls) or 1.0)
+    x = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
+    assert bench.jax_time_us(lambda a: {"s": a + 0}, [(x,)], want={"s": x}) == 1.0
+    with pytest.raises(bench.WrongResult, match="topk .* ffi"):
+        bench.jax_time_us(lambda a: a.at[1, 2].set(-1), [(x,)], want=x, what="topk [2, 3] ffi")
+    with pytest.raises(bench.WrongResult):
+        bench.check_result((x, x), (x,), "fewer arrays")
+    assert timed == [20]
