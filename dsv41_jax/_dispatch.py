@@ -15,8 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
-
+from dsv41_jax import _ext
 from dsv41_jax._ext import ExtensionUnavailable
 
 logger = logging.getLogger("dsv41_jax")
@@ -96,7 +95,7 @@ def _log_fallback(op: str, impl: str, reason: str) -> None:
         return
     _logged.add(key)
     # On a GPU a skipped kernel means a slow path: say so loudly. On CPU it is the expected path.
-    level = logging.WARNING if jax.default_backend() == "gpu" else logging.INFO
+    level = logging.WARNING if _ext.backend() == "gpu" else logging.INFO
     logger.log(level, "%s: skipping implementation %r (%s)", op, impl, reason)
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import functools
 import importlib
+from collections.abc import Iterator
 from types import ModuleType
 
 import jax
@@ -92,15 +96,23 @@ def register_ffi_targets() -> tuple[str, ...]:
       ExtensionUnavailable: the CUDA extension is not installed (or does not load).
     """
     names = register_targets()
-    if jax.default_backend() == "gpu":
+    if _simulated.get() is None and jax.default_backend() == "gpu":
         _prepare_devices()
     return names
 
 
-@functools.cache
 def short_topk_max_clusters(cluster: int) -> int:
     """How many clusters of `cluster` CTAs of the short-row select the current GPU runs at once
     (read once per size from the CUDA occupancy calculator; 0 when it cannot tell)."""
+    facts = _simulated.get()
+    if facts is not None:
+        clusters = facts.short_topk_clusters
+        return clusters[cluster - 1] if 1 <= cluster <= len(clusters) else 0
+    return _occupancy(cluster)
+
+
+@functools.cache
+def _occupancy(cluster: int) -> int:
     return int(extension().short_topk_max_clusters(cluster))
 
 
@@ -120,12 +132,54 @@ SM90 = ("9.0",)
 SM100 = ("10.0",)
 
 
-def _backend() -> str:
-    return jax.default_backend()
+@dataclasses.dataclass(frozen=True)
+class DeviceFacts:
+    """What the dispatch reads of the device it traces for: JAX's backend ("gpu", "cpu", ...),
+    the first GPU's compute capability ("major.minor", "" when none), and how many clusters of
+    1, 2, ... 8 CTAs of the short-row select run at once (its occupancy calculator's answer)."""
+
+    backend: str
+    compute_capability: str
+    short_topk_clusters: tuple[int, ...] = ()
+
+
+# An H200 (SM90, 132 SMs) as the dispatch sees it; the cluster counts are what its occupancy
+# calculator reported (scripts/probes/short_topk_clusters.py).
+H200 = DeviceFacts("gpu", "9.0", (132, 66, 39, 30, 22, 17, 15, 15))
+
+_simulated: contextvars.ContextVar[DeviceFacts | None] = contextvars.ContextVar(
+    "dsv41_jax_simulated_device", default=None
+)
+
+
+@contextlib.contextmanager
+def simulated_device(facts: DeviceFacts) -> Iterator[DeviceFacts]:
+    """Trace as on the device `facts` describes, on any machine: every dispatch decision reads
+    `facts` instead of the real device, and the FFI targets are registered without touching a
+    GPU. Nothing can run on a simulated device: use it with abstract tracing
+    (`dsv41_jax.info.explain`, `jax.eval_shape`) or cross-platform lowering
+    (`jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`). E.g.
+    `with simulated_device(H200): dsv41_jax.info.explain(...)`."""
+    if not isinstance(facts, DeviceFacts):
+        raise TypeError(f"facts must be a DeviceFacts, got {type(facts).__name__}")
+    token = _simulated.set(facts)
+    try:
+        yield facts
+    finally:
+        _simulated.reset(token)
+
+
+def backend() -> str:
+    """JAX's backend as the dispatch sees it (the simulated device's inside `simulated_device`)."""
+    facts = _simulated.get()
+    return facts.backend if facts is not None else jax.default_backend()
 
 
 def compute_capability() -> str:
     """The first GPU's compute capability as "major.minor" ("" when unknown)."""
+    facts = _simulated.get()
+    if facts is not None:
+        return facts.compute_capability
     return str(getattr(jax.devices()[0], "compute_capability", ""))
 
 
@@ -139,7 +193,7 @@ def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:
     the process (scripts/probes/eager_shard_map_ffi.py, seen on 2 H200s with jax 0.11.2).
     """
     extension()
-    if _backend() != "gpu":
+    if backend() != "gpu":
         raise ExtensionUnavailable(f"{op}: the FFI implementation needs a CUDA GPU backend")
     cc = compute_capability()
     if cc not in archs:

@@ -6,12 +6,14 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from dsv41_jax import _ext
+
 TILES = (256, 128, 64)  # rows of one TMA box (both box dims must stay <= 256)
 
 
 def require_gpu(op: str, interpret: bool) -> None:
     """Decline (NotImplementedError) off the GPU unless the kernel runs in interpret mode."""
-    if not interpret and jax.default_backend() != "gpu":
+    if not interpret and _ext.backend() != "gpu":
         raise NotImplementedError(f"{op} pallas: the Mosaic GPU kernel needs a CUDA GPU backend")
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _checks, fused
+from dsv41_jax import _checks, _ext, fused
 from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
@@ -263,7 +263,7 @@ def _consumer_path(
     elif (
         path == "sparse"
         and declines is not None
-        and jax.default_backend() == "gpu"
+        and _ext.backend() == "gpu"
         and implementation != ("reference",)
     ):
         raise ValueError(

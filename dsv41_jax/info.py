@@ -16,7 +16,10 @@ from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.types import _row_bytes
 
-__all__ = ["Choice", "decode_step", "device", "explain"]
+__all__ = ["H200", "Choice", "DeviceFacts", "decode_step", "device", "explain", "simulated_device"]
+
+# Tracing as on another device (nothing runs there): see `simulated_device`.
+DeviceFacts, H200, simulated_device = _ext.DeviceFacts, _ext.H200, _ext.simulated_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +80,7 @@ def device() -> dict[str, object]:
     CUDA extension is built, each implementation's status (`dsv41_jax.status`), and on a GPU
     the short-row select's cluster occupancy."""
     facts: dict[str, object] = {
-        "backend": jax.default_backend(),
+        "backend": _ext.backend(),
         "device": jax.devices()[0].device_kind,
         "compute_capability": _ext.compute_capability() or None,
         "extension": "built" if _ext.available() else "not built",
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     for key, value in device().items():
         if key == "status":
             print("status:")
-            for name, line in cast(dict, value).items():
+            for name, line in cast("dict[str, str]", value).items():
                 print(f"  {name}: {line}")
         else:
             print(f"{key}: {value}")

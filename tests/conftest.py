@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 
@@ -62,16 +63,26 @@ def simt_topk(tmp_path_factory):
 
 
 @pytest.fixture
-def simulated_h200(monkeypatch):
-    """Trace as on an H200 on any machine: the GPU backend, compute capability 9.0, the
-    measured short-select occupancy. Needs the built extension (its limits and target names);
-    nothing runs, so use it with abstract tracing or cross-platform lowering only."""
-    from dsv41_jax import _ext
+def simulated_h200():
+    """Trace as on an H200 on any machine (`dsv41_jax.info.simulated_device(H200)`): the GPU
+    backend, compute capability 9.0, the measured short-select occupancy. Needs the built
+    extension (its limits and target names); nothing runs, so use it with abstract tracing or
+    cross-platform lowering only."""
+    from dsv41_jax import _ext, info
 
     if not _ext.available():
         pytest.skip("needs the built CUDA extension")
-    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
-    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
-    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
-    monkeypatch.setattr(_ext, "short_topk_max_clusters", lambda c: 15)
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with info.simulated_device(info.H200):
+        yield
+
+
+@pytest.fixture
+def simulate():
+    """`simulate(facts)`: trace as on the device `facts` (a `dsv41_jax.info.DeviceFacts`) for the
+    rest of the test. Needs the built extension; nothing runs on a simulated device."""
+    from dsv41_jax import _ext, info
+
+    if not _ext.available():
+        pytest.skip("needs the built CUDA extension")
+    with contextlib.ExitStack() as stack:
+        yield lambda facts: stack.enter_context(info.simulated_device(facts))

@@ -34,7 +34,8 @@ def test_api_page_lists_every_public_name():
 
 def test_every_public_function_of_sharding_and_info_is_in_all():
     """A new public function of either (of sharding's layout modules) must be added to its
-    `__all__` (and so to the reference page); `info.main` is the CLI, documented in the README."""
+    `__all__` (and so to the reference page); `info.main` is the CLI, documented in the README,
+    and info's `__all__` also names what it re-exports from the extension module."""
     from dsv41_jax import info, sharding
     from dsv41_jax.sharding import dcp, pcp, rows
 
@@ -48,7 +49,12 @@ def test_every_public_function_of_sharding_and_info_is_in_all():
         }
 
     assert public(rows) | public(dcp) | public(pcp) == set(sharding.__all__)
-    assert public(info) - {"main"} == set(info.__all__)
+    # info also re-exports the extension's simulated-device names (defined in dsv41_jax._ext).
+    from dsv41_jax import _ext
+
+    exported = {"DeviceFacts", "H200", "simulated_device"}
+    assert all(getattr(info, n) is getattr(_ext, n) for n in exported)
+    assert public(info) - {"main"} == set(info.__all__) - exported
 
 
 def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -231,16 +232,13 @@ def test_sm90_sparse_call_lowers_to_one_kernel_over_the_paged_cache(monkeypatch)
 
 
 @needs_ext
-def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
+def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypatch):
     """The filter-first select lowers to its own target with the radix select's operands; k above
     the extension's limit, or a candidate mask too large for its shared memory, is declined at
     trace time."""
     from dsv41_jax.topk import ffi as topk_ffi
 
-    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
-    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
-    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
-    monkeypatch.setattr(_ext, "short_topk_max_clusters", H200_CLUSTERS.get)
+    simulate(_ext.H200)
     scores, lens = jnp.zeros((3, 9000), jnp.float32), jnp.array([0, 5, 9000], jnp.int32)
     starts = jnp.array([0, 1, 0], jnp.int32)
 
@@ -276,13 +274,8 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(monkeypatch):
     )
 
 
-# Clusters of the short-row select an H200 runs at once, by cluster size, as its occupancy
-# calculator reported (scripts/probes/short_topk_clusters.py): a simulated device for the policy.
-H200_CLUSTERS = {1: 132, 2: 66, 3: 39, 4: 30, 5: 22, 6: 17, 7: 15, 8: 15}
-
-
 @needs_ext
-def test_public_topk_dispatch_policy(monkeypatch):
+def test_public_topk_dispatch_policy(simulate, monkeypatch):
     """The dispatch policy lives in one function: the short-row select where its cluster holds
     the row and all rows' clusters are resident at once, else the filter-first select, else the
     cluster radix select; `forced_algorithm` (the bench's switch) reroutes every call the forced
@@ -290,10 +283,7 @@ def test_public_topk_dispatch_policy(monkeypatch):
     import dsv41_jax as dj
     from dsv41_jax.topk import ffi as topk_ffi
 
-    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
-    monkeypatch.setattr(_ext, "compute_capability", lambda: "9.0")
-    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
-    monkeypatch.setattr(_ext, "short_topk_max_clusters", H200_CLUSTERS.get)
+    simulate(_ext.H200)
 
     def target(rows, n, k, **kw):
         s, lens = jnp.zeros((rows, n), jnp.float32), jnp.full((rows,), n, jnp.int32)
@@ -365,7 +355,7 @@ def test_sparse_consumer_select_is_onchip_where_a_row_fits():
     ],
 )
 def test_ffi_wrappers_decline_where_no_kernel_image_exists(
-    monkeypatch, caplog, cc, topk_runs_ffi, logits_decline
+    simulate, monkeypatch, caplog, cc, topk_runs_ffi, logits_decline
 ):
     """A simulated device of each compute capability: the FFI wrappers accept exactly the GPUs the
     extension has machine code for (own kernels sm_90a + sm_100a, DeepGEMM's logits for the
@@ -377,10 +367,7 @@ def test_ffi_wrappers_decline_where_no_kernel_image_exists(
     from dsv41_jax.logits import ffi as logits_ffi
     from dsv41_jax.topk import ffi as topk_ffi
 
-    monkeypatch.setattr(_ext, "_backend", lambda: "gpu")
-    monkeypatch.setattr(_ext, "compute_capability", lambda: cc)
-    monkeypatch.setattr(_ext, "short_topk_max_clusters", H200_CLUSTERS.get)
-    monkeypatch.setattr(_ext, "register_ffi_targets", _ext.register_targets)
+    simulate(dataclasses.replace(_ext.H200, compute_capability=cc))
     scores = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
     lens = jnp.array([10, 64], jnp.int32)
 

@@ -294,7 +294,7 @@ def test_block_size_mismatch_between_publisher_and_consumer_raises(rng):
 def test_select_auto_path_choice(rng, monkeypatch):
     """auto: sparse where the GPU has a sparse kernel for the inputs, else mask; sparse on a GPU
     without one raises instead of running the slow sparse reference."""
-    from dsv41_jax import indexer
+    from dsv41_jax import indexer, info
     from dsv41_jax.logits import ffi as logits_ffi
 
     cfg = small_config()
@@ -312,9 +312,9 @@ def test_select_auto_path_choice(rng, monkeypatch):
     np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, table, cfg)), mask)
     assert calls == [1]  # a sparse kernel "exists": auto took the sparse path (reference here)
     monkeypatch.setattr(logits_ffi, "sparse_kernel_declines", lambda *a: "no kernel for sm_80")
-    monkeypatch.setattr(indexer.jax, "default_backend", lambda: "gpu")
-    with pytest.raises(ValueError, match="no kernel for sm_80.*path='mask'"):
-        dj.select(q, cache, ctx, bt, table, cfg, path="sparse")
+    with info.simulated_device(info.DeviceFacts("gpu", "8.0")):
+        with pytest.raises(ValueError, match="no kernel for sm_80.*path='mask'"):
+            dj.select(q, cache, ctx, bt, table, cfg, path="sparse")
 
 
 @pytest.mark.parametrize(

@@ -167,3 +167,24 @@ def test_explain_keeps_numpy_ints_static_and_traces_keyword_arguments():
     assert only.implementation == "reference"
     with pytest.raises(ValueError, match="fn must be callable"):
         info.explain("topk", scores)
+
+
+def test_a_simulated_device_is_what_the_dispatch_reads_and_only_inside():
+    """`simulated_device` swaps the facts the dispatch reads (backend, compute capability, the
+    short select's occupancy) for its block only, nested blocks included; anything else than
+    DeviceFacts is refused."""
+    from dsv41_jax import _ext
+
+    real = (_ext.backend(), _ext.compute_capability())
+    sm80 = info.DeviceFacts("gpu", "8.0", (4, 2))
+    with info.simulated_device(info.H200) as facts:
+        assert facts is info.H200
+        assert (_ext.backend(), _ext.compute_capability()) == ("gpu", "9.0")
+        assert _ext.short_topk_max_clusters(1) == 132 and _ext.short_topk_max_clusters(9) == 0
+        with info.simulated_device(sm80):
+            assert _ext.compute_capability() == "8.0" and _ext.short_topk_max_clusters(2) == 2
+        assert _ext.compute_capability() == "9.0"
+    assert (_ext.backend(), _ext.compute_capability()) == real
+    with pytest.raises(TypeError, match="DeviceFacts"):
+        with info.simulated_device(("gpu", "9.0")):
+            pass

@@ -175,7 +175,7 @@ def sparse_kernel_declines(query, cache, num_candidates: int, block_size: int) -
     either path."""
     if not _ext.available():
         return "the CUDA extension is not built"
-    if jax.default_backend() != "gpu":
+    if _ext.backend() != "gpu":
         return "JAX does not run on a CUDA GPU"
     if _on_sm90():
         checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
