@@ -2,7 +2,8 @@
 each op has one test file parametrised over all of them:
 
 - reference: the pure-jnp oracle-checked path (the baseline every other one must equal);
-- interpret: the Pallas Mosaic GPU kernels in interpret mode on the CPU;
+- emulated-pallas: the Pallas Mosaic GPU select's SIMT program on the CPU emulator
+  (`dsv41_jax._simt`: bounds, initialisation and race checks);
 - emulated-cluster / emulated-filter / emulated-short: the CUDA kernels' own source on the CPU
   (tests/simt/; also the on-chip select of the SM90 sparse consumer, `emulate_onchip`);
 - ffi (the public dispatch) / ffi-cluster / ffi-filter / ffi-short / pallas: the kernels on the
@@ -73,6 +74,8 @@ class Impl:
     dtypes: tuple[str, ...] = ("float32",)
     max_k: int = 1 << 30
     max_n: int = 1 << 30  # widest row
+    long_k: int = 1 << 30  # the largest k for rows over 16,384 columns
+    bf16_tile: int = 1  # bfloat16 rows must be a multiple of it
 
     def takes(self, case: Case) -> bool:
         return (
@@ -82,16 +85,19 @@ class Impl:
             and (self.starts or not case.starts)
             and (self.mask or not case.mask)
             and case.dtype in self.dtypes
-            and case.k <= self.max_k
+            and case.k <= (self.max_k if case.n <= 16384 else min(self.max_k, self.long_k))
+            and (case.dtype != "bfloat16" or case.n % self.bf16_tile == 0)
         )
 
 
 BF16 = ("float32", "bfloat16")
 SHORT_MAX_N = 8 * 16384  # cuda/smxx_short_topk.cuh: kShortMaxCluster * kShortChunk
+# dsv41_jax/topk/mgpu_select.py: MAX_K, MAX_K_LONG; bf16 rows in whole 16-byte vectors.
+PALLAS_LIMITS = dict(max_k=16384, long_k=4096, bf16_tile=8)
 IMPLS = {
     i.name: i
     for i in (
-        Impl("interpret", False, 4096, tile=512, starts=False),
+        Impl("emulated-pallas", False, 300_000, starts=False, dtypes=BF16, **PALLAS_LIMITS),
         Impl("emulated-cluster", False, 300_000, dtypes=BF16),
         Impl("emulated-filter", False, 300_000, dtypes=BF16, max_k=4096),
         Impl("emulated-short", False, 300_000, dtypes=BF16, max_n=SHORT_MAX_N),
@@ -99,7 +105,7 @@ IMPLS = {
         Impl("ffi-cluster", True, 1 << 23, dtypes=BF16),
         Impl("ffi-filter", True, 1 << 23, dtypes=BF16, max_k=4096),
         Impl("ffi-short", True, 1 << 23, dtypes=BF16, max_n=SHORT_MAX_N),
-        Impl("pallas", True, 1 << 23, tile=512, starts=False),
+        Impl("pallas", True, 1 << 23, starts=False, dtypes=BF16, **PALLAS_LIMITS),
     )
 }
 
@@ -406,9 +412,8 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
     s, n = jnp.asarray(scores), jnp.asarray(lens, jnp.int32)
     st = None if starts is None else jnp.asarray(starts, jnp.int32)
     cand = None if candidates is None else jnp.asarray(candidates, jnp.int32)
-    if impl.name == "interpret":
-        out = topk_pallas.topk(s, n, k, st, cand, block_size, interpret=True)
-        return np.asarray(jax.block_until_ready(out))  # its callbacks must finish first
+    if impl.name == "emulated-pallas":
+        return np.asarray(topk_pallas.topk(s, n, k, st, cand, block_size, emulate=True))
     if impl.name.startswith("emulated"):
         exe = request.getfixturevalue("simt_topk")
         kernel = impl.name.removeprefix("emulated-")
@@ -441,9 +446,8 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
 def run_candidate_blocks(impl: Impl, request, block_scores, lens, c, block_size=8):
     """`dj.select_candidate_blocks` semantics through implementation `impl`."""
     bs, n = jnp.asarray(block_scores), jnp.asarray(lens, jnp.int32)
-    if impl.name == "interpret":
-        out = topk_pallas.select_candidate_blocks(bs, n, c, block_size, interpret=True)
-        return np.asarray(jax.block_until_ready(out))
+    if impl.name == "emulated-pallas":
+        return np.asarray(topk_pallas.select_candidate_blocks(bs, n, c, block_size, emulate=True))
     if impl.name.startswith("emulated"):
         exe = request.getfixturevalue("simt_topk")
         kernel = impl.name.removeprefix("emulated-")

@@ -1,6 +1,6 @@
 """select_candidate_blocks: the reference against the loop oracle, then every implementation
-(Pallas interpret mode, the CUDA source on the CPU stand-in, and on the GPU the FFI kernels and
-Pallas) against the reference, exactly."""
+(the Pallas select's program on the CPU emulator, the CUDA source on the CPU stand-in, and on the
+GPU the FFI kernels and Pallas) against the reference, exactly."""
 
 from __future__ import annotations
 

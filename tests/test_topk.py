@@ -1,6 +1,6 @@
-"""topk: the reference against the loop oracle, then every implementation (Pallas interpret
-mode, the CUDA source on the CPU stand-in, and on the GPU the FFI kernels and Pallas) against
-the reference, exactly; logical_to_physical and sparse_columns_to_positions."""
+"""topk: the reference against the loop oracle, then every implementation (the Pallas select's
+program on the CPU emulator, the CUDA source on the CPU stand-in, and on the GPU the FFI kernels
+and Pallas) against the reference, exactly; logical_to_physical and sparse_columns_to_positions."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from factories import scores as make_scores
 from selection import Case, candidate_mask, case_inputs, impl_params, lengths, params, run_topk
 
 import dsv41_jax as dj
-from dsv41_jax.topk import pallas_mgpu as topk_pallas
+from dsv41_jax.topk import mgpu_select
 
 
 def expected(s, lens, k, starts=None, blocks=None, block_size=8):
@@ -119,7 +119,7 @@ KINDS = ("random", "ties", "equal", "special", "ascending", "descending")
 # each case costs a compile and ~8M-score inputs).
 SIZES = (
     ((12, 999, 64), KINDS),  # one CTA a row; unaligned rows (scalar loads); every edge length
-    ((4, 1024, 40), KINDS),  # small enough for Pallas interpret mode
+    ((4, 1024, 40), KINDS),
     ((1, 1 << 17, 512), KINDS),  # one row over a cluster: sampled bars, the gather
     ((2, 100000, 1500), KINDS),  # chunks whose top-k fill the first CTA's buffer
     ((3, 40000, 4096), KINDS),  # the largest k the filter kernel takes: cuts while streaming
@@ -288,17 +288,28 @@ def test_filter_kernel_refuses_a_mask_too_large_for_shared_memory(simt_topk, rng
 
 
 @pytest.mark.parametrize(
-    "mode,dtype,k,shape",
+    "source,dtype,k,shape,members",
     [
-        (topk_pallas.POSITIONS, jnp.float32, 512, (8, 131072)),
-        (topk_pallas.KEYS, jnp.int32, 2048, (8, 16384)),
+        ("f32", jnp.float32, 512, (8, 16384), 0),
+        ("f32", jnp.float32, 512, (8, 131072), 2048),  # chunks, then their candidates
+        ("bf16", jnp.bfloat16, 2048, (2, 1 << 20), 0),  # three launches
+        ("f32", jnp.float32, 64, (3, 999), 0),  # scalar loads
+        ("blocks", jnp.float32, 2048, (8, 16384), 0),
     ],
 )
-def test_pallas_selection_kernels_lower_for_cuda(mode, dtype, k, shape):
-    """The GPU lowering (stricter than interpret mode) accepts the kernels at V4.1 shapes."""
-    f = jax.jit(lambda s, n: topk_pallas._select(s, n, None, k=k, mode=mode, group=8))
-    args = (jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct((8,), jnp.int32))
-    assert "mosaic_gpu" in f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+def test_pallas_select_lowers_for_cuda(source, dtype, k, shape, members):
+    """The SIMT program becomes a Mosaic GPU kernel at V4.1 shapes (the MLIR it emits verifies;
+    only the device compiles it further)."""
+    rows, n = shape
+    args = [jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct((rows,), jnp.int32)]
+    if members:
+        args.append(jax.ShapeDtypeStruct((rows, members), jnp.int32))
+
+    def f(s, lens, m=None):
+        return mgpu_select.select(mgpu_select.launch, source, s, lens, k, members=m)
+
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count("custom_call @mosaic_gpu") == len(mgpu_select.stages(n, k))
 
 
 def test_logical_to_physical(rng):

@@ -1,0 +1,425 @@
+"""The Pallas Mosaic GPU select: exact top-k of rows of any length, as SIMT programs
+(`dsv41_jax._simt`) run by `plgpu.kernel`s of 1024 threads.
+
+One CTA selects from a chunk of up to 16,384 columns with every key in registers (16 a thread)
+and the row never read twice:
+
+1. Scores become order-preserving unsigned keys (0 = never selected: past the length, outside
+   the candidate blocks, NaN, -inf). Candidate-block selection keys the newest block highest
+   and NaN / -inf blocks lowest-but-selectable.
+2. Three digit passes (11, 11 and 10 bits) build shared-memory histograms with `red.shared.add`
+   and find the k-th key's bin by a block scan; the search stops after a pass whose bin holds
+   exactly the keys still needed.
+3. The output in position order: per thread and tile the keys above the k-th and equal to it,
+   scanned over the warp and the CTA; ties go to the lowest positions.
+
+Rows longer than a chunk take several launches: every chunk's own top-k (keys and positions,
+in position order) and then the top-k of those candidates, until one chunk holds them. This is
+exact: a key among a row's k best is among its chunk's k best, and candidates keep their
+positions' order, so ties still go to the lowest position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from dsv41_jax import _simt
+
+CHUNK = 16384  # columns one CTA holds: 1024 threads x 16 keys
+THREADS = _simt.THREADS
+PER = CHUNK // THREADS
+SEGMENT = 32 * PER  # a warp's consecutive columns
+MAX_K = CHUNK  # larger k: not taken (the padding loop is unrolled)
+MAX_K_LONG = CHUNK // 4  # rows over several chunks: each stage must shrink the row
+
+SOURCES = ("f32", "bf16", "blocks", "keys")
+PINNED, LOWEST = 0xFFFFFFFF, 1  # candidate blocks: the newest, and NaN / -inf ones
+# Shared memory, in 32-bit words.
+HIST = 0  # three histograms of 2048 bins, one a pass (zeroed once)
+SUMS = HIST + 3 * 2048  # per-warp sums of a digit scan
+TOTALS = SUMS + 32  # per-warp counts of the output scan
+BIN, ABOVE, IN_BIN = TOTALS + 32, TOTALS + 33, TOTALS + 34
+BITS = TOTALS + 36  # the candidate blocks a chunk overlaps, one bit a block
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One launch: `source` rows of `width` columns, `chunks` CTAs a row, the top `k` of each
+    chunk. `out`: "positions" (int32 [rows, k], needs chunks == 1) or "candidates" (keys and
+    positions [rows, chunks * k], the input of a "keys" launch). `members`: candidate block ids
+    per row (0: no mask) of `block_size` positions; for "blocks", `block_size` turns lengths in
+    positions into block counts."""
+
+    source: str
+    width: int
+    k: int
+    chunks: int = 1
+    out: str = "positions"
+    members: int = 0
+    block_size: int = 8
+
+    def __post_init__(self):
+        assert self.source in SOURCES and self.out in ("positions", "candidates")
+        assert self.out == "candidates" or self.chunks == 1
+        assert 0 < self.width <= self.chunks * CHUNK and 0 < self.k <= MAX_K
+        assert not (self.members and self.source not in ("f32", "bf16"))
+        assert self.source != "bf16" or self.width % 8 == 0
+
+    @property
+    def vec(self) -> int:
+        """Columns a thread loads at once: one 16-byte load where rows stay aligned."""
+        if self.source == "bf16":
+            return 8
+        return 4 if self.width % 4 == 0 else 1
+
+    @property
+    def words(self) -> int:
+        """32-bit words a row of the source occupies."""
+        return self.width // 2 if self.source == "bf16" else self.width
+
+    @property
+    def bitmap_words(self) -> int:
+        return ((CHUNK - 1) // self.block_size + 2 + 31) // 32 if self.members else 0
+
+    @property
+    def smem_words(self) -> int:
+        return BITS + self.bitmap_words
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        extra = {"keys": ("positions",), "blocks": ("lengths",)}.get(self.source, ("lengths",))
+        return ("data", *extra, *(("members",) if self.members else ()))
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return ("out",) if self.out == "positions" else ("okeys", "opos")
+
+
+def _warp_scan(b, x, lane):
+    """Inclusive sum over the lanes of each warp."""
+    for d in (1, 2, 4, 8, 16):
+        x = b.sel(b.ge(lane, d), b.add(x, b.shfl_up(x, d)), x)
+    return x
+
+
+def _cta_scan(b, x, lane, warp, sums):
+    """Exclusive sum of `x` over the CTA's threads, and the CTA's total (one barrier; `sums`
+    holds 32 words, read by every warp)."""
+    inc = _warp_scan(b, x, lane)
+    b.sts(b.add(sums, warp), inc, b.eq(lane, 31))
+    b.barrier()
+    w = b.lds(b.add(sums, lane))
+    winc = _warp_scan(b, w, lane)
+    before = b.shfl_idx(b.sub(winc, w), warp)
+    return b.add(before, b.sub(inc, x)), b.shfl_idx(winc, 31)
+
+
+def _digit_pass(b, keys, t, lane, warp, p: int, prefix, k_rem):
+    """Pass `p` over the keys whose bits above the digit equal `prefix`: the digit holding the
+    `k_rem`-th largest of them, the keys above its bin and in it, and how many took part."""
+    shift, width = ((21, 11), (10, 11), (0, 10))[p]
+    digits, hist = 1 << width, HIST + 2048 * p
+    for key in keys:
+        take = b.ne(key, 0)
+        if p:
+            take = b.pand(take, b.eq(b.shr(key, shift + width), prefix))
+        b.red_add(b.add(b.and_(b.shr(key, shift), digits - 1), hist), 1, take)
+    b.barrier()
+    per = digits // THREADS  # thread t holds digits digits-1-per*t-j, descending
+    first = b.sub(digits - 1, b.mul(t, per))
+    counts = [b.lds(b.add(b.sub(first, j), hist)) for j in range(per)]
+    mine = counts[0] if per == 1 else b.add(counts[0], counts[1])
+    above, total = _cta_scan(b, mine, lane, warp, SUMS)
+    for j, cnt in enumerate(counts):
+        hit = b.pand(b.lt(above, k_rem), b.le(k_rem, b.add(above, cnt)))
+        b.sts(BIN, b.sub(first, j), hit)
+        b.sts(ABOVE, above, hit)
+        b.sts(IN_BIN, cnt, hit)
+        above = b.add(above, cnt)
+    b.barrier()
+    return b.lds(BIN), b.lds(ABOVE), b.lds(IN_BIN), total
+
+
+def _below(b, lo):
+    """The largest key under a bin that starts at `lo` (0 when lo is 0: key 0 is never taken)."""
+    return b.sel(b.eq(lo, 0), 0, b.sub(lo, 1))
+
+
+def _search(b, keys, t, lane, warp, k: int):
+    """The k-th key: the keys above `thresh` are taken and the first `need` equal to it. Also
+    the number of keys that may be selected."""
+    bin0, above0, in0, total = _digit_pass(b, keys, t, lane, warp, 0, None, b.c(k))
+
+    def refine():
+        k1 = b.sub(k, above0)
+
+        def after0():
+            bin1, above1, in1, _ = _digit_pass(b, keys, t, lane, warp, 1, bin0, k1)
+            prefix1 = b.or_(b.shl(bin0, 11), bin1)
+            k2 = b.sub(k1, above1)
+
+            def after1():
+                bin2, above2, _, _ = _digit_pass(b, keys, t, lane, warp, 2, prefix1, k2)
+                return [b.or_(b.shl(prefix1, 10), bin2), b.sub(k2, above2)]
+
+            return b.if_(b.eq(in1, k2), lambda: [_below(b, b.shl(prefix1, 10)), 0], after1, 2)
+
+        return b.if_(b.eq(in0, k1), lambda: [_below(b, b.shl(bin0, 21)), 0], after0, 2)
+
+    thresh, need = b.if_(b.gt(total, k), refine, lambda: [0, 0], 2)
+    return thresh, need, total
+
+
+def _to_key(b, bits):
+    """Order-preserving unsigned key of float32 bits (-0 ties +0)."""
+    bits = b.sel(b.eq(bits, 0x80000000), 0, bits)
+    return b.xor(bits, b.sel(b.ge(bits, 0x80000000), 0xFFFFFFFF, 0x80000000))
+
+
+def _unscored(b, bits):
+    """NaN or -inf."""
+    return b.por(b.gt(b.and_(bits, 0x7FFFFFFF), 0x7F800000), b.eq(bits, 0xFF800000))
+
+
+def _divide(b, x, n: int):
+    return b.shr(x, n.bit_length() - 1) if n & (n - 1) == 0 else b.divu(x, n)
+
+
+def program(b, s: Spec) -> None:
+    """The select of one chunk a CTA (see the module docstring), on backend `b`."""
+    t = b.tid()
+    lane, warp = b.and_(t, 31), b.shr(t, 5)
+    cta = b.cta()
+    if s.chunks == 1:
+        row, lo = cta, b.c(0)
+    else:
+        row, lo = b.divu(cta, s.chunks), b.mul(b.remu(cta, s.chunks), CHUNK)
+    vec, tiles, n = s.vec, PER // s.vec, s.width
+    first = b.add(lo, b.add(b.mul(warp, SEGMENT), b.mul(lane, vec)))
+    cols = [b.add(first, 32 * vec * j) for j in range(tiles)]  # each tile's first column
+
+    # The chunk's scores, loads issued first: clamped into the row (what lies past it is
+    # masked below), whole 16-byte vectors where the rows are aligned.
+    row_words = b.mul(row, s.words)
+    raw = []
+    for col in cols:
+        if vec == 1:
+            raw.append([b.ldg("data", b.add(row_words, b.minu(col, n - 1)))])
+        else:
+            at = b.minu(col, n - vec)
+            raw.append(b.ldg4("data", b.add(row_words, b.shr(at, 1) if vec == 8 else at)))
+    if s.source == "keys":
+        length = b.c(n)
+    else:
+        given = b.ldg("lengths", row)
+        given = b.sel(b.ge(given, 0x80000000), 0, given)  # negative: 0
+        if s.source == "blocks":  # positions -> blocks (no wrap: given < 2^31)
+            given = _divide(b, b.add(given, s.block_size - 1), s.block_size)
+        length = b.minu(given, n)
+
+    for i in range(6):  # the three histograms start at zero
+        b.sts(b.add(t, HIST + THREADS * i), 0)
+    for word in (BIN, ABOVE, IN_BIN):  # read even when no bin holds the k-th key (total <= k)
+        b.sts(word, 0, b.eq(t, 0))
+    member = None
+    if s.members:
+        block0 = _divide(b, lo, s.block_size)
+        for i in range(-(-s.bitmap_words // THREADS)):
+            at = b.add(t, THREADS * i)
+            b.sts(b.add(at, BITS), 0, b.lt(at, s.bitmap_words))
+        b.barrier()
+        for i in range(-(-s.members // THREADS)):
+            at = b.add(t, THREADS * i)
+            ids = b.ldg("members", b.add(b.mul(row, s.members), b.minu(at, s.members - 1)))
+            rel = b.sub(ids, block0)  # ids below the chunk (and negative ones) wrap high
+            ok = b.pand(b.lt(at, s.members), b.lt(rel, 32 * s.bitmap_words))
+            b.red_or(b.add(b.shr(rel, 5), BITS), b.shlv(1, b.and_(rel, 31)), ok)
+
+        def member(col):
+            rel = b.sub(_divide(b, col, s.block_size), block0)
+            word = b.lds(b.add(b.shr(rel, 5), BITS))
+            return b.ne(b.and_(b.shrv(word, b.and_(rel, 31)), 1), 0)
+
+    b.barrier()
+
+    keys, positions = [], []
+    for col0, words in zip(cols, raw):
+        for e in range(vec):
+            col = b.add(col0, e)
+            positions.append(col)
+            if s.source == "bf16":
+                w = words[e // 2]
+                bits = b.shl(w, 16) if e % 2 == 0 else b.and_(w, 0xFFFF0000)
+            else:
+                bits = words[e]
+            inside = b.lt(col, length)
+            if s.source == "keys":
+                keys.append(b.sel(inside, bits, 0))
+            elif s.source == "blocks":
+                key = b.sel(_unscored(b, bits), LOWEST, _to_key(b, bits))
+                key = b.sel(b.eq(col, b.sub(length, 1)), PINNED, key)
+                keys.append(b.sel(inside, key, 0))
+            else:
+                ok = b.pand(inside, b.pnot(_unscored(b, bits)))
+                if member is not None:
+                    ok = b.pand(ok, member(col))
+                keys.append(b.sel(ok, _to_key(b, bits), 0))
+
+    thresh, need, total = _search(b, keys, t, lane, warp, s.k)
+    _emit(b, s, keys, positions, t, lane, warp, row, cta, thresh, need, total)
+
+
+def _emit(b, s: Spec, keys, positions, t, lane, warp, row, cta, thresh, need, total):
+    """Every taken key to its output slot, in position order; then the padding."""
+    vec, tiles = s.vec, PER // s.vec
+    tie = b.ne(need, 0)
+    before, tile_counts, warp_total = [], [], b.c(0)
+    for j in range(tiles):  # keys above | equal << 16 per tile (a chunk's counts < 2^16)
+        count = b.c(0)
+        for key in keys[j * vec : (j + 1) * vec]:
+            above = b.gt(key, thresh)
+            count = b.add(count, b.sel(above, 1, b.sel(b.pand(tie, b.eq(key, thresh)), 1 << 16, 0)))
+        inc = _warp_scan(b, count, lane)
+        before.append(b.sub(inc, count))
+        tile_counts.append(b.shfl_idx(inc, 31))
+        warp_total = b.add(warp_total, tile_counts[-1])
+    b.sts(b.add(TOTALS, warp), warp_total, b.eq(lane, 0))
+    b.barrier()
+    w = b.lds(b.add(TOTALS, lane))
+    winc = _warp_scan(b, w, lane)
+    base = b.shfl_idx(b.sub(winc, w), warp)
+    above_base, equal_base = b.and_(base, 0xFFFF), b.shr(base, 16)
+    out = b.mul(row, s.k) if s.out == "positions" else b.mul(cta, s.k)
+    for j in range(tiles):
+        g = b.add(above_base, b.and_(before[j], 0xFFFF))
+        e = b.add(equal_base, b.shr(before[j], 16))
+        for i in range(vec):
+            key, col = keys[j * vec + i], positions[j * vec + i]
+            above = b.gt(key, thresh)
+            equal = b.pand(tie, b.eq(key, thresh))
+            take = b.por(above, b.pand(equal, b.lt(e, need)))
+            slot = b.add(out, b.add(g, b.minu(e, need)))
+            if s.source == "keys":
+                col = b.ldg_if("positions", b.add(b.mul(row, s.width), col), take)
+            if s.out == "positions":
+                b.stg("out", slot, col, take)
+            else:
+                b.stg("okeys", slot, key, take)
+                b.stg("opos", slot, col, take)
+            g = b.add(g, b.sel(above, 1, 0))
+            e = b.add(e, b.sel(equal, 1, 0))
+        above_base = b.add(above_base, b.and_(tile_counts[j], 0xFFFF))
+        equal_base = b.add(equal_base, b.shr(tile_counts[j], 16))
+    taken = b.minu(total, s.k)
+    for i in range(-(-s.k // THREADS)):
+        at = b.add(t, THREADS * i)
+        pad = b.pand(b.lt(at, s.k), b.ge(at, taken))
+        if s.out == "positions":
+            b.stg("out", b.add(out, at), 0xFFFFFFFF, pad)
+        else:
+            b.stg("okeys", b.add(out, at), 0, pad)
+            b.stg("opos", b.add(out, at), 0xFFFFFFFF, pad)
+
+
+# ------------------------------------------------------------------------------ launches
+def stages(width: int, k: int) -> list[int]:
+    """CTAs a row of each launch: chunks of candidates while the row is over one chunk."""
+    out = []
+    while width > CHUNK:
+        chunks = -(-width // CHUNK)
+        out.append(chunks)
+        width = chunks * k
+    return [*out, 1]
+
+
+def _out_types(s: Spec, rows: int):
+    if s.out == "positions":
+        return [jax.ShapeDtypeStruct((rows, s.k), jnp.int32)]
+    shape = (rows, s.chunks * s.k)
+    return [jax.ShapeDtypeStruct(shape, jnp.uint32), jax.ShapeDtypeStruct(shape, jnp.int32)]
+
+
+@functools.cache
+def _kernel(s: Spec, rows: int):
+    from dsv41_jax import _simt_mlir
+
+    names = (*s.inputs, *s.outputs)
+
+    def body(*refs):
+        def emit(ctx, *r):
+            del ctx
+            *gmem, smem = r
+            program(_simt_mlir.Mlir(dict(zip(names, gmem)), smem), s)
+
+        plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * len(refs))(emit)(*refs)
+
+    return plgpu.kernel(
+        body,
+        out_type=_out_types(s, rows),
+        scratch_types=[plgpu.SMEM((s.smem_words,), jnp.int32)],
+        grid=(rows * s.chunks,),
+        grid_names=("cta",),
+        num_threads=THREADS // 128,
+        thread_name="wg",
+        compiler_params=plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane),
+    )
+
+
+def launch(s: Spec, *arrays):
+    """Run one launch on the GPU: `arrays` in the order of `s.inputs`."""
+    rows = arrays[0].shape[0]
+    return tuple(_kernel(s, rows)(*arrays))
+
+
+def emulate(s: Spec, *arrays, seed: int = 0):
+    """Run one launch on the CPU emulator (numpy arrays in, numpy arrays out), with its checks:
+    bounds, uninitialised shared memory, races, and every output word stored exactly once."""
+    rows = arrays[0].shape[0]
+    outs = [np.full(o.shape, 0x7EADBEEF, np.uint32).view(o.dtype) for o in _out_types(s, rows)]
+    buffers = {n: np.ascontiguousarray(a).reshape(-1) for n, a in zip(s.inputs, arrays)}
+    buffers.update({n: o.reshape(-1) for n, o in zip(s.outputs, outs)})
+    emu = _simt.Emulator(rows * s.chunks, s.smem_words, buffers, seed=seed)
+    program(emu, s)
+    for name in s.outputs:
+        counts = emu.stores.get(name, np.zeros(0, np.int64))
+        if counts.size != buffers[name].size or (counts != 1).any():
+            raise _simt.EmulationError(f"{name}: not every word stored exactly once")
+    return tuple(outs)
+
+
+def select(run, source: str, data, lengths, k: int, *, members=None, block_size: int = 8):
+    """Top-k of each row through launches of `run` (`launch` or `emulate`): int32 [rows, k]
+    ascending, -1 padded. `data` [rows, N] float32 / bfloat16 scores or float32 block scores
+    (`source` "f32" / "bf16" / "blocks")."""
+    n = data.shape[1]
+    plan = stages(n, k)
+    c = 0 if members is None else members.shape[1]
+    width, keys, positions = n, None, None
+    for i, chunks in enumerate(plan):
+        last = i == len(plan) - 1
+        src = source if i == 0 else "keys"
+        spec = Spec(
+            src,
+            width,
+            k,
+            chunks=chunks,
+            out="positions" if last else "candidates",
+            members=c if i == 0 else 0,
+            block_size=block_size,
+        )
+        if i == 0:
+            args = [data, lengths] + ([members] if c else [])
+        else:
+            args = [keys, positions]
+        res = run(spec, *args)
+        if last:
+            return res[0]
+        keys, positions = res
+        width = chunks * k
+    raise AssertionError("unreachable")
