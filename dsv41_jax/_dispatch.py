@@ -38,11 +38,19 @@ def record(op: str, implementation: str, declined: Sequence[tuple[str, str]] = (
 
 
 class Op:
-    """An op name and its implementations, fastest first."""
+    """An op name and its implementations, fastest first; `order`, when given, picks the order
+    from the call's arguments (for `implementation=None`: an op whose fastest implementation
+    depends on the shapes)."""
 
-    def __init__(self, name: str, **impls: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        name: str,
+        order: Callable[..., tuple[str, ...]] | None = None,
+        **impls: Callable[..., Any],
+    ) -> None:
         assert set(impls) <= KNOWN, impls
         self.name = name
+        self.order = order
         self.impls: dict[str, Callable[..., Any]] = dict(impls)
 
     def resolve(self, implementation: Implementation) -> tuple[str, ...]:
@@ -70,7 +78,11 @@ class Op:
         return names or tuple(self.impls)
 
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
-        names = self.resolve(implementation)
+        if implementation is None and self.order is not None:
+            names = self.order(*args, **kwargs)
+            assert sorted(names) == sorted(self.impls), names
+        else:
+            names = self.resolve(implementation)
         reasons = []
         for n in names:
             try:

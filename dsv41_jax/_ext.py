@@ -135,17 +135,19 @@ SM100 = ("10.0",)
 @dataclasses.dataclass(frozen=True)
 class DeviceFacts:
     """What the dispatch reads of the device it traces for: JAX's backend ("gpu", "cpu", ...),
-    the first GPU's compute capability ("major.minor", "" when none), and how many clusters of
-    1, 2, ... 8 CTAs of the short-row select run at once (its occupancy calculator's answer)."""
+    the first GPU's compute capability ("major.minor", "" when none), how many clusters of
+    1, 2, ... 8 CTAs of the short-row select run at once (its occupancy calculator's answer),
+    and the GPU's streaming multiprocessors (0 when unknown)."""
 
     backend: str
     compute_capability: str
     short_topk_clusters: tuple[int, ...] = ()
+    sm_count: int = 0
 
 
 # An H200 (SM90, 132 SMs) as the dispatch sees it; the cluster counts are what its occupancy
 # calculator reported (scripts/probes/short_topk_clusters.py).
-H200 = DeviceFacts("gpu", "9.0", (132, 66, 39, 30, 22, 17, 15, 15))
+H200 = DeviceFacts("gpu", "9.0", (132, 66, 39, 30, 22, 17, 15, 15), 132)
 
 _simulated: contextvars.ContextVar[DeviceFacts | None] = contextvars.ContextVar(
     "dsv41_jax_simulated_device", default=None
@@ -181,6 +183,14 @@ def compute_capability() -> str:
     if facts is not None:
         return facts.compute_capability
     return str(getattr(jax.devices()[0], "compute_capability", ""))
+
+
+def sm_count() -> int:
+    """The first GPU's streaming multiprocessors as JAX reports them (0 when unknown)."""
+    facts = _simulated.get()
+    if facts is not None:
+        return facts.sm_count
+    return int(getattr(jax.devices()[0], "core_count", 0) or 0)
 
 
 def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:

@@ -14,11 +14,11 @@ thread of a CTA runs the same instructions on its own values). Two backends impl
   tests can fail.
 
 The instruction set (all values unsigned 32-bit, wrapping; predicates are booleans):
-  c(x) tid() cta() | add sub mul and_ or_ xor shl shr (static shifts) shlv shrv minu divu
-  remu (static divisors) | eq ne lt le gt ge (unsigned) pand por pnot sel | ldg ldg4 ldg_if stg
-  (global memory, in 32-bit words of a named buffer) | lds sts red_add red_or (shared memory,
-  in words) | barrier | shfl_up shfl_idx (within a warp) | if_ (a branch uniform over the CTA,
-  with results).
+  c(x) tid() cta() | add sub mul and_ or_ xor shl shr (static shifts) shlv shrv popc minu
+  fmax (float32 bits) divu remu (static divisors) | eq ne lt le gt ge (unsigned) pand por pnot
+  sel | ldg ldg4 ldg_if stg (global memory, in 32-bit words of a named buffer) | lds sts
+  red_add red_or (shared memory, in words) | barrier | shfl_up shfl_idx (within a warp) | if_
+  (a branch uniform over the CTA, with results).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-THREADS = 1024  # threads of a CTA (8 Mosaic GPU warpgroups)
 U32 = np.uint32
 _NONE, _MANY, _ATOMIC = -1, -2, -3  # word-access owners besides a thread id
 
@@ -38,14 +37,16 @@ class EmulationError(AssertionError):
 
 
 class Emulator:
-    """Runs a SIMT program over `ctas` CTAs of THREADS threads in lockstep.
+    """Runs a SIMT program over `ctas` CTAs of `threads` threads in lockstep.
 
     `buffers` maps names to flat numpy arrays of 32-bit words (inputs and outputs; outputs are
     written in place). `smem_words` sizes each CTA's shared memory, which starts as garbage.
     """
 
-    def __init__(self, ctas: int, smem_words: int, buffers: dict[str, np.ndarray], seed=0):
-        self.g, self.t = ctas, THREADS
+    def __init__(
+        self, ctas: int, threads: int, smem_words: int, buffers: dict[str, np.ndarray], seed=0
+    ):
+        self.g, self.t = ctas, threads
         self.buffers = {n: b.view(U32) for n, b in buffers.items()}
         rng = np.random.default_rng(seed)
         self.smem = rng.integers(0, 2**32, (ctas, smem_words), dtype=np.uint64).astype(U32)
@@ -58,7 +59,7 @@ class Emulator:
         self.epoch = 0
         self.active = np.ones((ctas, 1), bool)  # CTAs on the branch being run
         self.stores: dict[str, np.ndarray] = {}  # per buffer, how often each word was stored
-        self.tids = np.broadcast_to(np.arange(THREADS, dtype=np.int64), (ctas, THREADS))
+        self.tids = np.broadcast_to(np.arange(threads, dtype=np.int64), (ctas, threads))
 
     # ---- values
     def _v(self, x) -> np.ndarray:
@@ -77,7 +78,7 @@ class Emulator:
         return self._v(np.asarray(x % 2**32, dtype=np.uint64).astype(U32))
 
     def tid(self):
-        return self._v(np.arange(THREADS, dtype=U32)[None])
+        return self._v(np.arange(self.t, dtype=U32)[None])
 
     def cta(self):
         return self._v(np.arange(self.g, dtype=U32)[:, None])
@@ -121,6 +122,14 @@ class Emulator:
         if (n[self._mask()] >= 32).any():
             raise EmulationError("a shift by 32 or more (undefined on the GPU)")
         return self._v(a) >> (n & U32(31))
+
+    def popc(self, a):
+        return np.bitwise_count(self._v(a)).astype(U32)
+
+    def fmax(self, a, b):
+        """The larger of two float32 values given as bits; NaN only when both are NaN."""
+        f = np.fmax(self._v(a).view(np.float32), self._v(b).view(np.float32))
+        return f.view(U32)
 
     def minu(self, a, b):
         return np.minimum(self._v(a), self._v(b))

@@ -77,6 +77,14 @@ class Mlir:
     def shrv(self, a, n):
         return arith.shrui(self._v(a), self._v(n))
 
+    def popc(self, a):
+        return mu.inline_ptx("popc.b32 $0, $1;", self._v(a), result_types=_i32())
+
+    def fmax(self, a, b):
+        f32 = ir.F32Type.get()
+        m = arith.maxnumf(arith.bitcast(f32, self._v(a)), arith.bitcast(f32, self._v(b)))
+        return arith.bitcast(_i32(), m)
+
     def minu(self, a, b):
         return arith.minui(self._v(a), self._v(b))
 

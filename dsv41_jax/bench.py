@@ -286,13 +286,22 @@ def bench_block_amax(rng, bw) -> list[Row]:
     for bs, n in ((8, 131072), (64, 131072), (64, 1 << 20)):
         sets = [(testing.normal(rng, (bs, n)), jnp.full((bs,), n - 5, jnp.int32)) for _ in range(2)]
         floor = bs * n * 4 * (1 + 1 / 8) / (bw * 1e3)
+        want = jax.jit(lambda s, l: dj.block_amax(s, l, implementation="reference"))(*sets[0])
         for impl in ("pallas", "reference"):
-            t = jax_time_us(lambda s, l, impl=impl: dj.block_amax(s, l, implementation=impl), sets)
+            t = jax_time_us(
+                lambda s, l, impl=impl: dj.block_amax(s, l, implementation=impl),
+                sets,
+                want=want,
+                what=f"block_amax [{bs}, {n // 1024}K] {impl}",
+            )
             rows.append(Row("block_amax", f"[{bs}, {n // 1024}K]", impl, t, floor))
         ts = [torch.from_numpy(np.asarray(s[0])).cuda() for s in sets]
         t = kernel_time_us(lambda i: ts[i % 2].view(bs, -1, 8).amax(-1))
         rows.append(Row("block_amax", f"[{bs}, {n // 1024}K]", "torch amax (baseline)", t, floor))
     return rows
+
+
+DEFAULT = "auto (default)"  # the row of `implementation=None`: what the dispatch picks
 
 
 def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
@@ -327,12 +336,12 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
             return dj.topk(s, lens, k, implementation=impl)
 
         want = jax.jit(functools.partial(fn, impl="reference"))(*sets[0])
-        for impl in (*impls, "reference"):
+        for impl in (*impls, None, "reference"):  # None: the dispatch's pick
             t = jax_time_us(
                 functools.partial(fn, impl=impl), sets, want=want, what=f"{op} {shape} {impl}"
             )
-            rows.append(Row(op, shape, impl, t, floor))
-        if "ffi" in impls:  # each CUDA select forced, beside the dispatch's pick ("ffi")
+            rows.append(Row(op, shape, impl or DEFAULT, t, floor))
+        if "ffi" in impls:  # each CUDA select forced, beside the dispatch's pick of one ("ffi")
             mode = "candidate_blocks" if candidate else "positions"
             rows += _forced_selects(op, shape, floor, sets, k, None, 8, mode, want)
         t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
@@ -387,11 +396,11 @@ def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
             return dj.topk(s, lens, k, candidates=blocks, block_size=b, implementation=impl)
 
         want = jax.jit(functools.partial(fn, impl="reference"))(*sets[0])
-        for impl in (*impls, "reference"):
+        for impl in (*impls, None, "reference"):  # None: the dispatch's pick
             t = jax_time_us(
                 functools.partial(fn, impl=impl), sets, want=want, what=f"{op} {shape} {impl}"
             )
-            rows.append(Row(op, shape, impl, t, floor))
+            rows.append(Row(op, shape, impl or DEFAULT, t, floor))
         if "ffi" in impls:  # each select forced (the filter one reads only the candidate blocks)
             rows += _forced_selects(op, shape, floor, sets, k, True, b, "positions", want)
         member = np.zeros((bs, n // b), bool)

@@ -1,6 +1,6 @@
-"""block_amax: the reference against the loop oracle; the Pallas kernel in interpret mode on the
-CPU (race detection on; interpret mode is not proof, so the kernel also lowers for CUDA here),
-and on the GPU (device machine), against the reference, exactly."""
+"""block_amax: the reference against the loop oracle; the Pallas kernel's SIMT program on the CPU
+emulator (which cannot prove the kernel, so it also lowers for CUDA here), and on the GPU
+(device machine), against the reference, exactly."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 from factories import scores as make_scores
 
 import dsv41_jax as dj
-from dsv41_jax.blocks import pallas_mgpu, reference
+from dsv41_jax import _simt
+from dsv41_jax.blocks import mgpu_amax, pallas_mgpu, reference
 
 
 def amax_expected(s, lens, b, pin=True, starts=None):
@@ -50,49 +51,70 @@ def test_block_amax_with_starts(rng):
     np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, 8, starts=starts))
 
 
-def finished(x):
-    """Interpret mode runs the kernel's callbacks on another thread, and they dispatch jax ops:
-    starting the next computation (the reference) before they finish can deadlock the CPU client."""
-    return jax.block_until_ready(x)
-
-
 @pytest.mark.parametrize("kind", ["random", "special"])
-@pytest.mark.parametrize("rows,n", [(2, 2048), (3, 2560), (1, 1536)])
-def test_block_amax_interpret_equals_reference(rng, kind, rows, n):
-    s = jnp.asarray(make_scores(rng, rows, n, kind))
-    lens = jnp.asarray(rng.integers(0, n + 1, rows).astype(np.int32)).at[0].set(n)
+@pytest.mark.parametrize("rows,n,b", [(2, 2048, 8), (3, 2563, 8), (1, 1536, 16), (4, 203, 3)])
+def test_block_amax_program_on_the_emulator(rng, kind, rows, n, b):
+    """The Pallas kernel's SIMT program on the CPU emulator (bounds, initialisation and race
+    checks; every output written once): 16-byte and scalar loads, partial last blocks."""
+    s = make_scores(rng, rows, n, kind)
+    lens = rng.integers(0, n + 1, rows).astype(np.int32)
+    lens[0] = n
     for pin in (True, False):
-        got = finished(pallas_mgpu.block_amax(s, lens, 8, None, pin, interpret=True))
-        want = reference.block_amax(s, lens, 8, None, pin)
-        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        got = pallas_mgpu.block_amax(s, lens, b, None, pin, emulate=True)
+        want = reference.block_amax(jnp.asarray(s), jnp.asarray(lens), b, None, pin)
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+MUTANTS = {
+    "max starts at 0": ("NEG_INF", 0),
+    "newest pinned to -inf": ("POS_INF", 0xFF800000),
+    "NaN propagates": (
+        "fmax",
+        lambda self, a, b: np.maximum(a.view(np.float32), b.view(np.float32)).view(np.uint32),
+    ),
+}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_block_amax_program_mutants_are_caught(monkeypatch, rng, mutant):
+    """The emulator test can fail: each mutant of the program (or of the instruction it relies
+    on) gives another answer on rows with NaNs, -inf and short lengths."""
+    name, value = MUTANTS[mutant]
+    target = _simt.Emulator if name == "fmax" else mgpu_amax
+    monkeypatch.setattr(target, name, value)
+    s = make_scores(rng, 3, 2048, "special")
+    lens = np.array([2048, 1001, 17], np.int32)
+    got = pallas_mgpu.block_amax(s, lens, 8, None, True, emulate=True)
+    want = reference.block_amax(jnp.asarray(s), jnp.asarray(lens), 8, None, True)
+    assert not np.array_equal(got, np.asarray(want))
 
 
 def test_block_amax_lowers_for_cuda():
-    """The GPU lowering (stricter than interpret mode) accepts the kernel at V4.1 shapes."""
-    cfg = pallas_mgpu.BlockAmaxConfig()
-    f = jax.jit(lambda s, n: pallas_mgpu._block_amax(s, n, cfg=cfg, pin=True))
+    """The SIMT program becomes a Mosaic GPU kernel at V4.1 shapes (the MLIR verifies; only the
+    device compiles it further)."""
+    spec = mgpu_amax.AmaxSpec(1 << 20, 8, True)
+    f = jax.jit(lambda s, n: mgpu_amax.launch(spec, s, n))
     args = (
         jax.ShapeDtypeStruct((64, 1 << 20), jnp.float32),
         jax.ShapeDtypeStruct((64,), jnp.int32),
     )
     text = f.trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-    assert "mosaic_gpu" in text
+    assert "custom_call @mosaic_gpu" in text
 
 
 def test_block_amax_pallas_refuses_what_it_cannot_do():
     s, n = jnp.zeros((2, 20)), jnp.zeros((2,), jnp.int32)
-    with pytest.raises(NotImplementedError, match="multiple of 512"):
-        pallas_mgpu.block_amax(s, n, 8, None, True, interpret=True)
-    with pytest.raises(NotImplementedError, match="multiple of 512"):
-        pallas_mgpu.block_amax(jnp.zeros((2, 4104)), n, 8, None, True, interpret=True)
     with pytest.raises(NotImplementedError, match="starts"):
-        pallas_mgpu.block_amax(jnp.zeros((2, 16)), n, 8, n, True, interpret=True)
+        pallas_mgpu.block_amax(s, n, 8, n, True, emulate=True)
+    with pytest.raises(NotImplementedError, match="float32"):
+        pallas_mgpu.block_amax(s.astype(jnp.bfloat16), n, 8, None, True, emulate=True)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["random", "ties", "special"])
 @pytest.mark.parametrize(
-    "rows,n", [(1, 2048), (8, 131072), (64, 16384), (3, 1 << 20), (5, 2560), (4, 25600), (2, 1536)]
+    "rows,n",
+    [(1, 2048), (8, 131072), (64, 16384), (3, 1 << 20), (5, 2560), (4, 25600), (2, 1003), (6, 203)],
 )
 def test_pallas_block_amax_equals_reference_on_device(rng, kind, rows, n):
     s = make_scores(rng, rows, n, kind)

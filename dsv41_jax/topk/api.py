@@ -4,23 +4,41 @@ another mode), sparse-column and page-table transforms."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
-from dsv41_jax.topk import ffi, pallas_mgpu, reference
+from dsv41_jax.topk import ffi, mgpu_select, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
-# Dispatch by measurement (H200, BENCHMARKS_HISTORY.md "Short-row select and the dispatch by
-# shape" and the Pallas rows of the first table): top-k k=512 over [8, 128K] ffi 21.9 µs,
-# pallas 164, reference 441 -> ffi, pallas, reference. Candidate top-2048 over [8, 16K] ffi
-# 12.7 µs, reference 109, pallas 124: the Pallas kernel is slower than the XLA reference, so it
-# comes after it and runs only when named. Which CUDA select "ffi" runs: topk.ffi.algorithm_for.
-TOPK = Op("topk", ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
+# Dispatch by measurement (H200, BENCHMARKS.md): the Pallas select first where it is the
+# fastest (rows of up to 16,384 columns, masked rows it gathers, candidate selection over up to
+# 16,384 blocks: `pallas_mgpu.preferred`), else the CUDA selects (top-k k=512 [8, 128K] ffi 15.9
+# us, pallas 16.3; [64, 1M] 151 against 277), then the XLA reference (hundreds of us). Which
+# CUDA select "ffi" runs: topk.ffi.algorithm_for.
+PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "reference")
+
+
+def _topk_order(scores, lengths, k, starts, candidates, block_size) -> tuple[str, ...]:
+    return (
+        PALLAS_FIRST
+        if pallas_mgpu.preferred(scores, k, starts, candidates, block_size)
+        else FFI_FIRST
+    )
+
+
+def _candidate_order(block_scores, lengths, c, block_size) -> tuple[str, ...]:
+    one_cta = block_scores.dtype == jnp.float32 and block_scores.shape[1] <= mgpu_select.CHUNK
+    return PALLAS_FIRST if one_cta and c <= mgpu_select.MAX_K else FFI_FIRST
+
+
+TOPK = Op("topk", _topk_order, ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
 SELECT_CANDIDATE_BLOCKS = Op(
     "select_candidate_blocks",
+    _candidate_order,
     ffi=ffi.select_candidate_blocks,
-    reference=reference.select_candidate_blocks,
     pallas=pallas_mgpu.select_candidate_blocks,
+    reference=reference.select_candidate_blocks,
 )
 LOGICAL_TO_PHYSICAL = Op(
     "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical

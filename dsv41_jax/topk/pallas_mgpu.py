@@ -12,8 +12,27 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import _checks, _mgpu
+from dsv41_jax import _checks, _ext, _mgpu
 from dsv41_jax.topk import mgpu_select
+
+
+def preferred(scores, k: int, starts, candidates, block_size: int) -> bool:
+    """Whether the Pallas select measured faster than the CUDA selects for such a call (H200,
+    BENCHMARKS.md): rows it holds in one CTA (up to 16,384 columns; 0.79-0.90x the CUDA
+    select's time) and masked rows it gathers (0.45-0.62x); not longer unmasked rows."""
+    n = scores.shape[1]
+    takes = starts is None and k <= mgpu_select.MAX_K and _source(scores) is not None
+    if candidates is not None:
+        return takes and mgpu_select.gathers(n, candidates.shape[1], block_size)
+    return takes and n <= mgpu_select.CHUNK
+
+
+def _source(scores) -> str | None:
+    if scores.dtype == jnp.float32:
+        return "f32"
+    if scores.dtype == jnp.bfloat16 and scores.shape[1] % 8 == 0:
+        return "bf16"
+    return None
 
 
 def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, emulate: bool):
@@ -36,6 +55,7 @@ def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, 
         members = _checks.int32(members)
         if members.shape[1] == 0:
             members = None
+    threads = mgpu_select.first_threads(rows, n, k, _ext.sm_count() if not emulate else 132)
     if emulate:
         args = [np.asarray(data), np.asarray(lengths)]
         run = mgpu_select.emulate
@@ -43,17 +63,16 @@ def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, 
     else:
         args = [data, lengths]
         run = mgpu_select.launch
-    return mgpu_select.select(run, source, *args, k, members=members, block_size=block_size)
+    return mgpu_select.select(
+        run, source, *args, k, members=members, block_size=block_size, threads=threads
+    )
 
 
 def topk(scores, lengths, k, starts, candidates, block_size, *, emulate: bool = False):
     if starts is not None:
         raise NotImplementedError("topk pallas: rows with starts (prefill) not supported")
-    if scores.dtype == jnp.float32:
-        source = "f32"
-    elif scores.dtype == jnp.bfloat16 and scores.shape[1] % 8 == 0:
-        source = "bf16"
-    else:
+    source = _source(scores)
+    if source is None:
         raise NotImplementedError(
             f"topk pallas: float32 scores, or bfloat16 rows of a multiple of 8 columns (got "
             f"{scores.dtype} rows of {scores.shape[1]})"
