@@ -79,21 +79,36 @@ def test_row_sharded_equals_unsharded(rng, w, batch, next_n):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=path)
 
 
-def test_row_sharding_rejects_unknown_axis():
-    with pytest.raises(ValueError, match="'tp' is not one of the mesh's axis names"):
-        sharding.rows._row_sharded(lambda *a: a, mesh_of(2), "tp", 4, ((jnp.zeros(4),),))
-    with pytest.raises(ValueError, match="pass the axis name as a str, not a tuple"):
-        sharding.rows._row_sharded(lambda *a: a, mesh_of(2), ("x",), 4, ((jnp.zeros(4),),))
+def row_inputs(rng, batch: int, pages: int = 2):
+    cache, bt = paged(rng, [tied_keys(rng, pages * 16, 64) for _ in range(batch)], pages)
+    return queries(rng, batch), cache, jnp.full((batch,), pages * 16, jnp.int32), bt
+
+
+@pytest.mark.parametrize(
+    "axis,match",
+    [
+        ("tp", "'tp' is not one of the mesh's axis names"),
+        (("x",), "pass the axis name as a str, not a tuple"),
+    ],
+)
+def test_row_sharding_rejects_unknown_axis(rng, axis, match):
+    q, cache, ctx, bt = row_inputs(rng, 4)
+    _, table = dj.publish(q, cache, ctx, bt, CFG)
+    with pytest.raises(ValueError, match=match):
+        sharding.publish_row_sharded(q, cache, ctx, bt, CFG, mesh=mesh_of(2), axis=axis)
+    with pytest.raises(ValueError, match=match):
+        sharding.select_row_sharded(q, cache, ctx, bt, table, CFG, mesh=mesh_of(2), axis=axis)
 
 
 def test_row_sharding_fallback_returns_replicated_outputs(rng):
     """Requests that do not divide over the devices run replicated (with a log line), and the
     outputs are replicated over the mesh as documented, not left on one device."""
     mesh = mesh_of(2)
-    out = jax.jit(
-        lambda x: sharding.rows._row_sharded(lambda per: per[0] * 2, mesh, "x", 3, ((x,),))
-    )(jnp.arange(3.0))
-    assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
+    q, cache, ctx, bt = row_inputs(rng, 3)
+    top, table = sharding.publish_row_sharded(q, cache, ctx, bt, CFG, mesh=mesh, axis="x")
+    sel = sharding.select_row_sharded(q, cache, ctx, bt, table, CFG, mesh=mesh, axis="x")
+    for out in jax.tree.leaves((top, table, sel)):
+        assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
 
 
 # ----------------------------------------------------------------------------- DCP
