@@ -187,22 +187,14 @@ def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
     """The consumer scoring only its device's part of the candidate blocks (a local table of
     blocks of B, of B / W, or of single positions, by the layout) selects what the unsharded
     consumer does, bitwise."""
-    from dsv41_jax.sharding.dcp import _local_block_size
-
     check_dcp(rng, w, interleave, path="sparse")
-    b = CFG.candidate_block_size
-    want_b = (
-        b
-        if interleave % b == 0
-        else (b // w if b % interleave == 0 and b // interleave % w == 0 else 1)
-    )
-    assert _local_block_size(b, w, interleave) == want_b
 
 
 def test_dcp_local_table_is_each_devices_part_of_the_blocks():
     """For every layout, a device's local table holds exactly its positions (below its length)
-    whose global block is published, in local blocks of the size the layout gives."""
-    from dsv41_jax.sharding.dcp import _local_table
+    whose global block is published, in local blocks of the size the layout gives: B when a
+    block lies in one run of I, B / W when its runs spread evenly, else single positions."""
+    from dsv41_jax.sharding._dcp_local import local_table
 
     rng = np.random.default_rng(7)
     for b in (1, 4, 8):
@@ -223,11 +215,13 @@ def test_dcp_local_table_is_each_devices_part_of_the_blocks():
                 for r in range(w):
                     n = int(sharding.dcp_local_length(jnp.array([length]), w, r, i)[0])
                     bt = jnp.arange(-(-max(n, 1) // 16), dtype=jnp.int32)[None]
-                    loc = _local_table(
+                    loc = local_table(
                         tbl, jnp.array([length]), jnp.array([n]), bt, w, r, i, 16, None
                     )
                     cols = np.arange(int(loc.valid_lens[0]))
                     lb = loc.block_size
+                    want_lb = b if i % b == 0 else (b // w if b % i == 0 and b // i % w == 0 else 1)
+                    assert lb == want_lb, f"B={b} W={w} I={i}"
                     got = np.asarray(loc.blocks)[0, cols // lb] * lb + cols % lb
                     j = np.arange(n)
                     g = ((j // i) * w + r) * i + j % i
