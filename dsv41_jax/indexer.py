@@ -234,8 +234,9 @@ def _consumer_path(
     published_here: bool,
 ) -> Literal["dense", "mask", "sparse"]:
     """How a consumer selects (recorded for `dsv41_jax.info`): "dense" (the plain top-k: a table
-    this step published holds every block), "mask" or "sparse"; `path` and `published_here` as
-    in `_select`. Raises ValueError for `path="sparse"` on a GPU without a sparse kernel."""
+    this step published holds every block), "mask" or "sparse"; `path` as in `select`,
+    `published_here` as in `_select`. Raises ValueError for `path="sparse"` on a GPU without a
+    sparse kernel."""
     # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
     # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
     # step published holds every block, so the dense top-k is the answer, without the mask.
@@ -275,6 +276,53 @@ def _consumer_path(
     return path
 
 
+def step_consumer_path(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table: jax.Array,
+    num_candidates: int,
+    b: int,
+    path: Path,
+    implementation: Implementation,
+) -> Literal["dense", "mask", "sparse"]:
+    """The route a step's consumer layer takes (as `step_select` does), for the one-call step,
+    which decides every layer's role before any runs. Internal: see `step_select`."""
+    return _consumer_path(query, cache, block_table, num_candidates, b, path, implementation, True)
+
+
+def step_select(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    table: CandidateTable,
+    config: IndexerConfig,
+    path: Path,
+    implementation: Implementation,
+    *,
+    share: fused.Shared | None = None,
+    sparse_share: fused.SparseShared | None = None,
+) -> jax.Array:
+    """`select` of a step's consumer layer (`TwoLevelIndexer.decode`). Internal: it trusts that
+    `table` is the one this step just published from the same `context_lens` and `block_table`,
+    so the table is read as is (not rebuilt from its blocks) and, when the page table fits in
+    C·B positions, every block is a candidate and the dense top-k is the answer. `share` /
+    `sparse_share`: the step's lengths, schedule and sparse rows' lengths for the fused layers."""
+    return _select(
+        query,
+        cache,
+        context_lens,
+        block_table,
+        table,
+        config,
+        path,
+        implementation,
+        published_here=True,
+        share=share,
+        sparse_share=sparse_share,
+    )
+
+
 def _select(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -289,11 +337,9 @@ def _select(
     share: fused.Shared | None = None,
     sparse_share: fused.SparseShared | None = None,
 ) -> jax.Array:
-    """`select`; `published_here`: the table was published by this step from the same
-    `context_lens` and `block_table` (so, when the page table fits in C·B positions, it holds
-    every block of every row and the dense top-k is the answer); `share` / `sparse_share`: the
-    step's lengths, schedule and sparse rows' lengths for the fused layers (computed here when
-    None)."""
+    """The body of `select` (`published_here=False`) and of `step_select` (True: the table is
+    the step's own, as its docstring says); `share` / `sparse_share` as there, computed here
+    when None."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")

@@ -23,14 +23,14 @@ from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import (
     Path,
     _check_paged_config,
-    _consumer_path,
     _dense_select,
     _publish,
     _runs_fused,
-    _select,
     publish_prefill,
     select_plain_prefill,
     select_prefill,
+    step_consumer_path,
+    step_select,
 )
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.rows import row_block_table
@@ -153,7 +153,7 @@ class TwoLevelIndexer:
                 sparse_share = fused.SparseShared.of(table)
         for layer in () if one else self.consumer_layers:  # the table is this step's own
             assert table is not None  # consumer layers imply a source layer (checked at build)
-            selections[layer] = _select(
+            selections[layer] = step_select(
                 queries[layer],
                 caches[layer],
                 context_lens,
@@ -162,7 +162,6 @@ class TwoLevelIndexer:
                 cfg,
                 self.path,
                 impl,
-                published_here=True,
                 share=share,
                 sparse_share=sparse_share,
             )
@@ -236,11 +235,8 @@ class TwoLevelIndexer:
             _check_paged_config(cfg, queries[layer], caches[layer])
         b, c = cfg.candidate_block_size, cfg.candidate_topk_blocks
         for layer in self.consumer_layers:
-            roles.append(
-                _consumer_path(
-                    queries[layer], caches[layer], block_table, c, b, self.path, impl, True
-                )
-            )
+            q, cache = queries[layer], caches[layer]
+            roles.append(step_consumer_path(q, cache, block_table, c, b, self.path, impl))
         roles += ["dense"] * len(self.plain_layers)
         next_n = queries[src].next_n
         for layer, role in zip(layers, roles):

@@ -79,21 +79,36 @@ def test_row_sharded_equals_unsharded(rng, w, batch, next_n):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=path)
 
 
-def test_row_sharding_rejects_unknown_axis():
-    with pytest.raises(ValueError, match="'tp' is not one of the mesh's axis names"):
-        sharding.rows._row_sharded(lambda *a: a, mesh_of(2), "tp", 4, ((jnp.zeros(4),),))
-    with pytest.raises(ValueError, match="pass the axis name as a str, not a tuple"):
-        sharding.rows._row_sharded(lambda *a: a, mesh_of(2), ("x",), 4, ((jnp.zeros(4),),))
+def row_inputs(rng, batch: int, pages: int = 2):
+    cache, bt = paged(rng, [tied_keys(rng, pages * 16, 64) for _ in range(batch)], pages)
+    return queries(rng, batch), cache, jnp.full((batch,), pages * 16, jnp.int32), bt
+
+
+@pytest.mark.parametrize(
+    "axis,match",
+    [
+        ("tp", "'tp' is not one of the mesh's axis names"),
+        (("x",), "pass the axis name as a str, not a tuple"),
+    ],
+)
+def test_row_sharding_rejects_unknown_axis(rng, axis, match):
+    q, cache, ctx, bt = row_inputs(rng, 4)
+    _, table = dj.publish(q, cache, ctx, bt, CFG)
+    with pytest.raises(ValueError, match=match):
+        sharding.publish_row_sharded(q, cache, ctx, bt, CFG, mesh=mesh_of(2), axis=axis)
+    with pytest.raises(ValueError, match=match):
+        sharding.select_row_sharded(q, cache, ctx, bt, table, CFG, mesh=mesh_of(2), axis=axis)
 
 
 def test_row_sharding_fallback_returns_replicated_outputs(rng):
     """Requests that do not divide over the devices run replicated (with a log line), and the
     outputs are replicated over the mesh as documented, not left on one device."""
     mesh = mesh_of(2)
-    out = jax.jit(
-        lambda x: sharding.rows._row_sharded(lambda per: per[0] * 2, mesh, "x", 3, ((x,),))
-    )(jnp.arange(3.0))
-    assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
+    q, cache, ctx, bt = row_inputs(rng, 3)
+    top, table = sharding.publish_row_sharded(q, cache, ctx, bt, CFG, mesh=mesh, axis="x")
+    sel = sharding.select_row_sharded(q, cache, ctx, bt, table, CFG, mesh=mesh, axis="x")
+    for out in jax.tree.leaves((top, table, sel)):
+        assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
 
 
 # ----------------------------------------------------------------------------- DCP
@@ -172,22 +187,14 @@ def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
     """The consumer scoring only its device's part of the candidate blocks (a local table of
     blocks of B, of B / W, or of single positions, by the layout) selects what the unsharded
     consumer does, bitwise."""
-    from dsv41_jax.sharding.dcp import _local_block_size
-
     check_dcp(rng, w, interleave, path="sparse")
-    b = CFG.candidate_block_size
-    want_b = (
-        b
-        if interleave % b == 0
-        else (b // w if b % interleave == 0 and b // interleave % w == 0 else 1)
-    )
-    assert _local_block_size(b, w, interleave) == want_b
 
 
 def test_dcp_local_table_is_each_devices_part_of_the_blocks():
     """For every layout, a device's local table holds exactly its positions (below its length)
-    whose global block is published, in local blocks of the size the layout gives."""
-    from dsv41_jax.sharding.dcp import _local_table
+    whose global block is published, in local blocks of the size the layout gives: B when a
+    block lies in one run of I, B / W when its runs spread evenly, else single positions."""
+    from dsv41_jax.sharding._dcp_local import local_table
 
     rng = np.random.default_rng(7)
     for b in (1, 4, 8):
@@ -208,11 +215,13 @@ def test_dcp_local_table_is_each_devices_part_of_the_blocks():
                 for r in range(w):
                     n = int(sharding.dcp_local_length(jnp.array([length]), w, r, i)[0])
                     bt = jnp.arange(-(-max(n, 1) // 16), dtype=jnp.int32)[None]
-                    loc = _local_table(
+                    loc = local_table(
                         tbl, jnp.array([length]), jnp.array([n]), bt, w, r, i, 16, None
                     )
                     cols = np.arange(int(loc.valid_lens[0]))
                     lb = loc.block_size
+                    want_lb = b if i % b == 0 else (b // w if b % i == 0 and b // i % w == 0 else 1)
+                    assert lb == want_lb, f"B={b} W={w} I={i}"
                     got = np.asarray(loc.blocks)[0, cols // lb] * lb + cols % lb
                     j = np.arange(n)
                     g = ((j // i) * w + r) * i + j % i
