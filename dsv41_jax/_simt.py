@@ -24,6 +24,7 @@ The instruction set (all values unsigned 32-bit, wrapping; predicates are boolea
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -295,7 +296,9 @@ class Emulator:
         return np.take_along_axis(x, s.astype(np.int64), axis=-1).reshape(self.g, self.t)
 
     # ---- control
-    def if_(self, p, then: Callable[[], Sequence], orelse: Callable[[], Sequence], n: int):
+    def if_(
+        self, p, then: Callable[[], Sequence[Any]], orelse: Callable[[], Sequence[Any]], n: int
+    ):
         """Runs `then` where `p` holds (uniform over each CTA), else `orelse`; each returns `n`
         values, and the result is the taken branch's."""
         p = self._p(p)

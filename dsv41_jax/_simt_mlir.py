@@ -10,6 +10,7 @@ shared memory is one int32 scratch buffer addressed in words. Values are i32, pr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from jax.experimental.mosaic.gpu import utils as mu
 from jaxlib.mlir import ir
@@ -28,9 +29,9 @@ class Mlir:
     """Emits a SIMT program into the current insertion point. `refs` maps buffer names to the
     kernel's GMEM memrefs, `smem` is the int32 shared-memory scratch memref."""
 
-    def __init__(self, refs: dict[str, ir.Value], smem: ir.Value):
+    def __init__(self, refs: dict[str, Any], smem: Any):
         self.refs = refs
-        self._global_base: dict[str, ir.Value] = {}
+        self._global_base: dict[str, Any] = {}
         self._smem = llvm.ptrtoint(_i32(), mu.memref_ptr(smem))
 
     # ---- values
@@ -193,8 +194,10 @@ class Mlir:
         )
 
     # ---- control
-    def if_(self, p, then: Callable[[], Sequence], orelse: Callable[[], Sequence], n: int):
-        op = scf.IfOp(p, [_i32()] * n, has_else=True)
+    def if_(
+        self, p, then: Callable[[], Sequence[Any]], orelse: Callable[[], Sequence[Any]], n: int
+    ):
+        op = scf.IfOp(p, [_i32()] * n, has_else=True)  # type: ignore[call-arg]  # stub lags
         with ir.InsertionPoint(op.then_block):
             scf.yield_([self._v(x) for x in then()])
         with ir.InsertionPoint(op.else_block):

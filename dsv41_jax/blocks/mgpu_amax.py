@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +53,7 @@ def program(b, s: AmaxSpec) -> None:
     row_words = b.mul(row, n)
     raw = []
     for block in blocks:  # loads first, clamped into the row (masked below)
-        words = []
+        words: list[Any] = []
         for v in range(s.block_size // vec):
             at = b.minu(b.add(b.mul(block, s.block_size), v * vec), n - vec)
             at = b.add(row_words, at)

@@ -19,7 +19,14 @@ from dsv41_jax.types import CandidateTable
 PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "reference")
 
 
-def _topk_order(scores, lengths, k, starts, candidates, block_size) -> tuple[str, ...]:
+def _topk_order(
+    scores: jax.Array,
+    lengths: jax.Array,
+    k: int,
+    starts: jax.Array | None,
+    candidates: jax.Array | None,
+    block_size: int,
+) -> tuple[str, ...]:
     return (
         PALLAS_FIRST
         if pallas_mgpu.preferred(scores, k, starts, candidates, block_size)
@@ -27,7 +34,9 @@ def _topk_order(scores, lengths, k, starts, candidates, block_size) -> tuple[str
     )
 
 
-def _candidate_order(block_scores, lengths, c, block_size) -> tuple[str, ...]:
+def _candidate_order(
+    block_scores: jax.Array, lengths: jax.Array, c: int, block_size: int
+) -> tuple[str, ...]:
     one_cta = block_scores.dtype == jnp.float32 and block_scores.shape[1] <= mgpu_select.CHUNK
     return PALLAS_FIRST if one_cta and c <= mgpu_select.MAX_K else FFI_FIRST
 

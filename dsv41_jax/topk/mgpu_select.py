@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -301,7 +302,7 @@ def program(b, s: Spec) -> None:
         at = b.minu(col, n - vec)
         return b.ldg4("data", b.add(row_words, b.shr(at, 1) if vec == 8 else at))
 
-    raw = None if s.gather else [load(col) for col in cols]  # issued first
+    raw: list[list[Any]] = [] if s.gather else [load(col) for col in cols]  # issued first
     length = _length(b, s, row)
 
     for i in range(-(-3 * 2048 // s.threads)):  # the three histograms start at zero
@@ -323,7 +324,6 @@ def program(b, s: Spec) -> None:
         listed = _list_blocks(b, s, t, lane, warp)
         b.barrier()
         positions = []  # each tile's first position; its columns are in one block
-        raw = []
         for col in cols:
             slot = _divide(b, col, s.block_size)
             block = b.lds(b.add(b.minu(slot, s.members - 1), BITS + s.bitmap_words))

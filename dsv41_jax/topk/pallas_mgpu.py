@@ -9,6 +9,9 @@ out, slow, with bounds, initialisation and race checks).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -56,15 +59,12 @@ def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, 
         if members.shape[1] == 0:
             members = None
     threads = mgpu_select.first_threads(rows, n, k, _ext.sm_count() if not emulate else 132)
+    run: Callable[..., Any] = mgpu_select.launch
     if emulate:
-        args = [np.asarray(data), np.asarray(lengths)]
-        run = mgpu_select.emulate
+        data, lengths, run = np.asarray(data), np.asarray(lengths), mgpu_select.emulate
         members = None if members is None else np.asarray(members)
-    else:
-        args = [data, lengths]
-        run = mgpu_select.launch
     return mgpu_select.select(
-        run, source, *args, k, members=members, block_size=block_size, threads=threads
+        run, source, data, lengths, k, members=members, block_size=block_size, threads=threads
     )
 
 
