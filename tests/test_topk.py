@@ -291,7 +291,8 @@ def test_filter_kernel_refuses_a_mask_too_large_for_shared_memory(simt_topk, rng
     "source,dtype,k,shape,members",
     [
         ("f32", jnp.float32, 512, (8, 16384), 0),
-        ("f32", jnp.float32, 512, (8, 131072), 2048),  # chunks, then their candidates
+        ("f32", jnp.float32, 512, (8, 131072), 2048),  # gathered: one CTA a row
+        ("f32", jnp.float32, 512, (8, 131072), 8192),  # chunks, then their candidates
         ("bf16", jnp.bfloat16, 2048, (2, 1 << 20), 0),  # three launches
         ("f32", jnp.float32, 64, (3, 999), 0),  # scalar loads
         ("blocks", jnp.float32, 2048, (8, 16384), 0),
@@ -309,7 +310,9 @@ def test_pallas_select_lowers_for_cuda(source, dtype, k, shape, members):
         return mgpu_select.select(mgpu_select.launch, source, s, lens, k, members=m)
 
     text = jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-    assert text.count("custom_call @mosaic_gpu") == len(mgpu_select.stages(n, k))
+    gathered = members and mgpu_select.gathers(n, members, 8)
+    launches = 1 if gathered else len(mgpu_select.stages(n, k))
+    assert text.count("custom_call @mosaic_gpu") == launches
 
 
 def test_logical_to_physical(rng):
