@@ -16,7 +16,7 @@ from dsv41_jax.blocks import mgpu_amax
 
 def block_amax(scores, lengths, block_size, starts, pin_newest, *, emulate: bool = False):
     if not emulate:
-        _mgpu.require_gpu("block_amax", False)
+        _mgpu.require_gpu("block_amax")
     if starts is not None:
         raise NotImplementedError("block_amax pallas: rows with starts (prefill) not supported")
     _mgpu.require_float32(scores, "block_amax")

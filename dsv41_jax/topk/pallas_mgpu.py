@@ -41,7 +41,7 @@ def _source(scores) -> str | None:
 def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, emulate: bool):
     rows, n = data.shape
     if not emulate:
-        _mgpu.require_gpu(op, False)
+        _mgpu.require_gpu(op)
     if k > mgpu_select.MAX_K:
         raise NotImplementedError(f"{op} pallas: k <= {mgpu_select.MAX_K} (got {k})")
     if n > mgpu_select.CHUNK and k > mgpu_select.MAX_K_LONG:
