@@ -187,3 +187,14 @@ def test_gathered_rows_read_only_their_blocks(rng):
     )
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert mgpu_select.gathers(n, c, 8)
+
+
+def test_bf16_masks_of_blocks_not_a_multiple_of_8_are_declined():
+    """A bf16 word holds two scores, so a gathered load must stay inside a block: blocks of 4
+    are declined (logged, the next implementation runs), and the dispatch does not prefer it."""
+    s = np.zeros((2, 4096), jnp.bfloat16)
+    lens, cand = np.full(2, 4096, np.int32), np.zeros((2, 16), np.int32)
+    with pytest.raises(NotImplementedError, match="multiple of 8"):
+        pallas_mgpu.topk(s, lens, 8, None, cand, 4, emulate=True)
+    assert not pallas_mgpu.preferred(s, 8, None, cand, 4)
+    assert pallas_mgpu.preferred(s, 8, None, cand, 8)

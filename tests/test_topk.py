@@ -151,6 +151,8 @@ RAGGED = [
     Case(2, 100000, 1500, "ties", dtype="bfloat16"),
     Case(8, 131072, 512, "random", dtype="bfloat16"),
     Case(8, 1 << 20, 2048, "ties", dtype="bfloat16"),
+    Case(3, 20000, 512, "special", mask=2048, dtype="bfloat16"),  # bf16 gathered (Pallas)
+    Case(8, 131072, 512, "ties", mask=2048, messy=True, dtype="bfloat16"),
 ]
 
 

@@ -4,11 +4,10 @@ another mode), sparse-column and page-table transforms."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
-from dsv41_jax.topk import ffi, mgpu_select, pallas_mgpu, reference
+from dsv41_jax.topk import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
 # Dispatch by measurement (H200, BENCHMARKS.md): the Pallas select first where it is the
@@ -37,8 +36,8 @@ def _topk_order(
 def _candidate_order(
     block_scores: jax.Array, lengths: jax.Array, c: int, block_size: int
 ) -> tuple[str, ...]:
-    one_cta = block_scores.dtype == jnp.float32 and block_scores.shape[1] <= mgpu_select.CHUNK
-    return PALLAS_FIRST if one_cta and c <= mgpu_select.MAX_K else FFI_FIRST
+    preferred = pallas_mgpu.preferred(block_scores, c, None, None, block_size, blocks=True)
+    return PALLAS_FIRST if preferred else FFI_FIRST
 
 
 TOPK = Op("topk", _topk_order, ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)

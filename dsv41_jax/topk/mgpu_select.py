@@ -81,8 +81,9 @@ class Spec:
         assert self.gather or self.width <= self.chunks * self.chunk
         assert not (self.members and self.source not in ("f32", "bf16"))
         assert self.source != "bf16" or self.width % 8 == 0
-        if self.gather:
+        if self.gather:  # bf16 words hold two scores: its loads must stay inside a block
             assert self.members and self.chunks == 1 and self.gathered <= self.chunk
+            assert self.source != "bf16" or self.block_size % 8 == 0
             assert self.row_blocks <= MAX_GATHER_BITS
 
     @property
@@ -104,7 +105,6 @@ class Spec:
         gathering, where a load stays inside one block)."""
         v = 8 if self.source == "bf16" else 4
         if self.gather and self.block_size % v:
-            assert self.source != "bf16"
             return 1
         return v if self.width % v == 0 else 1
 
@@ -376,12 +376,13 @@ def _emit(b, s: Spec, keys, positions, t, lane, warp, row, cta, thresh, need, to
     """Every taken key to its output slot, in position order; then the padding."""
     vec, tiles = s.vec, PER // s.vec
     tie = b.ne(need, 0)
+    above = [b.gt(key, thresh) for key in keys]
+    equal = [b.pand(tie, b.eq(key, thresh)) for key in keys]
     before, tile_counts, warp_total = [], [], b.c(0)
     for j in range(tiles):  # keys above | equal << 16 per tile (a chunk's counts < 2^16)
         count = b.c(0)
-        for key in keys[j * vec : (j + 1) * vec]:
-            above = b.gt(key, thresh)
-            count = b.add(count, b.sel(above, 1, b.sel(b.pand(tie, b.eq(key, thresh)), 1 << 16, 0)))
+        for i in range(j * vec, (j + 1) * vec):
+            count = b.add(count, b.sel(above[i], 1, b.sel(equal[i], 1 << 16, 0)))
         inc = _warp_scan(b, count, lane)
         before.append(b.sub(inc, count))
         tile_counts.append(b.shfl_idx(inc, 31))
@@ -393,24 +394,23 @@ def _emit(b, s: Spec, keys, positions, t, lane, warp, row, cta, thresh, need, to
     base = b.shfl_idx(b.sub(winc, w), warp)
     above_base, equal_base = b.and_(base, 0xFFFF), b.shr(base, 16)
     out = b.mul(row, s.k) if s.out == "positions" else b.mul(cta, s.k)
+    mapped = b.mul(row, s.width)  # "keys": the row's positions
     for j in range(tiles):
         g = b.add(above_base, b.and_(before[j], 0xFFFF))
         e = b.add(equal_base, b.shr(before[j], 16))
-        for i in range(vec):
-            key, col = keys[j * vec + i], positions[j * vec + i]
-            above = b.gt(key, thresh)
-            equal = b.pand(tie, b.eq(key, thresh))
-            take = b.por(above, b.pand(equal, b.lt(e, need)))
+        for i in range(j * vec, (j + 1) * vec):
+            key, col = keys[i], positions[i]
+            take = b.por(above[i], b.pand(equal[i], b.lt(e, need)))
             slot = b.add(out, b.add(g, b.minu(e, need)))
             if s.source == "keys":
-                col = b.ldg_if("positions", b.add(b.mul(row, s.width), col), take)
+                col = b.ldg_if("positions", b.add(mapped, col), take)
             if s.out == "positions":
                 b.stg("out", slot, col, take)
             else:
                 b.stg("okeys", slot, key, take)
                 b.stg("opos", slot, col, take)
-            g = b.add(g, b.sel(above, 1, 0))
-            e = b.add(e, b.sel(equal, 1, 0))
+            g = b.add(g, b.sel(above[i], 1, 0))
+            e = b.add(e, b.sel(equal[i], 1, 0))
         above_base = b.add(above_base, b.and_(tile_counts[j], 0xFFFF))
         equal_base = b.add(equal_base, b.shr(tile_counts[j], 16))
     taken = b.minu(total, s.k)

@@ -19,15 +19,45 @@ from dsv41_jax import _checks, _ext, _mgpu
 from dsv41_jax.topk import mgpu_select
 
 
-def preferred(scores, k: int, starts, candidates, block_size: int) -> bool:
+def declines(
+    op: str, scores, k: int, starts, candidates, block_size: int, source: str | None
+) -> str | None:
+    """Why the Pallas select does not take such a call (None: it does). `source`: the program's
+    score source ("f32", "bf16", "blocks"), None for scores it has no source for."""
+    rows, n = scores.shape
+    if starts is not None:
+        return f"{op} pallas: rows with starts (prefill) not supported"
+    if source is None:
+        return (
+            f"{op} pallas: no program for {scores.dtype} rows of {n} (float32; bfloat16 top-k "
+            f"rows of a multiple of 8)"
+        )
+    if source == "bf16" and candidates is not None and block_size % 8:
+        return f"{op} pallas: bfloat16 scores with a mask need blocks of a multiple of 8"
+    if k > mgpu_select.MAX_K:
+        return f"{op} pallas: k <= {mgpu_select.MAX_K} (got {k})"
+    if n > mgpu_select.CHUNK and k > mgpu_select.MAX_K_LONG:
+        return (
+            f"{op} pallas: k <= {mgpu_select.MAX_K_LONG} for rows over {mgpu_select.CHUNK} "
+            f"columns (got k={k}, {n} columns)"
+        )
+    if rows * max(n, k) >= 2**31:
+        return f"{op} pallas: rows x columns must stay below 2^31"
+    return None
+
+
+def preferred(scores, k: int, starts, candidates, block_size: int, *, blocks: bool = False):
     """Whether the Pallas select measured faster than the CUDA selects for such a call (H200,
     BENCHMARKS.md): rows it holds in one CTA (up to 16,384 columns; 0.79-0.90x the CUDA
-    select's time) and masked rows it gathers (0.45-0.62x); not longer unmasked rows."""
+    select's time, candidate selection too) and masked rows it gathers (0.45-0.62x); not
+    longer unmasked rows. `blocks`: candidate selection over block scores."""
+    source = _blocks_source(scores) if blocks else _source(scores)
+    if declines("", scores, k, starts, candidates, block_size, source) is not None:
+        return False
     n = scores.shape[1]
-    takes = starts is None and k <= mgpu_select.MAX_K and _source(scores) is not None
     if candidates is not None:
-        return takes and mgpu_select.gathers(n, candidates.shape[1], block_size)
-    return takes and n <= mgpu_select.CHUNK
+        return mgpu_select.gathers(n, candidates.shape[1], block_size)
+    return n <= mgpu_select.CHUNK
 
 
 def _source(scores) -> str | None:
@@ -38,19 +68,18 @@ def _source(scores) -> str | None:
     return None
 
 
-def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, emulate: bool):
-    rows, n = data.shape
+def _blocks_source(block_scores) -> str | None:
+    return "blocks" if block_scores.dtype == jnp.float32 else None
+
+
+def _run(op: str, source: str | None, data, lengths, k, starts, members, block_size, emulate):
     if not emulate:
         _mgpu.require_gpu(op)
-    if k > mgpu_select.MAX_K:
-        raise NotImplementedError(f"{op} pallas: k <= {mgpu_select.MAX_K} (got {k})")
-    if n > mgpu_select.CHUNK and k > mgpu_select.MAX_K_LONG:
-        raise NotImplementedError(
-            f"{op} pallas: k <= {mgpu_select.MAX_K_LONG} for rows over {mgpu_select.CHUNK} "
-            f"columns (got k={k}, {n} columns)"
-        )
-    if rows * max(n, k) >= 2**31:
-        raise NotImplementedError(f"{op} pallas: rows x columns must stay below 2^31")
+    why = declines(op, data, k, starts, members, block_size, source)
+    if why is not None:
+        raise NotImplementedError(why)
+    assert source is not None
+    rows, n = data.shape
     if rows == 0 or n == 0:
         return jnp.full((rows, k), -1, jnp.int32)
     lengths = _checks.int32(lengths)
@@ -69,28 +98,13 @@ def _run(op: str, source: str, data, lengths, k: int, members, block_size: int, 
 
 
 def topk(scores, lengths, k, starts, candidates, block_size, *, emulate: bool = False):
-    if starts is not None:
-        raise NotImplementedError("topk pallas: rows with starts (prefill) not supported")
     source = _source(scores)
-    if source is None:
-        raise NotImplementedError(
-            f"topk pallas: float32 scores, or bfloat16 rows of a multiple of 8 columns (got "
-            f"{scores.dtype} rows of {scores.shape[1]})"
-        )
-    return _run("topk", source, scores, lengths, k, candidates, block_size, emulate)
+    return _run("topk", source, scores, lengths, k, starts, candidates, block_size, emulate)
 
 
 def select_candidate_blocks(
     block_scores, lengths, num_candidates, block_size, *, emulate: bool = False
 ):
-    _mgpu.require_float32(block_scores, "select_candidate_blocks")
-    return _run(
-        "select_candidate_blocks",
-        "blocks",
-        block_scores,
-        lengths,
-        num_candidates,
-        None,
-        block_size,
-        emulate,
-    )
+    source, c = _blocks_source(block_scores), num_candidates
+    op = "select_candidate_blocks"
+    return _run(op, source, block_scores, lengths, c, None, None, block_size, emulate)
