@@ -1,0 +1,69 @@
+"""The filter-first select forced, by shape, on the extension in PYTHONPATH: kernel time per call
+and whether it selects what the reference does, on normal scores with lengths n - 3 (and rows
+ascending with position, where keys bunch in the last warps' runs; masked rows of 2048 candidate
+blocks of 8).
+
+    python scripts/probes/filter_select_ab.py TAG   # once per build, interleaved
+
+Prints `TIME TAG what shape k us` and `SAME` / `DIFF` lines."""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import dsv41_jax as dj
+from dsv41_jax import testing
+from dsv41_jax.bench import jax_time_us
+from dsv41_jax.topk import ffi as topk_ffi
+
+tag = sys.argv[1]
+only = [a for a in sys.argv[2:] if a != "--full"]  # optional shape filters, e.g. "[64, 1024K]"
+trim = 0 if "--full" in sys.argv else 3  # lengths n - 3, or whole rows
+rng = np.random.default_rng(0)
+CASES = [  # (kind, rows, n, k, dtype)
+    ("normal", 1, 16384, 512, jnp.float32),
+    ("normal", 8, 131072, 512, jnp.float32),
+    ("normal", 8, 131072, 2048, jnp.float32),
+    ("normal", 64, 131072, 512, jnp.float32),
+    ("normal", 8, 1 << 20, 512, jnp.float32),
+    ("normal", 64, 1 << 20, 512, jnp.float32),
+    ("normal", 8, 1 << 20, 2048, jnp.bfloat16),
+    ("ascending", 64, 131072, 512, jnp.float32),
+    ("ascending", 8, 1 << 20, 512, jnp.float32),
+    ("masked", 8, 131072, 512, jnp.float32),
+    ("masked", 64, 131072, 512, jnp.float32),
+]
+for kind, rows, n, k, dtype in CASES:
+    shape = f"[{rows}, {n // 1024}K]"
+    if only and shape not in only:
+        continue
+    lens = jnp.full((rows,), n - trim, jnp.int32)
+    blocks = None
+    if kind == "masked":
+        blocks = jnp.asarray(
+            np.sort(np.stack([rng.choice(n // 8, 2048, replace=False) for _ in range(rows)]), 1)
+        ).astype(jnp.int32)
+
+    def scores():
+        s = testing.normal(rng, (rows, n))
+        return (jnp.sort(s, axis=1) if kind == "ascending" else s).astype(dtype)
+
+    sets = [(scores(), lens) for _ in range(3)]
+
+    def fn(s, ln, algorithm="filter", blocks=blocks, k=k):
+        return topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", algorithm)
+
+    got = np.asarray(jax.jit(fn)(*sets[0]))
+    t = jax_time_us(fn, sets, calls=40)
+    want = np.asarray(
+        jax.jit(
+            lambda s, ln: dj.topk(
+                s, ln, k, candidates=blocks, block_size=8, implementation="reference"
+            )
+        )(*sets[0])
+    )
+    dt = "bf16 " if dtype == jnp.bfloat16 else ""
+    print(f"TIME {tag} {dt}{kind} {shape} k={k} {t:.2f}", flush=True)
+    print(f"{'SAME' if np.array_equal(got, want) else 'DIFF'} {tag} {dt}{kind} {shape} k={k}")

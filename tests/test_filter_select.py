@@ -1,0 +1,75 @@
+"""The filter-first select (cuda/smxx_filter_topk.cu) on the CPU stand-in, path by path: rows of
+4 chunks just above the buffer (a sampled bar, then the first CTA gathers the chunks' top k),
+rows of 2 chunks with k = 4096 (no bar: the buffer is cut to its top k while streaming and the
+bar rises), keys ascending with position, ties at the k-th key across chunks, and rows whose
+large keys sit exactly where the sample looks (the bar lets fewer than k through: the chunk is
+streamed again), against the oracle; and mutants of those paths, each of which the rows catch.
+(tests/test_topk.py runs the select at every width through the public op.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import oracle
+from selection import ROOT, UNWRITTEN, emulate, mutants_survived
+
+SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
+SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
+# (n, k, chunks): the launcher splits a row into `chunks` CTAs of n / chunks keys.
+SHAPES = ((60000, 512, 4), (30000, 4096, 2))
+
+
+def _rows(rng, n: int, k: int, chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    spread = rng.standard_normal(n).astype(np.float32)
+    ascending = np.sort(rng.standard_normal(n)).astype(np.float32)
+    ties = rng.standard_normal(n).astype(np.float32)
+    ties[rng.choice(n, 3 * k, replace=False)] = 9.0
+    trap = np.full(n, -5.0, np.float32)
+    mine = n // chunks
+    for c in range(chunks):  # fewer large keys than k in the row, all of them sampled
+        sampled = c * mine + (np.arange(SAMPLE) * mine) // SAMPLE
+        trap[rng.choice(sampled, min(k // chunks * 4 // 5, SAMPLE), replace=False)] = 3.0
+    lens = np.array([n - 1234, n, n, n], np.int32)
+    return np.stack([spread, ascending, ties, trap]), lens
+
+
+def _check(exe, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for n, k, chunks in SHAPES:
+        scores, lens = _rows(rng, n, k, chunks)
+        status, got = emulate(exe, "filter", scores, lens, k)
+        assert status == 0, f"launch error {status}"
+        assert not (got == UNWRITTEN).any(), "an output element was never written"
+        for r in range(len(got)):
+            want = oracle.topk_row(scores[r], int(lens[r]), k)
+            np.testing.assert_array_equal(got[r], want, err_msg=f"n={n} k={k} row {r}")
+
+
+def test_filter_paths_equal_the_oracle(simt_topk, rng):
+    _check(simt_topk, int(rng.integers(1 << 30)))
+
+
+# (what, the text of the source, its replacement): each breaks one path.
+MUTANTS = [
+    (
+        "a-tie-too-many",
+        "(kk[j] == kth && eq_rank < need_eq)",
+        "(kk[j] == kth && eq_rank <= need_eq)",
+    ),
+    (
+        "ties-not-counted-in-slots",
+        "int32_t slot = kept + (before & 0xffff) + min(ties_left, before >> 16);",
+        "int32_t slot = kept + (before & 0xffff);",
+    ),
+    ("never-streamed-again", "if (count >= k || bar <= 1) break;", "break;"),
+    ("buffer-overrun", "if (count + round > kCap) {", "if (count + round > kCap + kRound) {"),
+    ("a-peer-not-gathered", "for (int c = 1; c < cl; ++c) {", "for (int c = 2; c < cl; ++c) {"),
+]
+
+
+def test_mutants_of_the_filter_select_are_caught(simt_topk, rng, tmp_path):
+    """Each mutant (an edited copy of the source, shadowing cuda/ when only filter_topk.cc is
+    compiled again) fails the rows that the source itself passes."""
+    survived = mutants_survived(
+        simt_topk, tmp_path, SOURCE, MUTANTS, "filter_topk.cc", _check, int(rng.integers(1 << 30))
+    )
+    assert not survived, f"mutants not caught: {survived}"
