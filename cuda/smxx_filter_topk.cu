@@ -3,12 +3,8 @@
 // shared-memory buffer of (key, position) pairs:
 //   - the bar starts at an estimate of the chunk's k-th key from a strided sample of 1024 keys
 //     (two 8-bit radix steps on the sample), set so that about twice k keys pass;
-//   - under that bar each warp streams its own run of the chunk into its own slice of the buffer
-//     with no block barrier (all warps' loads overlap); the slices are then packed in order;
-//   - where a slice would overflow (keys bunched in few runs) or no bar was sampled, the chunk
-//     is streamed in block-wide rounds instead, and when a round would overflow the buffer, the
-//     buffer is cut to its own exact top k and the bar rises above the k-th key (a later
-//     position that only ties it can never get in);
+//   - when a round would overflow the buffer, the buffer is cut to its own exact top k and the
+//     bar rises above the k-th key (a later position that only ties it can never get in);
 //   - if fewer than k keys passed a sampled bar, the chunk is streamed again with no bar (exact
 //     whatever the sample said).
 // The buffer then holds the chunk's exact top k: the union over the chunks holds the row's. The
@@ -16,8 +12,8 @@
 // order, so still in position order), cuts to the top k and writes the positions, ascending.
 // Every cut is a 4-pass radix select over shared memory with ties taken in buffer (= position)
 // order, so the result is the contract's (score desc, position asc) set, deterministic.
-// The global scores are read once (twice in the fallback cases), with the next loads in flight
-// while the current ones are appended: the dependent phases of the cluster radix select
+// The global scores are read once (twice in the sample-fallback case), with the next round's
+// loads in flight while a round is appended: the dependent phases of the cluster radix select
 // (four cluster-wide histogram passes) become block-local ones over a few thousand keys. With a
 // candidate mask, the streamed elements are the member blocks' positions only (MaskedSource).
 #include <cooperative_groups.h>
@@ -43,10 +39,6 @@ constexpr int kSample = kThreads;  // one sampled key per thread
 constexpr int kMaxCluster = 8;     // portable cluster size: one CTA per SM fits a GPC
 constexpr int64_t kCap = kFilterCapacity;
 static_assert(kFilterMaxK + kRound <= kCap, "a cut buffer plus one round must fit");
-constexpr int kWarpStep = 32 * kPer;           // a warp's consecutive elements a step
-constexpr int32_t kSlice = int32_t(kCap) / kWarps;  // a warp's share of the buffer
-constexpr int kSliceRegs = kSlice / 32;
-static_assert(kSlice % 32 == 0, "a slice moves in whole warp rows");
 using topk::kExcluded;
 
 struct Shared {
@@ -57,8 +49,6 @@ struct Shared {
   int32_t k_rem;          // keys equal to it (under the mask) still to take
   int32_t all;            // at most k keys: all taken
   int32_t count;          // pairs in the buffer (read by the cluster's first CTA)
-  int32_t slice_used[kWarps];   // StreamByWarps: pairs in each warp's slice, -1 if it overflowed
-  int32_t slice_start[kWarps];  // and where each slice goes in the compacted buffer
 };
 
 // The k-th largest of the keys that `for_keys` hands each thread (kExcluded skipped), to its top
@@ -140,89 +130,6 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   return uint64_t(kth) + 1;
 }
 
-// The chunk streamed once without block barriers: warp w takes its own run of consecutive
-// warp steps (32 lanes x kPer elements, two steps' loads in flight a thread) and appends the keys
-// at or above `bar`, in position order, to its own slice of the buffer; the slices are then
-// packed in warp order, so keys/pos[0, count) are in position order. Returns count, or -1 when
-// a slice would have overflowed (keys bunched in a few warps' runs): the buffer then holds
-// nothing usable and the caller streams the block-synchronous way, whose cuts bound it. All
-// threads call it; warps stay in step only at the end, so loads of all warps overlap.
-template <class Source>
-__device__ int32_t StreamByWarps(Shared& sh, const TopkArgs& a, const Source& src, uint64_t bar,
-                                 uint32_t* keys, int32_t* pos) {
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  // Runs of an odd number of steps (the last warp's takes the rest): the warps' concurrent
-  // loads lie an odd number of KiB apart, not a power of two.
-  const int64_t steps = (src.mine + kWarpStep - 1) / kWarpStep;
-  const int64_t run = (steps + kWarps - 1) / kWarps | 1;
-  const int64_t s0 = min(run * warp, steps), s1 = warp == kWarps - 1 ? steps : min(s0 + run, steps);
-  uint32_t* slice_keys = keys + warp * kSlice;
-  int32_t* slice_pos = pos + warp * kSlice;
-  int32_t used = 0;
-  bool full = false;  // uniform over the warp
-  auto first = [&](int64_t s) { return s * kWarpStep + lane * kPer; };
-  float v[2][kPer];
-  if (s0 < s1) src.Load(first(s0), v[0]);
-  if (s0 + 1 < s1) src.Load(first(s0 + 1), v[1]);
-  for (int64_t s = s0; s < s1 && !full; s += 2) {
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      if (s + b >= s1 || full) break;
-      const int64_t i0 = first(s + b);
-      uint32_t kk[kPer];
-      src.Keys(a, i0, v[b], kk);
-      if (s + b + 2 < s1) src.Load(first(s + b + 2), v[b]);
-      uint32_t m = 0;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) m |= uint32_t(kk[j] >= bar) << j;
-      if (__ballot_sync(0xffffffffu, m != 0) == 0) continue;  // most steps: no key enters
-      const int32_t n = __popc(m);
-      const int32_t inclusive = WarpInclusiveScan(n);
-      const int32_t total = __shfl_sync(0xffffffffu, inclusive, 31);
-      if (used + total > kSlice) {
-        full = true;
-      } else {
-        int32_t slot = used + inclusive - n;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) {
-          if ((m >> j) & 1u) {
-            slice_keys[slot] = kk[j], slice_pos[slot] = int32_t(src.Position(i0 + j)), ++slot;
-          }
-        }
-        used += total;
-      }
-    }
-  }
-  __syncwarp();  // the warp's appends are visible to its own lanes
-  if (lane == 0) sh.slice_used[warp] = full ? -1 : used;
-  uint32_t hk[kSliceRegs];  // the slice, held while the slices move
-  int32_t hp[kSliceRegs];
-#pragma unroll
-  for (int i = 0; i < kSliceRegs; ++i) {
-    const int32_t e = i * 32 + lane;
-    if (e < used) hk[i] = slice_keys[e], hp[i] = slice_pos[e];
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int32_t c = sh.slice_used[lane];
-    const unsigned overflowed = __ballot_sync(0xffffffffu, c < 0);
-    const int32_t inclusive = WarpInclusiveScan(max(c, 0));
-    sh.slice_start[lane] = inclusive - max(c, 0);
-    if (lane == 31) sh.count = overflowed ? -1 : inclusive;
-  }
-  __syncthreads();
-  const int32_t count = sh.count, start = sh.slice_start[warp];
-  if (count >= 0) {
-#pragma unroll
-    for (int i = 0; i < kSliceRegs; ++i) {
-      const int32_t e = i * 32 + lane;
-      if (e < used) keys[start + e] = hk[i], pos[start + e] = hp[i];
-    }
-  }
-  __syncthreads();
-  return count;
-}
-
 // Shared memory of the masked mode beyond the buffer: the candidate bitmap over the row's
 // blocks, then the ordered candidate block list (at most one entry per member).
 __device__ __host__ __forceinline__ int64_t MaskWords(const TopkArgs& a) {
@@ -250,11 +157,9 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
   }
   DSV41_STAMP(1);
 
-  // ---- stream the chunk once (again without a bar if the sampled one kept fewer than k): by
-  //      warps under a sampled bar, block-synchronously where a slice overflows or every key
-  //      enters
-  int32_t count = sampled_bar > 1 ? StreamByWarps(sh, a, src, sampled_bar, keys, pos) : -1;
-  for (uint64_t bar = count < 0 ? sampled_bar : 1; count < k; bar = 1) {
+  // ---- stream the chunk once (again without a bar if the sampled one kept fewer than k)
+  int32_t count = 0;
+  for (uint64_t bar = sampled_bar;; bar = 1) {
     count = 0;
     float v[kPer];
     src.Load(int64_t(threadIdx.x) * kPer, v);
