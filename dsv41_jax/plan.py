@@ -213,12 +213,12 @@ def resolve(
     """`plan` of a `Spec`."""
     record = device if isinstance(device, Device) else device_record(device)
     forced = check_algorithm(topk_algorithm)
-    asked = _dispatch.shared(implementation)
     if implementation is None:
         order, order_reason = _preferred_order(spec)
     else:
         order = _dispatch.resolve_names(spec.op, IMPLEMENTATIONS, implementation)
         order_reason = f"implementation={implementation!r}, as asked"
+    asked = _dispatch.shared(implementation)
     select, select_reason = cuda_select(spec, record, forced)
     return Plan(spec, record, asked, forced, order, order_reason, select, select_reason)
 
