@@ -15,12 +15,13 @@ Every decision of these ops lives here; the implementations keep only what they 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _dispatch, _ext
+from dsv41_jax import _checks, _dispatch, _ext
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax._ext import DeviceFacts
 
@@ -72,6 +73,11 @@ def device_record(facts: DeviceFacts | None = None) -> Device:
         facts = _ext.facts()
     if not isinstance(facts, DeviceFacts):
         raise ValueError(f"device must be a DeviceFacts or None, got {type(facts).__name__}")
+    return _record(facts)
+
+
+@functools.cache
+def _record(facts: DeviceFacts) -> Device:
     limits: tuple[tuple[str, int], ...] = ()
     if facts.backend == "gpu" and _ext.available():
         limits = tuple(sorted((k, int(v)) for k, v in _ext.extension().LIMITS.items()))
@@ -127,6 +133,7 @@ class Spec:
         )
 
     def scores(self) -> jax.ShapeDtypeStruct:
+        """The scores as a `jax.ShapeDtypeStruct` (what the implementations' checks read)."""
         return jax.ShapeDtypeStruct((self.rows, self.columns), jnp.dtype(self.dtype))
 
     def __str__(self) -> str:
@@ -198,8 +205,13 @@ def plan(
     device=dsv41_jax.info.H200))`.
 
     Raises:
-      ValueError: an unknown op, implementation name or select.
+      ValueError: an unknown op, implementation name or select; scores not `[rows, N]`; k or
+        block_size not a positive int.
     """
+    if len(getattr(scores, "shape", ())) != 2:
+        raise ValueError(f"scores must be an array or ShapeDtypeStruct [rows, N], got {scores!r}")
+    k = _checks.positive_int(k, "k")
+    block_size = _checks.positive_int(block_size, "block_size")
     spec = Spec.of(op, scores, k, starts, candidates, block_size)
     return resolve(spec, implementation, topk_algorithm, device)
 

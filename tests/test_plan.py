@@ -103,6 +103,10 @@ def test_every_implementation_name_and_preference_order(op):
         dj.plan(op, s, 8, implementation=(), device=CPU)
     with pytest.raises(ValueError, match="op must be one of"):
         dj.plan("sort", s, 8, device=CPU)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="scores must be an array or ShapeDtypeStruct"):
+        dj.plan(op, sds((256,)), 8, device=CPU)
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        dj.plan(op, s, 0, device=CPU)
 
 
 def test_no_cuda_select_without_a_gpu_or_the_extension():
