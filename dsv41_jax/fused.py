@@ -28,11 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _ext
+from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
-from dsv41_jax.plan import Op, Spec, cuda_select, device_record
+from dsv41_jax.plan import Op, Spec, device_record, resolve
 from dsv41_jax.plan import sparse_select as sparse_select_plan
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
@@ -105,19 +106,21 @@ def _select_attr(algorithm: str) -> np.int32:
 def _select(
     scores, k: int, members, block_size: int, topk_algorithm: str | None, op: Op = "topk"
 ) -> str:
-    """The CUDA select of a fused layer's call (the plan's: `dsv41_jax.plan.cuda_select`)."""
-    spec = Spec.of(op, scores, k, None, members, block_size)
-    select, why = cuda_select(spec, device_record(), topk_algorithm)
-    assert select is not None, why  # the fused layers run on an SM90 GPU with the extension
-    return select
+    """The CUDA select of a fused layer's `op` (the plan's, recorded with it for
+    `dsv41_jax.info.explain`)."""
+    plan = resolve(Spec.of(op, scores, k, None, members, block_size), "ffi", topk_algorithm)
+    assert plan.select is not None, plan  # the fused layers run on an SM90 GPU with the extension
+    record(f"fused {op}: CUDA select", plan.select, plan=plan)
+    return plan.select
 
 
 def _sparse_select(logits, k: int, block_size: int, topk_algorithm: str | None) -> str:
     """The select of a fused sparse consumer (`dsv41_jax.plan.sparse_select`)."""
     rows, columns = logits.shape
-    record = device_record()
-    select, why = sparse_select_plan(columns, k, block_size, rows, record, topk_algorithm)
+    device = device_record()
+    select, why = sparse_select_plan(columns, k, block_size, rows, device, topk_algorithm)
     assert select is not None, why
+    record("fused sparse select", select)
     return select
 
 

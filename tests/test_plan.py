@@ -289,3 +289,15 @@ def test_explain_shows_the_cuda_select_and_its_reason_on_a_simulated_h200(simula
         "plan, CUDA select: short (the short-row select: the 8 rows' clusters of 8 CTAs run at "
         "once (15 do on this device))" in str(choice)
     )
+
+
+@needs_ext
+def test_explain_shows_the_fused_layers_selects_on_a_simulated_h200(simulated_h200):
+    """The fused layers ask the same plan (implementation "ffi") and record it, so a decode
+    step's selects show with their reasons."""
+    choices = info.decode_step(batch=8, context=131072)
+    (top,) = {str(c) for c in choices if c.op == "fused topk: CUDA select"}
+    assert "short (the short-row select: the 8 rows' clusters of 8 CTAs run at once" in top
+    (blocks,) = {c.implementation for c in choices if c.op.startswith("fused select_cand")}
+    assert blocks == "short"
+    assert {c.implementation for c in choices if c.op == "fused sparse select"} == {"onchip"}
