@@ -14,6 +14,7 @@ from dsv41_jax.indexer import (
     select_prefill,
 )
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
+from dsv41_jax.plan import Plan, plan
 from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
 from dsv41_jax.rows import row_block_table, row_lengths
@@ -35,6 +36,7 @@ __all__ = [
     "IndexerConfig",
     "KeyBuffer",
     "PagedIndexCache",
+    "Plan",
     "QueryBundle",
     "StepResult",
     "TwoLevelIndexer",
@@ -44,6 +46,7 @@ __all__ = [
     "make_two_level_indexer",
     "mqa_logits",
     "paged_mqa_logits",
+    "plan",
     "publish",
     "publish_prefill",
     "quantize_keys",

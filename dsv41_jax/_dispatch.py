@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dsv41_jax import _ext
@@ -24,81 +24,90 @@ Implementation = str | Sequence[str] | None
 KNOWN = frozenset({"ffi", "pallas", "reference"})  # every implementation name of every op
 _logged: set[tuple[str, str, str]] = set()
 # While `dsv41_jax.info.explain` traces a function: every op's choice, in call order.
-Choice = tuple[str, str, tuple[tuple[str, str], ...]]  # (op, implementation, declined)
+# (op, implementation, declined, plan): the plan (a `dsv41_jax.plan.Plan`) of ops that have one.
+Choice = tuple[str, str, tuple[tuple[str, str], ...], Any]
 recording: contextvars.ContextVar[list[Choice] | None] = contextvars.ContextVar(
     "recording", default=None
 )
 
 
-def record(op: str, implementation: str, declined: Sequence[tuple[str, str]] = ()) -> None:
-    """Note a dispatch decision for `dsv41_jax.info.explain` (nothing when it is not tracing)."""
+def record(
+    op: str, implementation: str, declined: Sequence[tuple[str, str]] = (), plan: Any = None
+) -> None:
+    """Note a dispatch decision for `dsv41_jax.info.explain` (nothing when it is not tracing);
+    `plan`: the call's `dsv41_jax.plan.Plan`, for ops that have one."""
     choices = recording.get()
     if choices is not None:
-        choices.append((op, implementation, tuple(declined)))
+        choices.append((op, implementation, tuple(declined), plan))
 
 
 class Op:
-    """An op name and its implementations, fastest first; `order`, when given, picks the order
-    from the call's arguments (for `implementation=None`: an op whose fastest implementation
-    depends on the shapes)."""
+    """An op name and its implementations, fastest first (an op whose fastest implementation
+    depends on the shapes passes the order its plan decides to `run`: `dsv41_jax.plan`)."""
 
-    def __init__(
-        self,
-        name: str,
-        order: Callable[..., tuple[str, ...]] | None = None,
-        **impls: Callable[..., Any],
-    ) -> None:
+    def __init__(self, name: str, **impls: Callable[..., Any]) -> None:
         assert set(impls) <= KNOWN, impls
         self.name = name
-        self.order = order
         self.impls: dict[str, Callable[..., Any]] = dict(impls)
 
     def resolve(self, implementation: Implementation) -> tuple[str, ...]:
-        """The implementation names to try, in order.
-
-        None: all of the op's, fastest first. A string: exactly that one (ValueError if the op
-        has no such implementation). A non-empty sequence: a preference order shared by several
-        ops, so names this op lacks are skipped (e.g. `("pallas", "ffi", "reference")` runs the
-        Pallas top-k and the FFI logits); when it names none of this op's, the op uses its own
-        order (composites such as `publish` pass a single name this way, see `shared`).
-        """
-        if implementation is None:
-            return tuple(self.impls)
-        if isinstance(implementation, str):
-            if implementation not in self.impls:
-                raise ValueError(
-                    f"{self.name}: unknown implementation {implementation!r}; known: "
-                    f"{', '.join(self.impls)}"
-                )
-            return (implementation,)
-        preference = shared(implementation)
-        if not preference:
-            raise ValueError(f"{self.name}: implementation must not be an empty sequence")
-        names = tuple(n for n in preference if n in self.impls)
-        return names or tuple(self.impls)
+        """The implementation names to try, in order (`resolve_names`)."""
+        return resolve_names(self.name, tuple(self.impls), implementation)
 
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
-        if implementation is None and self.order is not None:
-            names = self.order(*args, **kwargs)
-            assert sorted(names) == sorted(self.impls), names
-        else:
-            names = self.resolve(implementation)
+        return self.run(self.resolve(implementation), *args, **kwargs)
+
+    def run(
+        self,
+        names: Sequence[str],
+        *args: Any,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        plan: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Try the implementations `names` in order on the arguments (plus `options[name]`, the
+        keyword arguments of one implementation only); the first that does not decline
+        (NotImplementedError) returns. `plan`: recorded with the choice (`record`)."""
         reasons = []
         for n in names:
             try:
-                out = self.impls[n](*args, **kwargs)
+                out = self.impls[n](*args, **kwargs, **(options or {}).get(n, {}))
             except NotImplementedError as e:
                 reasons.append((n, str(e)))
                 if len(names) > 1:
                     _log_fallback(self.name, n, str(e))
                 continue
-            record(self.name, n, reasons)
+            record(self.name, n, reasons, plan)
             return out
         # ExtensionUnavailable (a NotImplementedError): "this path is not available here".
         raise ExtensionUnavailable(
             f"{self.name}: no implementation accepted the inputs "
             f"({'; '.join(f'{n}: {why}' for n, why in reasons)})"
         )
+
+
+def resolve_names(op: str, names: Sequence[str], implementation: Implementation) -> tuple[str, ...]:
+    """The implementation names op `op` (whose implementations are `names`, fastest first)
+    tries, in order.
+
+    None: all of them. A string: exactly that one (ValueError if the op has no such
+    implementation). A non-empty sequence: a preference order shared by several ops, so names
+    this op lacks are skipped (e.g. `("pallas", "ffi", "reference")` runs the Pallas top-k and
+    the FFI logits); when it names none of this op's, the op uses its own order (composites
+    such as `publish` pass a single name this way, see `shared`).
+    """
+    if implementation is None:
+        return tuple(names)
+    if isinstance(implementation, str):
+        if implementation not in names:
+            raise ValueError(
+                f"{op}: unknown implementation {implementation!r}; known: {', '.join(names)}"
+            )
+        return (implementation,)
+    preference = shared(implementation)
+    if not preference:
+        raise ValueError(f"{op}: implementation must not be an empty sequence")
+    return tuple(n for n in preference if n in names) or tuple(names)
 
 
 def _log_fallback(op: str, impl: str, reason: str) -> None:

@@ -171,6 +171,24 @@ def simulated_device(facts: DeviceFacts) -> Iterator[DeviceFacts]:
         _simulated.reset(token)
 
 
+def facts() -> DeviceFacts:
+    """The facts of the device the ops trace for: the simulated one inside `simulated_device`,
+    else the first device JAX reports (read once)."""
+    simulated = _simulated.get()
+    return simulated if simulated is not None else _real_facts()
+
+
+@functools.cache
+def _real_facts() -> DeviceFacts:
+    dev = jax.devices()[0]
+    cc = str(getattr(dev, "compute_capability", ""))
+    clusters: tuple[int, ...] = ()
+    if jax.default_backend() == "gpu" and available() and cc in PORTABLE:
+        register_ffi_targets()  # the occupancy calculator reads the prepared kernels
+        clusters = tuple(_occupancy(c) for c in range(1, limit("short_topk_max_cluster") + 1))
+    return DeviceFacts(jax.default_backend(), cc, clusters, int(getattr(dev, "core_count", 0) or 0))
+
+
 def backend() -> str:
     """JAX's backend as the dispatch sees it (the simulated device's inside `simulated_device`)."""
     facts = _simulated.get()

@@ -357,12 +357,15 @@ def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode, want) -
     """Rows "ffi <select>" for every CUDA select that takes the call (sets: (scores, lens) or,
     `masked`, (scores, lens, blocks)), each checked against `want` (the reference's result on
     sets[0])."""
+    from dsv41_jax.plan import Spec, device_record, select_declines
     from dsv41_jax.topk import ffi as topk_ffi
 
     rows = []
     for algorithm in topk_ffi.ALGORITHMS:
         members = sets[0][2] if masked else None
-        if topk_ffi._declines(algorithm, sets[0][0], k, members, block_size):
+        spec_op = "select_candidate_blocks" if mode == "candidate_blocks" else "topk"
+        spec = Spec.of(spec_op, sets[0][0], k, None, members, block_size)
+        if select_declines(algorithm, spec, device_record()):
             continue
 
         def forced(s, lens, blocks=None, a=algorithm):
@@ -472,13 +475,12 @@ def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
             ("sparse", "short"),
             ("mask", None),
         ):
-            with _forcing(algorithm):  # traced inside
-                t = jax_time_us(
-                    lambda *a, p=path: dj.select(*a, cfg, path=p),
-                    sets,
-                    want=want,
-                    what=f"select {shape} {path} {algorithm}",
-                )
+            t = jax_time_us(
+                lambda *a, p=path, f=algorithm: dj.select(*a, cfg, path=p, topk_algorithm=f),
+                sets,
+                want=want,
+                what=f"select {shape} {path} {algorithm}",
+            )
             name = f"{path} path" + (f", {algorithm} top-k forced" if algorithm else "")
             rows.append(Row("select (consumer layer)", shape, name, t, floor))
         # torch: the mask path's selection part on the same dense logits (DeepGEMM logits are
@@ -568,14 +570,6 @@ def _step_impl(path: str, algorithm: str | None) -> str:
     return name + (f", {algorithm} top-k forced" if algorithm else "")
 
 
-def _forcing(algorithm: str | None):
-    import contextlib
-
-    from dsv41_jax.topk import ffi as topk_ffi
-
-    return topk_ffi.forced_algorithm(algorithm) if algorithm else contextlib.nullcontext()
-
-
 def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
     """The whole V4.1 decode indexer step in one jit (`make_two_level_indexer`: publish at layer
     20 + 4 consumers, each layer with its own cache), sparse and mask paths, beside an XLA
@@ -605,17 +599,20 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
         want = jax.jit(mask_ix.decode)(*sets[0]).selections
         for path, algorithm in variants:
             ix = dj.make_two_level_indexer(
-                cfg, source_layer=20, consumer_layers=layers[1:], path=path
+                cfg,
+                source_layer=20,
+                consumer_layers=layers[1:],
+                path=path,
+                topk_algorithm=algorithm,
             )
-            with _forcing(algorithm):  # traced inside: the jit below is new
-                t = jax_time_us(
-                    lambda *a, ix=ix: ix.decode(*a),
-                    sets,
-                    calls=10,
-                    want=want,
-                    what=f"step {shape} {path} {algorithm}",
-                    pick=lambda result: result.selections,
-                )
+            t = jax_time_us(
+                lambda *a, ix=ix: ix.decode(*a),
+                sets,
+                calls=10,
+                want=want,
+                what=f"step {shape} {path} {algorithm}",
+                pick=lambda result: result.selections,
+            )
             rows.append(
                 Row(
                     "decode step (publish + 4 selects)",
@@ -658,26 +655,26 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
         )
         for algorithm in STEP_ALGORITHMS:
             label = "default" if algorithm is None else f"{algorithm} top-k forced"
-            with _forcing(algorithm):
+            t = jax_time_us(
+                lambda q, c, n, b, f=algorithm: dj.publish(q, c, n, b, cfg, topk_algorithm=f),
+                [(qs[0], caches[0], lens, bt)],
+            )
+            rows.append(Row("publish (layer 20)", shape, label, t, bs * ctx * 132 / (bw * 1e3)))
+            for path in ("auto", "sparse", "mask") if algorithm is None else ("sparse", "mask"):
                 t = jax_time_us(
-                    lambda q, c, n, b: dj.publish(q, c, n, b, cfg), [(qs[0], caches[0], lens, bt)]
+                    lambda *a, p=path, f=algorithm: dj.select(*a, cfg, path=p, topk_algorithm=f),
+                    [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
                 )
-                rows.append(Row("publish (layer 20)", shape, label, t, bs * ctx * 132 / (bw * 1e3)))
-                for path in ("auto", "sparse", "mask") if algorithm is None else ("sparse", "mask"):
-                    t = jax_time_us(
-                        lambda *a, p=path: dj.select(*a, cfg, path=p),
-                        [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
+                sel_floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
+                rows.append(
+                    Row(
+                        "select (consumer layer)",
+                        shape,
+                        _step_impl(path, algorithm),
+                        t,
+                        sel_floor,
                     )
-                    sel_floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
-                    rows.append(
-                        Row(
-                            "select (consumer layer)",
-                            shape,
-                            _step_impl(path, algorithm),
-                            t,
-                            sel_floor,
-                        )
-                    )
+                )
         del caches, cd, qd
     return rows
 

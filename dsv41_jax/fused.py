@@ -28,12 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _ext
+from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
+from dsv41_jax.plan import Op, Spec, device_record, resolve
+from dsv41_jax.plan import sparse_select as sparse_select_plan
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
-from dsv41_jax.topk import ffi as topk_ffi
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
 SCHEDULE = "dsv41_sm90_paged_mqa_schedule"
@@ -101,6 +103,27 @@ def _select_attr(algorithm: str) -> np.int32:
     return np.int32(_ext.limit(f"select_{algorithm}"))
 
 
+def _select(
+    scores, k: int, members, block_size: int, topk_algorithm: str | None, op: Op = "topk"
+) -> str:
+    """The CUDA select of a fused layer's `op` (the plan's, recorded with it for
+    `dsv41_jax.info.explain`)."""
+    plan = resolve(Spec.of(op, scores, k, None, members, block_size), "ffi", topk_algorithm)
+    assert plan.select is not None, plan  # the fused layers run on an SM90 GPU with the extension
+    record(f"fused {op}: CUDA select", plan.select, plan=plan)
+    return plan.select
+
+
+def _sparse_select(logits, k: int, block_size: int, topk_algorithm: str | None) -> str:
+    """The select of a fused sparse consumer (`dsv41_jax.plan.sparse_select`)."""
+    rows, columns = logits.shape
+    device = device_record()
+    select, why = sparse_select_plan(columns, k, block_size, rows, device, topk_algorithm)
+    assert select is not None, why
+    record("fused sparse select", select)
+    return select
+
+
 def _logits_shape(query: QueryBundle, cache: PagedIndexCache, block_table) -> jax.ShapeDtypeStruct:
     width = logits_width(block_table.shape[1], cache.page_size)
     return jax.ShapeDtypeStruct((query.num_rows, width), jnp.float32)
@@ -114,11 +137,12 @@ def dense_select(
     k: int,
     members: jax.Array | None = None,
     block_size: int = 8,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
     """The top-k of a layer's dense logits (inside `members`' blocks when given): int32
-    `[rows, k]`."""
+    `[rows, k]`. `topk_algorithm`: as in `dsv41_jax.topk`."""
     logits = _logits_shape(query, cache, block_table)
-    algorithm = topk_ffi.algorithm_for(logits, k, members, block_size)
+    algorithm = _select(logits, k, members, block_size, topk_algorithm)
     has_members = members is not None
     if members is None:  # a dummy column, never read
         members = jnp.zeros((query.num_rows, 1), jnp.int32)
@@ -140,7 +164,9 @@ def dense_select(
     return selected
 
 
-def _publish_workspaces(rows: int, logits: jax.ShapeDtypeStruct, config: IndexerConfig):
+def _publish_workspaces(
+    rows: int, logits: jax.ShapeDtypeStruct, config: IndexerConfig, topk_algorithm: str | None
+):
     """(all_blocks, block-score workspace, top-C workspace, select_c) of a publish over these
     logits: when every block of every row is a candidate (`all_blocks`), the table is every
     block and the two workspaces are `[1, 1]` placeholders (no block scores, no top-C)."""
@@ -151,7 +177,8 @@ def _publish_workspaces(rows: int, logits: jax.ShapeDtypeStruct, config: Indexer
         return True, *one, "short"  # select_c unused
     scores = jax.ShapeDtypeStruct((rows, nb), jnp.float32)
     selected = jax.ShapeDtypeStruct((rows, c), jnp.int32)
-    return False, scores, selected, topk_ffi.algorithm_for(scores, c, None, b)
+    select_c = _select(scores, c, None, b, topk_algorithm, "select_candidate_blocks")
+    return False, scores, selected, select_c
 
 
 def _table_shapes(rows: int, c: int) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -166,13 +193,20 @@ def _table_shapes(rows: int, c: int) -> tuple[jax.ShapeDtypeStruct, ...]:
 
 
 def publish(
-    query: QueryBundle, cache: PagedIndexCache, block_table, shared: Shared, config: IndexerConfig
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table,
+    shared: Shared,
+    config: IndexerConfig,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """The candidate source layer: its top-k and the published table (see indexer.publish)."""
     rows, k = query.num_rows, config.index_topk
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     logits = _logits_shape(query, cache, block_table)
-    all_blocks, scores_ws, selected_ws, select_c = _publish_workspaces(rows, logits, config)
+    all_blocks, scores_ws, selected_ws, select_c = _publish_workspaces(
+        rows, logits, config, topk_algorithm
+    )
     all_selected = every_block(shared.rows, c, b) if all_blocks else jnp.zeros((1, 1), jnp.int32)
     out = (
         jax.ShapeDtypeStruct((rows, k), jnp.int32),
@@ -193,7 +227,7 @@ def publish(
         shared.schedule,
         all_selected,
         k=np.int32(k),
-        select=_select_attr(topk_ffi.algorithm_for(logits, k, None, b)),
+        select=_select_attr(_select(logits, k, None, b, topk_algorithm)),
         select_c=_select_attr(select_c),
         block_size=np.int32(b),
         page_size=np.int32(cache.page_size),
@@ -230,6 +264,7 @@ def sparse_select(
     table: CandidateTable,
     shared: SparseShared,
     k: int,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
     """A consumer's top-k over its candidate blocks only (the sparse row), as positions."""
     rows, c = table.physical.shape
@@ -244,7 +279,7 @@ def sparse_select(
         _checks.int32(table.blocks),
         shared.lens,
         k=np.int32(k),
-        select=_select_attr(topk_ffi.sparse_algorithm(logits, k, b)),
+        select=_select_attr(_sparse_select(logits, k, b, topk_algorithm)),
         block_size=np.int32(b),
     )
     return positions
@@ -289,6 +324,7 @@ def decode_step(
     block_table,
     config: IndexerConfig,
     slots: Sequence[int] | None = None,
+    topk_algorithm: str | None = None,
 ) -> tuple[list[jax.Array], CandidateTable]:
     """Every layer of a decode step as one custom call (ffi/sm90_decode_step.cu): layer 0 the
     candidate source, each other layer a consumer ("dense": every block is a candidate,
@@ -296,14 +332,17 @@ def decode_step(
     layer ("dense"). The same kernels, in the same order, as the layers called one by one, and
     the lengths clamped as `Shared` does, in the call: bitwise their results, with no XLA
     kernel beside the call. Returns every layer's top-k and the source's table; with `slots`,
-    the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`."""
+    the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`.
+    `topk_algorithm`: as in `dsv41_jax.topk`, for every layer's select."""
     assert roles and roles[0] == "source" and "source" not in roles[1:], roles
     query, cache = queries[0], caches[0]
     rows, k, next_n = query.num_rows, config.index_topk, query.next_n
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     batch, max_pages = block_table.shape
     logits = _logits_shape(query, cache, block_table)
-    all_blocks, scores, selected, select_c = _publish_workspaces(rows, logits, config)
+    all_blocks, scores, selected, select_c = _publish_workspaces(
+        rows, logits, config, topk_algorithm
+    )
     i32, f32 = jnp.int32, jnp.float32
 
     def ws(shape, dtype=i32, used=True):  # a workspace result, [1, ...] when unused
@@ -316,9 +355,9 @@ def decode_step(
         sparse_logits, columns = ws((1, 1), f32), ws((1, 1))
     members = jax.ShapeDtypeStruct((rows, c), i32)
     selects = [
-        topk_ffi.sparse_algorithm(sparse_logits, k, b)
+        _sparse_select(sparse_logits, k, b, topk_algorithm)
         if role == "sparse"
-        else topk_ffi.algorithm_for(logits, k, members if role == "mask" else None, b)
+        else _select(logits, k, members if role == "mask" else None, b, topk_algorithm)
         for role in roles
     ]
     schedule = ws((_ext.limit("sm90_schedule_rows"), 2))

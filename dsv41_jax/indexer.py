@@ -20,6 +20,7 @@ from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.logits.api import check_paged, check_ragged
 from dsv41_jax.ordering import every_block
+from dsv41_jax.plan import check_algorithm
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -87,9 +88,16 @@ def _publish_from_logits(
     bt: jax.Array,
     config: IndexerConfig,
     implementation: Implementation,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     b, c = config.candidate_block_size, config.candidate_topk_blocks
-    indices = topk(logits, lens, config.index_topk, implementation=implementation)
+    indices = topk(
+        logits,
+        lens,
+        config.index_topk,
+        implementation=implementation,
+        topk_algorithm=topk_algorithm,
+    )
     nb = -(-logits.shape[1] // b)
     if nb <= c:
         # No row can have more than C blocks, so every block is a candidate: exactly what
@@ -99,7 +107,12 @@ def _publish_from_logits(
     else:
         scores = block_amax(logits, lens, block_size=b, implementation=implementation)
         selected = select_candidate_blocks(
-            scores, lens, num_candidates=c, block_size=b, implementation=implementation
+            scores,
+            lens,
+            num_candidates=c,
+            block_size=b,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
         )
     table = sort_candidate_blocks(
         selected, lens, bt, block_size=b, page_size=config.page_size, implementation=implementation
@@ -115,6 +128,7 @@ def publish(
     config: IndexerConfig,
     *,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """The candidate source layer of a decode step.
 
@@ -129,6 +143,8 @@ def publish(
       implementation: None (every op's fastest available), a name, or a preference order; an
         op that lacks a named implementation runs its own order (e.g. "pallas" runs the Pallas
         top-k and block amax, and the FFI logits, which have no Pallas version).
+      topk_algorithm: the CUDA select to run wherever it takes a call (as in `topk`; the
+        fused layer's selects too); None: the plan's (`dsv41_jax.plan`).
 
     Returns:
       (int32 `[batch·next_n, k]` top-k logical positions, ascending, -1 padded; the table).
@@ -136,7 +152,10 @@ def publish(
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
-    return _publish(query, cache, context_lens, block_table, config, shared(implementation))
+    topk_algorithm = check_algorithm(topk_algorithm)
+    return _publish(
+        query, cache, context_lens, block_table, config, shared(implementation), topk_algorithm
+    )
 
 
 def _runs_fused(
@@ -167,18 +186,19 @@ def _publish(
     block_table: jax.Array,
     config: IndexerConfig,
     implementation: Implementation,
+    topk_algorithm: str | None = None,
     share: fused.Shared | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers)."""
     if _runs_fused("publish", query, cache, context_lens, block_table, implementation):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
-        return fused.publish(query, cache, block_table, share, config)
+        return fused.publish(query, cache, block_table, share, config, topk_algorithm)
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
     lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
     bt = row_block_table(block_table, query.next_n)
-    return _publish_from_logits(logits, lens, bt, config, implementation)
+    return _publish_from_logits(logits, lens, bt, config, implementation, topk_algorithm)
 
 
 def select(
@@ -191,6 +211,7 @@ def select(
     *,
     path: Path = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
     """A consumer layer of a decode step: top-k inside the published candidate blocks.
 
@@ -213,6 +234,8 @@ def select(
     table from those blocks first (`sort_candidate_blocks` with this call's lengths and page
     table: one small kernel), so a hand-made or edited table gives both paths, and "auto", the
     same answer. The step (`TwoLevelIndexer.decode`) reads the table it just published as is.
+    `implementation` and `topk_algorithm`: as in `publish`; a forced select other than
+    "onchip" gives the SM90 sparse consumer its logits-then-select form.
 
     Raises:
       ValueError: bad inputs, a config that does not match them, or a table published with
@@ -220,7 +243,17 @@ def select(
 
     Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
     """
-    return _select(query, cache, context_lens, block_table, table, config, path, implementation)
+    return _select(
+        query,
+        cache,
+        context_lens,
+        block_table,
+        table,
+        config,
+        path,
+        implementation,
+        check_algorithm(topk_algorithm),
+    )
 
 
 def _consumer_path(
@@ -299,6 +332,7 @@ def step_select(
     config: IndexerConfig,
     path: Path,
     implementation: Implementation,
+    topk_algorithm: str | None,
     *,
     share: fused.Shared | None = None,
     sparse_share: fused.SparseShared | None = None,
@@ -317,6 +351,7 @@ def step_select(
         config,
         path,
         implementation,
+        topk_algorithm,
         published_here=True,
         share=share,
         sparse_share=sparse_share,
@@ -332,6 +367,7 @@ def _select(
     config: IndexerConfig,
     path: Path,
     implementation: Implementation,
+    topk_algorithm: str | None,
     *,
     published_here: bool = False,
     share: fused.Shared | None = None,
@@ -352,7 +388,9 @@ def _select(
         query, cache, block_table, table.num_candidates, b, path, implementation, published_here
     )
     if route == "dense":
-        return _dense_select(query, cache, context_lens, block_table, k, implementation, share)
+        return _dense_select(
+            query, cache, context_lens, block_table, k, implementation, topk_algorithm, share
+        )
     if route == "sparse" and not published_here:
         # A table from anywhere (hand-made, edited, published for other lengths): the sparse
         # row is read through count, valid_lens and physical, which the mask path ignores, and
@@ -374,15 +412,25 @@ def _select(
     if _runs_fused("select", query, cache, context_lens, block_table, implementation, sparse_why):
         if route == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
-            return fused.sparse_select(query, cache, table, sparse_share, k)
+            return fused.sparse_select(query, cache, table, sparse_share, k, topk_algorithm)
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
-        return fused.dense_select(query, cache, block_table, share, k, table.blocks, b)
+        return fused.dense_select(
+            query, cache, block_table, share, k, table.blocks, b, topk_algorithm
+        )
     if route == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
         )
         lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
-        return topk(logits, lens, k, candidates=table, block_size=b, implementation=implementation)
+        return topk(
+            logits,
+            lens,
+            k,
+            candidates=table,
+            block_size=b,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
+        )
     if route == "sparse":
         logits = sparse_paged_mqa_logits(
             query,
@@ -393,7 +441,13 @@ def _select(
             block_size=b,
             implementation=implementation,
         )
-        columns = topk(logits, table.valid_lens, k, implementation=implementation)
+        columns = topk(
+            logits,
+            table.valid_lens,
+            k,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
+        )
         return sparse_columns_to_positions(columns, table, b)
 
 
@@ -430,6 +484,7 @@ def publish_prefill(
     *,
     row_chunk: int | None = None,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` for ragged prefill rows: row `i` sees packed keys `[starts[i], ends[i])`.
 
@@ -437,11 +492,12 @@ def publish_prefill(
     equals `blocks` (with -1 padding), i.e. the identity page mapping of the relative positions.
     The logits are `[rows, T]` float32 (64 GiB for 128K rows over 128K keys): `row_chunk`
     scores and selects that many rows at a time instead (same result, one chunk's logits in
-    memory).
+    memory). `implementation`, `topk_algorithm`: as in `publish`.
     """
     starts, ends = check_ragged(query, keys, starts, ends)  # keys a KeyBuffer before it is read
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
+    topk_algorithm = check_algorithm(topk_algorithm)
 
     def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> tuple[jax.Array, CandidateTable]:
         # Relative layout: row i's position p sits at column p, as the selection contract counts.
@@ -450,7 +506,7 @@ def publish_prefill(
         pages = max(1, -(-logits.shape[1] // config.page_size))
         identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (logits.shape[0], pages))
         lens = prefill_lengths(s, e, keys.num_tokens)
-        return _publish_from_logits(logits, lens, identity, config, implementation)
+        return _publish_from_logits(logits, lens, identity, config, implementation, topk_algorithm)
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)
 
@@ -465,13 +521,15 @@ def select_prefill(
     *,
     row_chunk: int | None = None,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
     """`select` (mask path) for ragged prefill rows; positions relative to `starts[i]`.
-    `row_chunk`: as in `publish_prefill`."""
+    `row_chunk`, `implementation`, `topk_algorithm`: as in `publish_prefill`."""
     starts, ends = check_ragged(query, keys, starts, ends)  # keys a KeyBuffer before it is read
     _check_config(config, query, keys.head_dim, keys.format)
     _check_table(table, query, config)
     implementation = shared(implementation)
+    topk_algorithm = check_algorithm(topk_algorithm)
 
     def run(q: QueryBundle, s: jax.Array, e: jax.Array, t: CandidateTable) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
@@ -482,6 +540,7 @@ def select_prefill(
             candidates=t,
             block_size=config.candidate_block_size,
             implementation=implementation,
+            topk_algorithm=topk_algorithm,
         )
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends, table)
@@ -494,17 +553,20 @@ def _dense_select(
     block_table: jax.Array,
     k: int,
     implementation: Implementation,
+    topk_algorithm: str | None,
     share: fused.Shared | None = None,
 ) -> jax.Array:
     """The top-k over a layer's whole context (`share`: as in `_select`)."""
     if _runs_fused("select", query, cache, context_lens, block_table, implementation):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
-        return fused.dense_select(query, cache, block_table, share, k)
+        return fused.dense_select(
+            query, cache, block_table, share, k, topk_algorithm=topk_algorithm
+        )
     logits = paged_mqa_logits(
         query, cache, context_lens, block_table, implementation=implementation
     )
     lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
-    return topk(logits, lens, k, implementation=implementation)
+    return topk(logits, lens, k, implementation=implementation, topk_algorithm=topk_algorithm)
 
 
 def select_plain(
@@ -515,14 +577,22 @@ def select_plain(
     config: IndexerConfig,
     *,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
     """A plain indexer layer of a decode step (no candidate table): the top-k over its whole
-    context, `[batch·next_n, k]` logical positions, ascending, -1 padded."""
+    context, `[batch·next_n, k]` logical positions, ascending, -1 padded. `implementation`,
+    `topk_algorithm`: as in `publish`."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     return _dense_select(
-        query, cache, context_lens, block_table, config.index_topk, shared(implementation)
+        query,
+        cache,
+        context_lens,
+        block_table,
+        config.index_topk,
+        shared(implementation),
+        check_algorithm(topk_algorithm),
     )
 
 
@@ -535,16 +605,24 @@ def select_plain_prefill(
     *,
     row_chunk: int | None = None,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
-    """`select_plain` for ragged prefill rows; positions relative to `starts[i]`. `row_chunk`:
-    as in `publish_prefill`."""
+    """`select_plain` for ragged prefill rows; positions relative to `starts[i]`. `row_chunk`,
+    `implementation`, `topk_algorithm`: as in `publish_prefill`."""
     starts, ends = check_ragged(query, keys, starts, ends)  # keys a KeyBuffer before it is read
     _check_config(config, query, keys.head_dim, keys.format)
     implementation = shared(implementation)
+    topk_algorithm = check_algorithm(topk_algorithm)
 
     def run(q: QueryBundle, s: jax.Array, e: jax.Array) -> jax.Array:
         logits = mqa_logits(q, keys, s, e, relative=True, implementation=implementation)
         lens = prefill_lengths(s, e, keys.num_tokens)
-        return topk(logits, lens, config.index_topk, implementation=implementation)
+        return topk(
+            logits,
+            lens,
+            config.index_topk,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
+        )
 
     return by_row_chunks(run, _row_chunk(row_chunk), query, starts, ends)

@@ -14,6 +14,7 @@ import numpy as np
 from dsv41_jax import _checks, _dispatch, _ext, status
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
+from dsv41_jax.plan import Plan
 from dsv41_jax.types import _row_bytes
 
 __all__ = ["H200", "Choice", "DeviceFacts", "decode_step", "device", "explain", "simulated_device"]
@@ -25,15 +26,23 @@ DeviceFacts, H200, simulated_device = _ext.DeviceFacts, _ext.H200, _ext.simulate
 @dataclasses.dataclass(frozen=True)
 class Choice:
     """One dispatch decision: `op` took `implementation`; `declined` holds (name, reason) of
-    the implementations tried before it."""
+    the implementations tried before it; `plan`: the call's `dsv41_jax.Plan` (its decisions
+    and their reasons) for the ops that have one (`topk`, `select_candidate_blocks`)."""
 
     op: str
     implementation: str
     declined: tuple[tuple[str, str], ...] = ()
+    plan: Plan | None = None
 
     def __str__(self) -> str:
         why = "".join(f"\n    {name} declined: {reason}" for name, reason in self.declined)
-        return f"{self.op}: {self.implementation}{why}"
+        planned = ""
+        if self.plan is not None:
+            planned = "".join(
+                f"\n    plan, {what}: {choice} ({reason})"
+                for what, choice, reason in self.plan.decisions()
+            )
+        return f"{self.op}: {self.implementation}{why}{planned}"
 
 
 def _traced(arg: object) -> bool:
@@ -55,7 +64,8 @@ def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice
     `np.int64(512)` is a static k as `512` is. E.g. `explain(dsv41_jax.topk,
     jax.ShapeDtypeStruct((8, 131072), jnp.float32), jax.ShapeDtypeStruct((8,), jnp.int32),
     k=512)`. Ops inside an inner `jax.jit` the process has already traced with the same shapes
-    are cached by JAX and do not show.
+    are cached by JAX and do not show. The choices of `topk` and `select_candidate_blocks`
+    carry their plan (`Choice.plan`): each decision with its reason, shown by `str(choice)`.
     """
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")

@@ -33,6 +33,7 @@ from dsv41_jax.indexer import (
     step_select,
 )
 from dsv41_jax.logits import ffi as logits_ffi
+from dsv41_jax.plan import check_algorithm
 from dsv41_jax.rows import row_block_table
 from dsv41_jax.topk import logical_to_physical
 from dsv41_jax.types import (
@@ -81,6 +82,8 @@ class TwoLevelIndexer:
       implementation: None, or a preference order shared by every op (a single name is stored
         as a one-name order); each op skips the names it lacks and runs its own order when it has
         none of them (e.g. ("pallas",) runs the Pallas top-k and the FFI logits).
+      topk_algorithm: the CUDA select every layer runs wherever it takes the call (as in
+        `dsv41_jax.topk`); None: the plan's (`dsv41_jax.plan`).
     """
 
     config: IndexerConfig = dataclasses.field(metadata=_static)
@@ -89,6 +92,7 @@ class TwoLevelIndexer:
     plain_layers: tuple[int, ...] = dataclasses.field(default=(), metadata=_static)
     path: Path = dataclasses.field(default="auto", metadata=_static)
     implementation: Implementation = dataclasses.field(default=None, metadata=_static)
+    topk_algorithm: str | None = dataclasses.field(default=None, metadata=_static)
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -128,7 +132,7 @@ class TwoLevelIndexer:
         """
         self._inputs(queries, caches, "caches")
         physical = _checks.boolean(physical, "physical")
-        cfg, impl = self.config, self.implementation
+        cfg, impl, forced = self.config, self.implementation, self.topk_algorithm
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
         # Where every layer runs fused, the whole step is one custom call (`_one_call`); else
@@ -147,7 +151,7 @@ class TwoLevelIndexer:
         if one is None and src is not None:
             _check_paged_config(cfg, queries[src], caches[src])
             selections[src], table = _publish(
-                queries[src], caches[src], context_lens, block_table, cfg, impl, share
+                queries[src], caches[src], context_lens, block_table, cfg, impl, forced, share
             )
             if share is not None and self.consumer_layers:
                 sparse_share = fused.SparseShared.of(table)
@@ -162,6 +166,7 @@ class TwoLevelIndexer:
                 cfg,
                 self.path,
                 impl,
+                forced,
                 share=share,
                 sparse_share=sparse_share,
             )
@@ -174,6 +179,7 @@ class TwoLevelIndexer:
                 block_table,
                 cfg.index_topk,
                 impl,
+                forced,
                 share,
             )
         slots = None
@@ -252,7 +258,9 @@ class TwoLevelIndexer:
         record("decode: step", "one custom call (every layer fused)")
         qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
         slots = [self.layers.index(x) for x in layers] if stacked else None
-        return fused.decode_step(qs, cs, roles, context_lens, block_table, cfg, slots)
+        return fused.decode_step(
+            qs, cs, roles, context_lens, block_table, cfg, slots, self.topk_algorithm
+        )
 
     def prefill(
         self,
@@ -268,11 +276,18 @@ class TwoLevelIndexer:
         `row_chunk`: score and select that many query rows at a time (each layer's `[rows, T]`
         float32 logits otherwise; 64 GiB at 128K tokens); same result."""
         self._inputs(queries, keys, "keys")
-        cfg, impl = self.config, self.implementation
+        cfg, impl, forced = self.config, self.implementation, self.topk_algorithm
         src, table, selections = self.source_layer, None, {}
         if src is not None:
             selections[src], table = publish_prefill(
-                queries[src], keys[src], starts, ends, cfg, row_chunk=row_chunk, implementation=impl
+                queries[src],
+                keys[src],
+                starts,
+                ends,
+                cfg,
+                row_chunk=row_chunk,
+                implementation=impl,
+                topk_algorithm=forced,
             )
         for layer in self.consumer_layers:
             assert table is not None  # consumer layers imply a source layer (checked at build)
@@ -285,6 +300,7 @@ class TwoLevelIndexer:
                 cfg,
                 row_chunk=row_chunk,
                 implementation=impl,
+                topk_algorithm=forced,
             )
         for layer in self.plain_layers:
             selections[layer] = select_plain_prefill(
@@ -295,6 +311,7 @@ class TwoLevelIndexer:
                 cfg,
                 row_chunk=row_chunk,
                 implementation=impl,
+                topk_algorithm=forced,
             )
         return StepResult(selections, table, None)
 
@@ -308,6 +325,7 @@ def make_two_level_indexer(
     plain_layers: Sequence[int] = (),
     path: Path = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> TwoLevelIndexer: ...
 
 
@@ -320,6 +338,7 @@ def make_two_level_indexer(
     plain_layers: Sequence[int] = (),
     path: Path = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> TwoLevelIndexer | None: ...
 
 
@@ -331,6 +350,7 @@ def make_two_level_indexer(
     plain_layers: Sequence[int] = (),
     path: Path = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> TwoLevelIndexer | None:
     """The step of a model's indexer layers, or None for a model with no indexer layer at all.
 
@@ -340,7 +360,8 @@ def make_two_level_indexer(
     int `source_layer` returns a TwoLevelIndexer, `source_layer=None` a TwoLevelIndexer or None.
 
     Raises:
-      ValueError: a layer listed twice, a non-int layer id, a bad path or implementation.
+      ValueError: a layer listed twice, a non-int layer id, a bad path, implementation or
+        topk_algorithm.
       ExtensionUnavailable: `implementation="ffi"` (exactly) on a platform where the FFI kernels
         cannot run (no extension, or not a CUDA GPU).
     """
@@ -361,6 +382,7 @@ def make_two_level_indexer(
     if implementation == "ffi":
         _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
     implementation = shared(implementation)
+    topk_algorithm = check_algorithm(topk_algorithm)
     first, n_consumers = (0 if source_layer is None else 1), len(consumer_layers)
     return TwoLevelIndexer(
         config,
@@ -369,4 +391,5 @@ def make_two_level_indexer(
         tuple(ids[first + n_consumers :]),
         path,
         implementation,
+        topk_algorithm,
     )

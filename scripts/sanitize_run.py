@@ -115,7 +115,6 @@ def onchip():
     # 2048), -1 padding and a page past the cache among the slots, lengths 0 to past the row.
     from dsv41_jax import _ext
     from dsv41_jax import fused as fused_layers
-    from dsv41_jax.topk import ffi as topk_ffi
 
     _ext.require_gpu(fused_layers.SPARSE_SELECT)  # registers the targets (the ops do it too)
     total = 0
@@ -130,10 +129,9 @@ def onchip():
             block_size=8,
         )
         qr = q if r == 6 else dj.QueryBundle(q.values[:1, :1], q.weights[:1, :1])
-        with topk_ffi.forced_algorithm("onchip"):
-            out = fused_layers.sparse_select(
-                qr, cache, table, fused_layers.SparseShared.of(table), k
-            )
+        out = fused_layers.sparse_select(
+            qr, cache, table, fused_layers.SparseShared.of(table), k, topk_algorithm="onchip"
+        )
         total += int(out.sum())
     return total
 

@@ -276,11 +276,12 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypat
 
 @needs_ext
 def test_public_topk_dispatch_policy(simulate, monkeypatch):
-    """The dispatch policy lives in one function: the short-row select where its cluster holds
-    the row and all rows' clusters are resident at once, else the filter-first select, else the
-    cluster radix select; `forced_algorithm` (the bench's switch) reroutes every call the forced
+    """The plan's CUDA select, as the public top-k lowers it: the short-row select where its
+    cluster holds the row and all rows' clusters are resident at once, else the filter-first
+    select, else the cluster radix select; `topk_algorithm=` reroutes every call the forced
     select takes, and only those."""
     import dsv41_jax as dj
+    from dsv41_jax.plan import device_record, short_max_n
     from dsv41_jax.topk import ffi as topk_ffi
 
     simulate(_ext.H200)
@@ -293,7 +294,7 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
         (found,) = [a for t, a in names.items() if f"@{t}" in text]
         return found
 
-    short_max = topk_ffi.short_max_n()
+    short_max = short_max_n(device_record())
     assert short_max == 8 * 16384
     assert target(4, 9000, 512) == "short"
     assert target(200, 16384, 512) == "short"  # one CTA a row: waves of single CTAs
@@ -304,19 +305,16 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
     assert target(4, short_max + 1, 512) == "filter"
     assert target(4, short_max + 1, 5000) == "cluster"  # above the filter select's k
     assert target(4, 9000, 512, candidates=jnp.zeros((4, 64), jnp.int32)) == "short"
-    with topk_ffi.forced_algorithm("filter"):
-        assert target(4, 9000, 512) == "filter"
-        assert target(4, 9000, 5000) == "short"  # the filter select declines: the policy
-    with topk_ffi.forced_algorithm("cluster"):
-        assert target(4, 9000, 512) == "cluster"
-    with topk_ffi.forced_algorithm("short"):
-        assert target(4, short_max + 1, 512) == "filter"
+    assert target(4, 9000, 512, topk_algorithm="filter") == "filter"
+    # The filter select declines: the policy's.
+    assert target(4, 9000, 5000, topk_algorithm="filter") == "short"
+    assert target(4, 9000, 512, topk_algorithm="cluster") == "cluster"
+    assert target(4, short_max + 1, 512, topk_algorithm="short") == "filter"
     assert target(4, 9000, 512) == "short"
-    with topk_ffi.forced_algorithm("onchip"):  # the sparse consumer's only: the others keep theirs
-        assert target(4, 9000, 512) == "short"
-    with pytest.raises(ValueError, match="algorithm must be one of"):
-        with topk_ffi.forced_algorithm("fast"):
-            pass
+    # The sparse consumer's only: the others keep theirs.
+    assert target(4, 9000, 512, topk_algorithm="onchip") == "short"
+    with pytest.raises(ValueError, match="topk_algorithm must be None or one of"):
+        target(4, 9000, 512, topk_algorithm="fast")
 
 
 @needs_ext
@@ -324,21 +322,24 @@ def test_sparse_consumer_select_is_onchip_where_a_row_fits():
     """The SM90 sparse consumer's select attribute: the one-kernel select (attribute
     select_onchip) at any row count where one CTA holds the row, the logits then the filter
     select past that, and the logits then a forced select."""
+    from dsv41_jax.plan import device_record, sparse_select
     from dsv41_jax.topk import ffi as topk_ffi
 
-    spec = jax.ShapeDtypeStruct((8, 2048 * 8), jnp.float32)
-    wide = jax.ShapeDtypeStruct((32, _ext.limit("onchip_max_columns") + 8), jnp.float32)
+    h200 = device_record(_ext.H200)
+    wide = _ext.limit("onchip_max_columns") + 8
+
+    def select(rows, columns, forced=None):
+        return sparse_select(columns, 512, 8, rows, h200, forced)[0]
+
     for rows in (1, 8, 31, 32, 128):
-        assert topk_ffi.sparse_algorithm(spec.update(shape=(rows, 2048 * 8)), 512, 8) == "onchip"
-    assert topk_ffi.sparse_algorithm(spec.update(shape=(32, 64)), 512, 8) == "onchip"
-    assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
-    with topk_ffi.forced_algorithm("onchip"):
-        assert topk_ffi.sparse_algorithm(spec, 512, 8) == "onchip"
-        assert topk_ffi.sparse_algorithm(wide, 512, 8) == "filter"
-    with topk_ffi.forced_algorithm("cluster"):
-        assert topk_ffi.sparse_algorithm(spec, 512, 8) == "cluster"
-    with topk_ffi.forced_algorithm("short"):  # the logits-then-select path at any row count
-        assert topk_ffi.sparse_algorithm(spec.update(shape=(64, 2048 * 8)), 512, 8) == "short"
+        assert select(rows, 2048 * 8) == "onchip"
+    assert select(32, 64) == "onchip"
+    assert select(32, wide) == "short"  # 32 clusters of 2 CTAs run at once on an H200
+    assert select(128, wide) == "filter"  # 128 would run in waves
+    assert select(8, 2048 * 8, "onchip") == "onchip"
+    assert select(128, wide, "onchip") == "filter"
+    assert select(8, 2048 * 8, "cluster") == "cluster"
+    assert select(64, 2048 * 8, "short") == "short"  # the logits-then-select path at any rows
     assert _ext.limit("select_onchip") not in {
         _ext.limit(f"select_{a}") for a in topk_ffi.ALGORITHMS
     }
@@ -365,7 +366,6 @@ def test_ffi_wrappers_decline_where_no_kernel_image_exists(
 
     import dsv41_jax as dj
     from dsv41_jax.logits import ffi as logits_ffi
-    from dsv41_jax.topk import ffi as topk_ffi
 
     simulate(dataclasses.replace(_ext.H200, compute_capability=cc))
     scores = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
@@ -376,7 +376,7 @@ def test_ffi_wrappers_decline_where_no_kernel_image_exists(
         return "custom_call @dsv41_" in text
 
     if topk_runs_ffi:
-        assert lowers(lambda s, n: topk_ffi.topk(s, n, 4, None, None, 8), scores, lens)
+        assert lowers(lambda s, n: dj.topk(s, n, 4, implementation="ffi"), scores, lens)
     else:
         with pytest.raises(dj.ExtensionUnavailable, match=f"compute capability {cc}"):
             dj.topk(scores, lens, 4, implementation="ffi")

@@ -15,7 +15,7 @@ from selection import onchip_reference
 import dsv41_jax as dj
 from dsv41_jax import fused
 from dsv41_jax.logits import ffi as logits_ffi
-from dsv41_jax.topk import ffi as topk_ffi
+from dsv41_jax.plan import device_record, sparse_select
 
 pytestmark = pytest.mark.gpu
 
@@ -295,15 +295,13 @@ def test_onchip_select_on_any_slots_equals_reference(rng, heads, next_n, batch, 
     shared = fused.SparseShared.of(table)
     logits = np.asarray(logits_ffi.sparse_paged_mqa_logits_sm90(q, cache, table, 8))
     want = onchip_reference(logits, np.clip(valid, 0, cols), k, blocks)
-    spec = jax.ShapeDtypeStruct((rows, cols), jnp.float32)
+    device = device_record()
     poison_device_memory()
-    with topk_ffi.forced_algorithm("onchip"):
-        assert topk_ffi.sparse_algorithm(spec, k, 8) == "onchip"
-        got = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    assert sparse_select(cols, k, 8, rows, device, "onchip")[0] == "onchip"
+    got = np.asarray(fused.sparse_select(q, cache, table, shared, k, topk_algorithm="onchip"))
     np.testing.assert_array_equal(got, want)
-    with topk_ffi.forced_algorithm("short"):  # logits, then select
-        assert topk_ffi.sparse_algorithm(spec, k, 8) == "short"
-        two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    assert sparse_select(cols, k, 8, rows, device, "short")[0] == "short"  # logits, then select
+    two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k, topk_algorithm="short"))
     np.testing.assert_array_equal(two_pass, want)
     default = np.asarray(fused.sparse_select(q, cache, table, shared, k))
     np.testing.assert_array_equal(default, want)
@@ -325,12 +323,15 @@ def test_onchip_select_at_v41_shape_equals_logits_then_select(rng, batch):
     poison_device_memory()
     sparse = np.asarray(f(q2, cache2, ctx, bt, table, path="sparse"))
     mask = np.asarray(f(q2, cache2, ctx, bt, table, path="mask"))
-    with topk_ffi.forced_algorithm("onchip"):
-        onchip = np.asarray(
-            jax.jit(lambda *a: dj.select(*a, cfg, path="sparse"))(q2, cache2, ctx, bt, table)
+    onchip = np.asarray(
+        jax.jit(lambda *a: dj.select(*a, cfg, path="sparse", topk_algorithm="onchip"))(
+            q2, cache2, ctx, bt, table
         )
-        ix = dj.make_two_level_indexer(cfg, source_layer=0, consumer_layers=(1,), path="sparse")
-        step = jax.jit(lambda *a: ix.decode(*a))({0: q, 1: q2}, {0: cache, 1: cache2}, ctx, bt)
+    )
+    ix = dj.make_two_level_indexer(
+        cfg, source_layer=0, consumer_layers=(1,), path="sparse", topk_algorithm="onchip"
+    )
+    step = jax.jit(lambda *a: ix.decode(*a))({0: q, 1: q2}, {0: cache, 1: cache2}, ctx, bt)
     np.testing.assert_array_equal(sparse, mask)
     np.testing.assert_array_equal(onchip, mask)
     want = ix.decode({0: q, 1: q2}, {0: cache, 1: cache2}, ctx, bt)

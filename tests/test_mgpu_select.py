@@ -196,5 +196,5 @@ def test_bf16_masks_of_blocks_not_a_multiple_of_8_are_declined():
     lens, cand = np.full(2, 4096, np.int32), np.zeros((2, 16), np.int32)
     with pytest.raises(NotImplementedError, match="multiple of 8"):
         pallas_mgpu.topk(s, lens, 8, None, cand, 4, emulate=True)
-    assert not pallas_mgpu.preferred(s, 8, None, cand, 4)
-    assert pallas_mgpu.preferred(s, 8, None, cand, 8)
+    assert dj.plan("topk", s, 8, candidates=cand, block_size=4).order[0] == "ffi"
+    assert dj.plan("topk", s, 8, candidates=cand, block_size=8).order[0] == "pallas"

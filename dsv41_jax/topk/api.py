@@ -7,43 +7,15 @@ import jax
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax.plan import Plan, Spec, resolve
 from dsv41_jax.topk import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
-# Dispatch by measurement (H200, BENCHMARKS.md): the Pallas select first where it is the
-# fastest (rows of up to 16,384 columns, masked rows it gathers, candidate selection over up to
-# 16,384 blocks: `pallas_mgpu.preferred`), else the CUDA selects (top-k k=512 [8, 128K] ffi 15.9
-# us, pallas 16.3; [64, 1M] 151 against 277), then the XLA reference (hundreds of us). Which
-# CUDA select "ffi" runs: topk.ffi.algorithm_for.
-PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "reference")
-
-
-def _topk_order(
-    scores: jax.Array,
-    lengths: jax.Array,
-    k: int,
-    starts: jax.Array | None,
-    candidates: jax.Array | None,
-    block_size: int,
-) -> tuple[str, ...]:
-    return (
-        PALLAS_FIRST
-        if pallas_mgpu.preferred(scores, k, starts, candidates, block_size)
-        else FFI_FIRST
-    )
-
-
-def _candidate_order(
-    block_scores: jax.Array, lengths: jax.Array, c: int, block_size: int
-) -> tuple[str, ...]:
-    preferred = pallas_mgpu.preferred(block_scores, c, None, None, block_size, blocks=True)
-    return PALLAS_FIRST if preferred else FFI_FIRST
-
-
-TOPK = Op("topk", _topk_order, ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
+# The order the implementations are tried in and the CUDA select "ffi" runs are the plan's
+# decisions (`dsv41_jax.plan`, with the measurements behind them).
+TOPK = Op("topk", ffi=ffi.topk, pallas=pallas_mgpu.topk, reference=reference.topk)
 SELECT_CANDIDATE_BLOCKS = Op(
     "select_candidate_blocks",
-    _candidate_order,
     ffi=ffi.select_candidate_blocks,
     pallas=pallas_mgpu.select_candidate_blocks,
     reference=reference.select_candidate_blocks,
@@ -62,6 +34,8 @@ def topk(
     candidates: CandidateTable | jax.Array | None = None,
     block_size: int = 8,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
+    plan: Plan | None = None,
 ) -> jax.Array:
     """Top-k positions of each row by (score desc, position asc), ascending, -1 padded.
 
@@ -81,6 +55,12 @@ def topk(
       starts: optional int `[rows]` column of position 0 (ragged prefill rows).
       candidates: a CandidateTable or its int32 `blocks [rows, C]` (ascending, INT32_MAX padded).
       block_size: candidate block size B (must equal a CandidateTable's own `block_size`).
+      implementation: None (the plan's order: the fastest available for the inputs), a name or
+        a preference order.
+      topk_algorithm: the CUDA select `ffi` runs wherever it takes the call ("short",
+        "filter", "cluster"); None: the plan's policy (`dsv41_jax.plan`).
+      plan: a `dsv41_jax.plan(...)` made for this call (same shapes, dtype, k, starts, mask
+        and block size), instead of `implementation` and `topk_algorithm`.
 
     Returns:
       int32 `[rows, k]` logical positions (relative to `starts`).
@@ -100,7 +80,34 @@ def topk(
         _checks.rank(candidates, 2, "candidates")
         _checks.shape(candidates, (rows, None), "candidates")
         _checks.integer(candidates, "candidates")
-    return TOPK(implementation, scores, lengths, k, starts, candidates, block_size)
+    spec = Spec.of("topk", scores, k, starts, candidates, block_size)
+    p = _plan_for(spec, implementation, topk_algorithm, plan)
+    return TOPK.run(
+        p.order,
+        scores,
+        lengths,
+        k,
+        starts,
+        candidates,
+        block_size,
+        options={"ffi": {"select": p.select}},
+        plan=p,
+    )
+
+
+def _plan_for(
+    spec: Spec, implementation: Implementation, topk_algorithm: str | None, plan: Plan | None
+) -> Plan:
+    """The plan of a call: `plan` when given (checked against the call), else resolved."""
+    if plan is None:
+        return resolve(spec, implementation, topk_algorithm)
+    if not isinstance(plan, Plan):
+        raise ValueError(f"plan must be a dsv41_jax.Plan, got {type(plan).__name__}")
+    if implementation is not None or topk_algorithm is not None:
+        raise ValueError("pass either plan or implementation / topk_algorithm, not both")
+    if plan.spec != spec:
+        raise ValueError(f"plan was made for {plan.spec}, not for this call ({spec})")
+    return plan
 
 
 def sparse_columns_to_positions(
@@ -156,6 +163,8 @@ def select_candidate_blocks(
     num_candidates: int,
     block_size: int = 8,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
+    plan: Plan | None = None,
 ) -> jax.Array:
     """The candidate blocks of each row: exactly `count = min(C, nblocks)` block ids.
 
@@ -167,6 +176,8 @@ def select_candidate_blocks(
       block_scores: float `[rows, NB]`, e.g. from `block_amax`.
       lengths: int `[rows]` row lengths in positions (`nblocks = ceil(len / B)`, at most NB).
       num_candidates: C.
+      implementation, topk_algorithm, plan: as in `topk` (a plan of op
+        "select_candidate_blocks", k = C).
 
     `block_scores` must come from `block_amax` with the same `block_size`: the shapes cannot
     tell (eagerly, lengths past `NB·B` raise; under jit they are clamped to `NB·B`).
@@ -185,4 +196,8 @@ def select_candidate_blocks(
     _checks.lengths_within(
         lengths, block_scores.shape[1] * b, "lengths", f"{block_scores.shape[1]} blocks of {b}"
     )
-    return SELECT_CANDIDATE_BLOCKS(implementation, block_scores, lengths, c, b)
+    spec = Spec.of("select_candidate_blocks", block_scores, c, block_size=b)
+    p = _plan_for(spec, implementation, topk_algorithm, plan)
+    return SELECT_CANDIDATE_BLOCKS.run(
+        p.order, block_scores, lengths, c, b, options={"ffi": {"select": p.select}}, plan=p
+    )

@@ -20,19 +20,26 @@ from dsv41_jax.topk import mgpu_select
 
 
 def declines(
-    op: str, scores, k: int, starts, candidates, block_size: int, source: str | None
+    op: str,
+    scores,
+    k: int,
+    has_starts: bool,
+    masked: bool,
+    block_size: int,
+    source: str | None,
 ) -> str | None:
     """Why the Pallas select does not take such a call (None: it does). `source`: the program's
-    score source ("f32", "bf16", "blocks"), None for scores it has no source for."""
+    score source ("f32", "bf16", "blocks": `source`), None for scores it has no source for.
+    Whether it runs first is the plan's decision (`dsv41_jax.plan`)."""
     rows, n = scores.shape
-    if starts is not None:
+    if has_starts:
         return f"{op} pallas: rows with starts (prefill) not supported"
     if source is None:
         return (
             f"{op} pallas: no program for {scores.dtype} rows of {n} (float32; bfloat16 top-k "
             f"rows of a multiple of 8)"
         )
-    if source == "bf16" and candidates is not None and block_size % 8:
+    if source == "bf16" and masked and block_size % 8:
         return f"{op} pallas: bfloat16 scores with a mask need blocks of a multiple of 8"
     if k > mgpu_select.MAX_K:
         return f"{op} pallas: k <= {mgpu_select.MAX_K} (got {k})"
@@ -46,21 +53,12 @@ def declines(
     return None
 
 
-def preferred(scores, k: int, starts, candidates, block_size: int, *, blocks: bool = False):
-    """Whether the Pallas select measured faster than the CUDA selects for such a call (H200,
-    BENCHMARKS.md): rows it holds in one CTA (up to 16,384 columns; 0.79-0.90x the CUDA
-    select's time, candidate selection too) and masked rows it gathers (0.45-0.62x); not
-    longer unmasked rows. `blocks`: candidate selection over block scores."""
-    source = _blocks_source(scores) if blocks else _source(scores)
-    if declines("", scores, k, starts, candidates, block_size, source) is not None:
-        return False
-    n = scores.shape[1]
-    if candidates is not None:
-        return mgpu_select.gathers(n, candidates.shape[1], block_size)
-    return n <= mgpu_select.CHUNK
-
-
-def _source(scores) -> str | None:
+def source(scores, *, blocks: bool = False) -> str | None:
+    """The program's score source for such scores (None: none): top-k over float32 ("f32") or
+    bfloat16 rows of a multiple of 8 ("bf16"); with `blocks`, candidate selection over float32
+    block scores ("blocks")."""
+    if blocks:
+        return "blocks" if scores.dtype == jnp.float32 else None
     if scores.dtype == jnp.float32:
         return "f32"
     if scores.dtype == jnp.bfloat16 and scores.shape[1] % 8 == 0:
@@ -68,14 +66,10 @@ def _source(scores) -> str | None:
     return None
 
 
-def _blocks_source(block_scores) -> str | None:
-    return "blocks" if block_scores.dtype == jnp.float32 else None
-
-
 def _run(op: str, source: str | None, data, lengths, k, starts, members, block_size, emulate):
     if not emulate:
         _mgpu.require_gpu(op)
-    why = declines(op, data, k, starts, members, block_size, source)
+    why = declines(op, data, k, starts is not None, members is not None, block_size, source)
     if why is not None:
         raise NotImplementedError(why)
     assert source is not None
@@ -98,13 +92,21 @@ def _run(op: str, source: str | None, data, lengths, k, starts, members, block_s
 
 
 def topk(scores, lengths, k, starts, candidates, block_size, *, emulate: bool = False):
-    source = _source(scores)
-    return _run("topk", source, scores, lengths, k, starts, candidates, block_size, emulate)
+    return _run("topk", source(scores), scores, lengths, k, starts, candidates, block_size, emulate)
 
 
 def select_candidate_blocks(
     block_scores, lengths, num_candidates, block_size, *, emulate: bool = False
 ):
-    source, c = _blocks_source(block_scores), num_candidates
-    op = "select_candidate_blocks"
-    return _run(op, source, block_scores, lengths, c, None, None, block_size, emulate)
+    op, c = "select_candidate_blocks", num_candidates
+    return _run(
+        op,
+        source(block_scores, blocks=True),
+        block_scores,
+        lengths,
+        c,
+        None,
+        None,
+        block_size,
+        emulate,
+    )

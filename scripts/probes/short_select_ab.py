@@ -41,16 +41,17 @@ for op, rows, n, k in CASES:
         ).astype(jnp.int32)
     sets = [(testing.normal(rng, (rows, n)), lens) for _ in range(3)]
 
-    def fn(s, ln, impl=None, op=op, k=k, blocks=blocks):
+    def fn(s, ln, impl=None, forced=None, op=op, k=k, blocks=blocks):
         if op == "candidate":
-            return dj.select_candidate_blocks(s, ln, num_candidates=k, implementation=impl)
+            return dj.select_candidate_blocks(
+                s, ln, num_candidates=k, implementation=impl, topk_algorithm=forced
+            )
         if op == "masked":
             return topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", "short")
-        return dj.topk(s, ln, k, implementation=impl)
+        return dj.topk(s, ln, k, implementation=impl, topk_algorithm=forced)
 
-    with topk_ffi.forced_algorithm("short"):
-        got = np.asarray(jax.jit(lambda s, ln: fn(s, ln, "ffi"))(*sets[0]))
-        t = jax_time_us(lambda s, ln: fn(s, ln, "ffi"), sets, calls=40)
+    got = np.asarray(jax.jit(lambda s, ln: fn(s, ln, "ffi", "short"))(*sets[0]))
+    t = jax_time_us(lambda s, ln: fn(s, ln, "ffi", "short"), sets, calls=40)
     if op == "masked":
         want = np.asarray(
             jax.jit(

@@ -16,7 +16,6 @@ import dsv41_jax as dj
 from dsv41_jax import _ext, testing
 from dsv41_jax.bench import jax_time_us
 from dsv41_jax.logits import ffi as logits_ffi
-from dsv41_jax.topk import ffi as topk_ffi
 
 tag = sys.argv[1]
 batches = [int(b) for b in (sys.argv[2] if len(sys.argv) > 2 else "8,64").split(",")]
@@ -33,10 +32,12 @@ for bs in batches:
     select_sets = [(qs[1], caches[1], lens, bt, table), (qs[0], caches[0], lens, bt, table)]
     got = {}
     for algorithm in ("short", "onchip"):
-        with topk_ffi.forced_algorithm(algorithm):  # traced inside
-            f = jax.jit(lambda *a: dj.select(*a, cfg, path="sparse"))
-            got[algorithm] = np.asarray(f(*select_sets[0]))
-            t = jax_time_us(lambda *a: dj.select(*a, cfg, path="sparse"), select_sets)
+
+        def sel(*a, forced=algorithm):
+            return dj.select(*a, cfg, path="sparse", topk_algorithm=forced)
+
+        got[algorithm] = np.asarray(jax.jit(sel)(*select_sets[0]))
+        t = jax_time_us(sel, select_sets)
         print(f"TIME {tag} bs{bs} select-{algorithm} {t:.1f}")
     cl = _ext.extension().sparse_select_cluster_size(bs, cfg.candidate_topk_blocks)
     print(f"bs{bs}: one kernel in clusters of {cl}; same selection:", end=" ")

@@ -1,0 +1,394 @@
+"""The dispatch plan of the selection ops: which implementation `topk` and
+`select_candidate_blocks` try first, and which CUDA select their `ffi` implementation (and the
+fused layers) run, each decision with its reason, resolved at trace time from the call's shapes,
+dtypes, k and mask and from a device record.
+
+A `Plan` is a frozen, hashable value: it can be printed, compared, passed to the ops
+(`topk(..., plan=p)`) and used as a static argument of `jax.jit`. Forcing a CUDA select is a
+field of it (`topk_algorithm=`), so a jitted function traced with another forced select is
+traced again (jit keys on its static arguments) instead of reusing a stale trace.
+
+Every decision of these ops lives here; the implementations keep only what they can run (their
+`declines`) and run what the plan says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax import _checks, _dispatch, _ext
+from dsv41_jax._dispatch import Implementation
+from dsv41_jax._ext import DeviceFacts
+
+Op = Literal["topk", "select_candidate_blocks"]
+OPS: tuple[Op, ...] = ("topk", "select_candidate_blocks")
+# Every implementation of both ops; the order of `implementation=None` is a decision below.
+IMPLEMENTATIONS = ("ffi", "pallas", "reference")
+PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "reference")
+# The CUDA selects of any scores (cuda/smxx_{short,filter,cluster}_topk.cu), and the SM90 sparse
+# consumer's one-kernel select, which scores and selects a sparse row on chip.
+SELECTS = ("short", "filter", "cluster")
+ONCHIP = "onchip"
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """What the plan reads of a device, read once: JAX's backend, the compute capability, the
+    streaming multiprocessors, how many clusters of 1, 2, ... CTAs of the short-row select run
+    at once, and the CUDA extension's limits (`_ext.limit`; empty where there is no CUDA select
+    to run: a CPU, or no extension). Build it with `device_record()`."""
+
+    backend: str
+    compute_capability: str = ""
+    sm_count: int = 0
+    short_topk_clusters: tuple[int, ...] = ()
+    limits: tuple[tuple[str, int], ...] = ()
+
+    def limit(self, name: str) -> int:
+        """One of the extension's limits (KeyError when the record has none by that name)."""
+        return dict(self.limits)[name]
+
+    def clusters_at_once(self, cluster: int) -> int:
+        """Clusters of `cluster` CTAs of the short-row select that run at once (0: unknown)."""
+        clusters = self.short_topk_clusters
+        return clusters[cluster - 1] if 1 <= cluster <= len(clusters) else 0
+
+    def __str__(self) -> str:
+        if self.backend != "gpu":
+            return self.backend
+        return f"gpu {self.compute_capability or '?'}, {self.sm_count} SMs"
+
+
+def device_record(facts: DeviceFacts | None = None) -> Device:
+    """The device record of `facts` (a `dsv41_jax.info.DeviceFacts`, e.g. `info.H200`), or of
+    the device the ops trace for when None (the simulated one inside
+    `dsv41_jax.info.simulated_device`). A GPU record holds the installed extension's limits;
+    a CPU record, or one without the extension, holds none."""
+    if facts is None:
+        facts = _ext.facts()
+    if not isinstance(facts, DeviceFacts):
+        raise ValueError(f"device must be a DeviceFacts or None, got {type(facts).__name__}")
+    return _record(facts)
+
+
+@functools.cache
+def _record(facts: DeviceFacts) -> Device:
+    limits: tuple[tuple[str, int], ...] = ()
+    if facts.backend == "gpu" and _ext.available():
+        limits = tuple(sorted((k, int(v)) for k, v in _ext.extension().LIMITS.items()))
+    return Device(
+        facts.backend,
+        facts.compute_capability,
+        facts.sm_count,
+        tuple(facts.short_topk_clusters),
+        limits,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What the plan reads of a call: the op, the scores' `[rows, columns]` and dtype, k (C for
+    `select_candidate_blocks`), whether rows have `starts`, the candidate mask's blocks per row
+    (None: no mask) and the block size."""
+
+    op: Op
+    rows: int
+    columns: int
+    dtype: str
+    k: int
+    starts: bool = False
+    mask_blocks: int | None = None
+    block_size: int = 8
+
+    @classmethod
+    def of(
+        cls,
+        op: Op,
+        scores: Any,
+        k: int,
+        starts: Any = None,
+        candidates: Any = None,
+        block_size: int = 8,
+    ) -> Spec:
+        """The spec of a call; `scores` and `candidates` (a mask's `blocks` or CandidateTable)
+        may be arrays or `jax.ShapeDtypeStruct`s: only their shapes and dtype are read."""
+        if op not in OPS:
+            raise ValueError(f"op must be one of {list(OPS)}, got {op!r}")
+        blocks = getattr(candidates, "blocks", candidates)  # a CandidateTable's
+        rows, columns = scores.shape
+        return cls(
+            op,
+            int(rows),
+            int(columns),
+            jnp.dtype(scores.dtype).name,
+            int(k),
+            starts is not None,
+            None if blocks is None else int(blocks.shape[1]),
+            int(block_size),
+        )
+
+    def scores(self) -> jax.ShapeDtypeStruct:
+        """The scores as a `jax.ShapeDtypeStruct` (what the implementations' checks read)."""
+        return jax.ShapeDtypeStruct((self.rows, self.columns), jnp.dtype(self.dtype))
+
+    def __str__(self) -> str:
+        mask = "" if self.mask_blocks is None else f", mask of {self.mask_blocks} blocks"
+        starts = ", starts" if self.starts else ""
+        return (
+            f"{self.op} [{self.rows}, {self.columns}] {self.dtype} k={self.k}{starts}{mask}"
+            f" (B={self.block_size})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The decisions of one call of `topk` or `select_candidate_blocks`, each with its reason.
+
+    Attributes:
+      spec: the call it was resolved for; device: the device record it read.
+      implementation: the `implementation=` asked for (None or a tuple of names);
+      topk_algorithm: the CUDA select asked for (None: the policy's).
+      order: the implementations to try, in order; order_reason: why that order.
+      select: the CUDA select the `ffi` implementation runs ("short", "filter" or "cluster"),
+        None where the device record has none; select_reason: why.
+    """
+
+    spec: Spec
+    device: Device
+    implementation: tuple[str, ...] | None
+    topk_algorithm: str | None
+    order: tuple[str, ...]
+    order_reason: str
+    select: str | None
+    select_reason: str
+
+    def decisions(self) -> tuple[tuple[str, str, str], ...]:
+        """(decision, choice, reason) of each decision, for printing."""
+        return (
+            ("implementations", ", ".join(self.order), self.order_reason),
+            ("CUDA select", self.select or "none", self.select_reason),
+        )
+
+    def __str__(self) -> str:
+        lines = [f"plan: {self.spec} on {self.device}"]
+        lines += [f"  {what}: {choice} ({why})" for what, choice, why in self.decisions()]
+        return "\n".join(lines)
+
+
+def plan(
+    op: Op,
+    scores: Any,
+    k: int,
+    *,
+    starts: Any = None,
+    candidates: Any = None,
+    block_size: int = 8,
+    implementation: Implementation = None,
+    topk_algorithm: str | None = None,
+    device: DeviceFacts | Device | None = None,
+) -> Plan:
+    """The plan of `topk` (op "topk") or `select_candidate_blocks` (op
+    "select_candidate_blocks", `k` = num_candidates) over `scores` (an array or a
+    `jax.ShapeDtypeStruct` `[rows, N]`), with that call's `starts`, `candidates`, `block_size`
+    and `implementation`.
+
+    `topk_algorithm`: the CUDA select to run wherever it takes the call ("short", "filter",
+    "cluster"; "onchip" is the SM90 sparse consumer's only, so here the policy's select runs);
+    where it declines, the policy's. `device`: a `DeviceFacts` (e.g. `dsv41_jax.info.H200`) or a
+    `Device` record to plan for; None: the device the ops trace for. E.g.
+    `print(dsv41_jax.plan("topk", jax.ShapeDtypeStruct((8, 131072), jnp.float32), 512,
+    device=dsv41_jax.info.H200))`.
+
+    Raises:
+      ValueError: an unknown op, implementation name or select; scores not `[rows, N]`; k or
+        block_size not a positive int.
+    """
+    if len(getattr(scores, "shape", ())) != 2:
+        raise ValueError(f"scores must be an array or ShapeDtypeStruct [rows, N], got {scores!r}")
+    k = _checks.positive_int(k, "k")
+    block_size = _checks.positive_int(block_size, "block_size")
+    spec = Spec.of(op, scores, k, starts, candidates, block_size)
+    return resolve(spec, implementation, topk_algorithm, device)
+
+
+def resolve(
+    spec: Spec,
+    implementation: Implementation = None,
+    topk_algorithm: str | None = None,
+    device: DeviceFacts | Device | None = None,
+) -> Plan:
+    """`plan` of a `Spec`."""
+    record = device if isinstance(device, Device) else device_record(device)
+    forced = check_algorithm(topk_algorithm)
+    if implementation is None:
+        order, order_reason = _preferred_order(spec)
+    else:
+        order = _dispatch.resolve_names(spec.op, IMPLEMENTATIONS, implementation)
+        order_reason = f"implementation={implementation!r}, as asked"
+    asked = _dispatch.shared(implementation)
+    select, select_reason = cuda_select(spec, record, forced)
+    return Plan(spec, record, asked, forced, order, order_reason, select, select_reason)
+
+
+def check_algorithm(topk_algorithm: str | None) -> str | None:
+    """`topk_algorithm` checked: None or one of the CUDA selects (ValueError otherwise)."""
+    if topk_algorithm is not None and topk_algorithm not in (*SELECTS, ONCHIP):
+        names = sorted((*SELECTS, ONCHIP))
+        raise ValueError(f"topk_algorithm must be None or one of {names}, got {topk_algorithm!r}")
+    return topk_algorithm
+
+
+def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
+    """The order of `implementation=None`, by measurement (H200, BENCHMARKS.md): the Pallas select
+    first where it is the fastest (rows it holds in one CTA, up to 16,384 columns: 0.79-0.90x the
+    CUDA select's time, candidate selection too; masked rows it gathers: 0.45-0.62x), else the
+    CUDA selects (top-k k=512 [8, 128K] ffi 15.9 us, pallas 16.3; [64, 1M] 151 against 277),
+    then the XLA reference (hundreds of us)."""
+    # Imported here: the topk package imports this module.
+    from dsv41_jax.topk import mgpu_select, pallas_mgpu
+
+    scores = spec.scores()
+    blocks = spec.op == "select_candidate_blocks"
+    source = pallas_mgpu.source(scores, blocks=blocks)
+    masked = spec.mask_blocks is not None
+    why = pallas_mgpu.declines(
+        spec.op, scores, spec.k, spec.starts, masked, spec.block_size, source
+    )
+    if why is not None:
+        return FFI_FIRST, f"the CUDA selects first: {why}"
+    what = "blocks" if blocks else "columns"
+    if spec.mask_blocks is not None:
+        if mgpu_select.gathers(spec.columns, spec.mask_blocks, spec.block_size):
+            return PALLAS_FIRST, (
+                f"the Pallas select first: it gathers a mask of {spec.mask_blocks} blocks of "
+                f"{spec.block_size} (measured fastest there)"
+            )
+        return FFI_FIRST, (
+            f"the CUDA selects first: the Pallas select does not gather a mask of "
+            f"{spec.mask_blocks} blocks of {spec.block_size} over {spec.columns} columns"
+        )
+    if spec.columns <= mgpu_select.CHUNK:
+        return PALLAS_FIRST, (
+            f"the Pallas select first: rows of {spec.columns} {what} fit one CTA "
+            f"(<= {mgpu_select.CHUNK}; measured fastest there)"
+        )
+    return FFI_FIRST, (
+        f"the CUDA selects first: rows of {spec.columns} {what} (> {mgpu_select.CHUNK}, the "
+        "Pallas select's CTA) measured faster there"
+    )
+
+
+def short_max_n(device: Device) -> int:
+    """The widest row the short-row select takes (its cluster of CTAs holds every key)."""
+    return device.limit("short_topk_chunk") * device.limit("short_topk_max_cluster")
+
+
+def select_declines(select: str, spec: Spec, device: Device) -> str | None:
+    """Why the CUDA select `select` cannot take a call of `spec` on `device` (its limits, read
+    from the extension), or None."""
+    if select == ONCHIP:
+        return "the on-chip select takes the sparse consumer's rows only"
+    if select == "short" and spec.columns > short_max_n(device):
+        return f"rows of {spec.columns} scores (> {short_max_n(device)})"
+    if select != "filter":
+        return None
+    if spec.k > device.limit("filter_topk_max_k"):
+        return f"k = {spec.k} > {device.limit('filter_topk_max_k')}"
+    if spec.mask_blocks:
+        need = _ext.extension().filter_topk_mask_bytes(
+            spec.columns, spec.block_size, spec.mask_blocks
+        )
+        if need > device.limit("filter_topk_mask_smem"):
+            return (
+                f"the candidate mask needs {need} bytes of shared memory "
+                f"(> {device.limit('filter_topk_mask_smem')})"
+            )
+    return None
+
+
+def _no_select(device: Device) -> str | None:
+    if device.backend != "gpu":
+        return f"no CUDA select on a {device.backend} backend"
+    if not device.limits:
+        return "no CUDA select: the CUDA extension is not built"
+    return None
+
+
+def cuda_select(
+    spec: Spec, device: Device, topk_algorithm: str | None = None
+) -> tuple[str | None, str]:
+    """(select, reason): the CUDA select for a call, by the H200 figures (BENCHMARKS.md, top-k
+    rows): the short-row select wherever its cluster holds the row and every row's cluster runs
+    at once (one CTA a row: always), else the filter-first select, else (k past its limit, a
+    mask too large for its shared memory) the cluster radix select. A forced `topk_algorithm`
+    runs wherever it takes the call. None where the device has no CUDA select."""
+    why_none = _no_select(device)
+    if why_none is not None:
+        return None, why_none
+    forced_why = None
+    if topk_algorithm is not None:
+        forced_why = select_declines(topk_algorithm, spec, device)
+        if forced_why is None:
+            return topk_algorithm, f"topk_algorithm={topk_algorithm!r}, as asked"
+    select, reason = _policy(spec, device)
+    if forced_why is not None:
+        reason += f"; topk_algorithm={topk_algorithm!r} declines: {forced_why}"
+    return select, reason
+
+
+def _policy(spec: Spec, device: Device) -> tuple[str, str]:
+    rows, n = spec.rows, spec.columns
+    chunk, widest = device.limit("short_topk_chunk"), short_max_n(device)
+    ctas = max(-(-n // chunk), 1)
+    if n > widest:
+        why_not_short = f"rows of {n} scores (> {widest}, the short-row select's cluster)"
+    elif ctas == 1:
+        return "short", f"the short-row select: one CTA holds a row of {n} scores (<= {chunk})"
+    elif rows <= (at_once := device.clusters_at_once(ctas)):
+        return "short", (
+            f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run at once "
+            f"({at_once} do on this device)"
+        )
+    else:
+        why_not_short = f"{rows} clusters of {ctas} CTAs would run in waves ({at_once} run at once)"
+    why_not_filter = select_declines("filter", spec, device)
+    if why_not_filter is None:
+        return "filter", f"the filter-first select: {why_not_short}"
+    return "cluster", (
+        f"the cluster radix select: short declines ({why_not_short}), filter declines "
+        f"({why_not_filter})"
+    )
+
+
+def sparse_select(
+    columns: int,
+    k: int,
+    block_size: int,
+    rows: int,
+    device: Device,
+    topk_algorithm: str | None = None,
+) -> tuple[str | None, str]:
+    """(select, reason): the select of the SM90 sparse consumer over its sparse row `[rows,
+    columns]` (C * B columns): "onchip", one kernel that scores and selects each row on chip
+    without writing its logits, wherever one CTA holds a row's keys (at most
+    LIMITS["onchip_max_columns"] columns: faster on the H200 than the alternative at every row
+    count measured, BENCHMARKS.md); past that, the sparse logits kernel, then `cuda_select`'s
+    select and the column-to-position map. Both are exact: the same selection. A forced
+    `topk_algorithm` other than "onchip" takes the logits-then-select form where it takes the
+    call."""
+    why_none = _no_select(device)
+    if why_none is not None:
+        return None, why_none
+    widest = device.limit("onchip_max_columns")
+    if columns <= widest and topk_algorithm in (None, ONCHIP):
+        return ONCHIP, f"the on-chip select: one CTA holds a sparse row of {columns} (<= {widest})"
+    spec = Spec("topk", rows, columns, "float32", k, block_size=block_size)
+    select, reason = cuda_select(spec, device, topk_algorithm)
+    if columns > widest:
+        reason = f"sparse rows of {columns} columns (> {widest}, on chip): {reason}"
+    return select, reason

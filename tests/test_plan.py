@@ -1,0 +1,303 @@
+"""dsv41_jax.plan: the selection ops' decisions (implementation order, CUDA select) with their
+reasons, as one hashable value, on simulated device records (nothing patched)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dsv41_jax as dj
+from dsv41_jax import _ext, info
+from dsv41_jax.plan import Device, Plan, Spec, device_record, short_max_n
+
+F32, BF16 = jnp.float32, jnp.bfloat16
+CPU = info.DeviceFacts("cpu", "")
+# Simulated SM90 parts other than the H200's 132 SMs: the same kernels, fewer clusters of the
+# short-row select at once (clusters of 1, 2, ... 8 CTAs).
+SM114 = info.DeviceFacts("gpu", "9.0", (114, 57, 38, 28, 22, 19, 16, 14), 114)
+SM78 = info.DeviceFacts("gpu", "9.0", (78, 39, 26, 19, 15, 13, 11, 9), 78)
+needs_ext = pytest.mark.skipif(not _ext.available(), reason="needs the built CUDA extension")
+
+
+def sds(shape, dtype=F32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+@pytest.fixture(params=[info.H200, SM114, SM78], ids=["sm132", "sm114", "sm78"])
+def gpu(request) -> Device:
+    """A simulated SM90 device record (the built extension's limits, each part's occupancy)."""
+    if not _ext.available():
+        pytest.skip("needs the built CUDA extension")
+    return device_record(request.param)
+
+
+def test_the_public_names():
+    assert callable(dj.plan)  # the builder, exported beside the ops
+    assert "plan" in dj.__all__ and "Plan" in dj.__all__ and dj.Plan is Plan
+    p = dj.plan("topk", sds((8, 4096)), 64, device=CPU)
+    assert isinstance(p, Plan) and p.spec == Spec("topk", 8, 4096, "float32", 64)
+    assert p.device == Device("cpu") and str(p.device) == "cpu"
+
+
+# (op, scores, k, starts, mask blocks, block size) -> the order of implementation=None.
+ORDERS = [
+    ("topk", sds((8, 4096)), 64, False, None, 8, "pallas"),  # one CTA a row
+    ("topk", sds((8, 16384)), 512, False, None, 8, "pallas"),
+    ("topk", sds((8, 16385)), 512, False, None, 8, "ffi"),  # longer rows
+    ("topk", sds((8, 131072)), 512, False, None, 8, "ffi"),
+    ("topk", sds((8, 4096)), 64, True, None, 8, "ffi"),  # ragged rows: no Pallas program
+    ("topk", sds((8, 4096), BF16), 64, False, None, 8, "pallas"),
+    ("topk", sds((8, 4100), BF16), 64, False, None, 8, "ffi"),  # bf16 rows of a multiple of 8
+    ("topk", sds((8, 4096), jnp.float16), 64, False, None, 8, "ffi"),
+    ("topk", sds((8, 131072)), 512, False, 2048, 8, "pallas"),  # gathered: 16K positions
+    ("topk", sds((8, 131072)), 512, False, 4096, 8, "ffi"),  # too many to gather
+    ("topk", sds((8, 4096), BF16), 64, False, 16, 4, "ffi"),  # bf16 mask, blocks of 4
+    ("topk", sds((8, 4096)), 20000, False, None, 8, "ffi"),  # k past the Pallas select's
+    ("select_candidate_blocks", sds((8, 16384)), 2048, False, None, 8, "pallas"),
+    ("select_candidate_blocks", sds((8, 16385)), 2048, False, None, 8, "ffi"),
+    ("select_candidate_blocks", sds((8, 4096), BF16), 64, False, None, 8, "ffi"),
+]
+
+
+@pytest.mark.parametrize("op,scores,k,starts,mask,b,first", ORDERS)
+def test_the_order_of_implementation_none(op, scores, k, starts, mask, b, first):
+    """The Pallas select first where it measured fastest, else the CUDA selects; the reference
+    last; the same order on every device (the measurements are the H200's)."""
+    st = sds((8,), jnp.int32) if starts else None
+    cand = None if mask is None else sds((8, mask), jnp.int32)
+    orders = set()
+    for facts in (CPU, info.H200, SM78):
+        p = dj.plan(op, scores, k, starts=st, candidates=cand, block_size=b, device=facts)
+        orders.add(p.order)
+        assert p.implementation is None and p.order_reason.startswith(
+            "the Pallas select first" if first == "pallas" else "the CUDA selects first"
+        )
+    assert orders == {(first, *[n for n in ("pallas", "ffi") if n != first], "reference")}
+
+
+@pytest.mark.parametrize("op", ["topk", "select_candidate_blocks"])
+def test_every_implementation_name_and_preference_order(op):
+    """A name runs exactly it; a preference order keeps its known names in its order; unknown
+    names and an empty order are ValueErrors naming the op."""
+    s = sds((4, 256))
+    cases = [
+        ("ffi", ("ffi",)),
+        ("pallas", ("pallas",)),
+        ("reference", ("reference",)),
+        (("pallas", "ffi", "reference"), ("pallas", "ffi", "reference")),
+        (("ffi", "pallas", "reference"), ("ffi", "pallas", "reference")),
+        (("reference", "ffi"), ("reference", "ffi")),
+        (["pallas", "reference"], ("pallas", "reference")),
+    ]
+    for implementation, order in cases:
+        p = dj.plan(op, s, 8, implementation=implementation, device=CPU)
+        assert p.order == order and "as asked" in p.order_reason
+        assert p.implementation == order  # a name is kept as a one-name order
+    with pytest.raises(ValueError, match=f"{op}: unknown implementation 'triton'"):
+        dj.plan(op, s, 8, implementation="triton", device=CPU)
+    with pytest.raises(ValueError, match="unknown implementation names"):
+        dj.plan(op, s, 8, implementation=("ffi", "triton"), device=CPU)
+    with pytest.raises(ValueError, match="must not be an empty sequence"):
+        dj.plan(op, s, 8, implementation=(), device=CPU)
+    with pytest.raises(ValueError, match="op must be one of"):
+        dj.plan("sort", s, 8, device=CPU)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="scores must be an array or ShapeDtypeStruct"):
+        dj.plan(op, sds((256,)), 8, device=CPU)
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        dj.plan(op, s, 0, device=CPU)
+
+
+def test_no_cuda_select_without_a_gpu_or_the_extension():
+    p = dj.plan("topk", sds((8, 4096)), 64, device=CPU)
+    assert p.select is None and p.select_reason == "no CUDA select on a cpu backend"
+    bare = Device("gpu", "9.0", 132)  # a GPU record without the extension's limits
+    p = dj.plan("topk", sds((8, 4096)), 64, device=bare)
+    assert p.select is None and "not built" in p.select_reason
+
+
+def test_the_cuda_select_follows_the_device_record(gpu):
+    """The short-row select where its cluster holds the row and every row's cluster runs at
+    once on this device, else the filter-first select, else the cluster radix select."""
+    widest = short_max_n(gpu)
+    eights = gpu.clusters_at_once(8)  # clusters of 8 CTAs at once: 15 / 14 / 9
+
+    def select(rows, n, k=512, **kw):
+        p = dj.plan("topk", sds((rows, n)), k, device=gpu, **kw)
+        return p.select, p.select_reason
+
+    assert select(200, 16384) == (
+        "short",
+        "the short-row select: one CTA holds a row of 16384 scores (<= 16384)",
+    )
+    assert select(eights, widest)[0] == "short"
+    sel, why = select(eights + 1, widest)
+    assert sel == "filter" and f"{eights + 1} clusters of 8 CTAs would run in waves" in why
+    assert select(10, widest)[0] == ("short" if gpu.sm_count > 78 else "filter")
+    assert select(4, widest + 1)[0] == "filter"
+    sel, why = select(4, widest + 1, 5000)
+    assert sel == "cluster" and "filter declines (k = 5000 > 4096)" in why
+    mask = sds((4, 64), jnp.int32)
+    assert select(4, 9000, candidates=mask)[0] == "short"
+
+
+def test_a_forced_select_where_it_takes_the_call(gpu):
+    """`topk_algorithm=` runs that select wherever it takes the call; where it declines, the
+    policy's, with the reason; "onchip" is the sparse consumer's only."""
+
+    def plan(n, k=512, forced=None):
+        return dj.plan("topk", sds((4, n)), k, device=gpu, topk_algorithm=forced)
+
+    for forced in ("short", "filter", "cluster"):
+        p = plan(9000, forced=forced)
+        assert (p.select, p.topk_algorithm) == (forced, forced)
+        assert p.select_reason == f"topk_algorithm={forced!r}, as asked"
+    p = plan(9000, 5000, "filter")
+    assert p.select == "short" and "topk_algorithm='filter' declines: k = 5000" in p.select_reason
+    p = plan(short_max_n(gpu) + 1, forced="short")
+    assert p.select == "filter" and "topk_algorithm='short' declines: rows of" in p.select_reason
+    p = plan(9000, forced="onchip")
+    assert p.select == "short" and "sparse consumer's rows only" in p.select_reason
+    with pytest.raises(ValueError, match="topk_algorithm must be None or one of"):
+        plan(9000, forced="fast")
+    with pytest.raises(ValueError, match="topk_algorithm must be None or one of"):
+        dj.topk(jnp.zeros((2, 8)), jnp.full((2,), 8), 2, topk_algorithm="fast")
+
+
+def test_the_sparse_consumers_select(gpu):
+    from dsv41_jax.plan import sparse_select
+
+    widest = gpu.limit("onchip_max_columns")
+    assert sparse_select(2048 * 8, 512, 8, 64, gpu)[0] == "onchip"
+    assert sparse_select(2048 * 8, 512, 8, 64, gpu, "short")[0] == "short"
+    select, why = sparse_select(widest + 8, 512, 8, 200, gpu)
+    assert select == "filter" and why.startswith(f"sparse rows of {widest + 8} columns")
+
+
+def test_a_plan_is_hashable_and_a_static_jit_argument():
+    """Equal calls give equal plans (one jit cache entry); a plan runs the call it was made for
+    and refuses any other."""
+    s, lens = jnp.asarray(np.arange(64, dtype=np.float32).reshape(2, 32)), jnp.array([32, 5])
+    p = dj.plan("topk", s, 4)
+    assert p == dj.plan("topk", sds((2, 32)), 4) and hash(p) == hash(dj.plan("topk", s, 4))
+    assert p != dj.plan("topk", s, 4, topk_algorithm="filter")
+    assert len({p, dj.plan("topk", s, 4), dj.plan("topk", s, 4, implementation="reference")}) == 2
+    traces = []
+
+    def run(s, lens, plan):
+        traces.append(plan)
+        return dj.topk(s, lens, 4, plan=plan)
+
+    f = jax.jit(run, static_argnums=2)
+    want = dj.topk(s, lens, 4, implementation="reference")
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(f(s, lens, p)), np.asarray(want))
+    np.testing.assert_array_equal(np.asarray(f(s, lens, dj.plan("topk", s, 4))), want)
+    assert len(traces) == 1  # an equal plan is the same cache entry
+    other = dj.plan("topk", s, 4, implementation="reference")
+    np.testing.assert_array_equal(np.asarray(f(s, lens, other)), want)
+    assert len(traces) == 2
+    with pytest.raises(ValueError, match="plan was made for topk \\[2, 32\\] float32 k=8"):
+        dj.topk(s, lens, 4, plan=dj.plan("topk", s, 8))
+    with pytest.raises(ValueError, match="either plan or implementation"):
+        dj.topk(s, lens, 4, plan=p, implementation="reference")
+    with pytest.raises(ValueError, match="plan must be a dsv41_jax.Plan"):
+        dj.topk(s, lens, 4, plan="reference")  # type: ignore[arg-type]
+    blocks = jnp.asarray(np.arange(16, dtype=np.float32).reshape(2, 8))
+    c = dj.plan("select_candidate_blocks", blocks, 3, block_size=4)
+    got = dj.select_candidate_blocks(
+        blocks, jnp.array([32, 9]), num_candidates=3, block_size=4, plan=c
+    )
+    want_c = dj.select_candidate_blocks(
+        blocks, jnp.array([32, 9]), num_candidates=3, block_size=4, implementation="reference"
+    )
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want_c))
+
+
+@needs_ext
+def test_a_forced_select_changes_the_lowering(simulated_h200):
+    """A forced select is part of what jit keys on (an argument, not a global): each one traces
+    again and lowers to its own kernel, through `topk_algorithm=` and through a plan."""
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    scores, lens = sds((4, 9000)), sds((4,), jnp.int32)
+    f = jax.jit(dj.topk, static_argnames=("k", "implementation", "topk_algorithm"))
+    g = jax.jit(lambda s, n, plan: dj.topk(s, n, 512, plan=plan), static_argnums=2)
+
+    def kernels(text):
+        return {a for a, target in topk_ffi.ALGORITHMS.items() if f"@{target}" in text}
+
+    for forced, want in ((None, "short"), ("filter", "filter"), ("cluster", "cluster")):
+        lowered = f.trace(scores, lens, k=512, implementation="ffi", topk_algorithm=forced)
+        assert kernels(lowered.lower(lowering_platforms=("cuda",)).as_text()) == {want}
+        p = dj.plan("topk", scores, 512, implementation="ffi", topk_algorithm=forced)
+        assert p.select == want
+        text = g.trace(scores, lens, p).lower(lowering_platforms=("cuda",)).as_text()
+        assert kernels(text) == {want}
+
+
+@needs_ext
+def test_a_forced_select_reaches_the_step(simulated_h200):
+    """`make_two_level_indexer(topk_algorithm=)`: a static field of the step, so each forced
+    select is its own trace, and every layer's select (one custom call on SM90) follows it."""
+    cfg = dj.IndexerConfig()
+    batch, pages = 2, 2048  # 128K positions: the consumers read their candidates
+    row = cfg.head_dim + 4  # fp8 values and a float32 scale
+    cache = dj.PagedIndexCache(sds((batch * pages, cfg.page_size, 1, row), jnp.uint8), "fp8")
+    shape = (batch, cfg.next_n, cfg.num_heads)
+    query = dj.QueryBundle(sds((*shape, cfg.head_dim), jnp.float8_e4m3fn), sds(shape), None, "fp8")
+    layers = (20, 24)
+    args = (
+        dict.fromkeys(layers, query),
+        dict.fromkeys(layers, cache),
+        sds((batch,), jnp.int32),
+        sds((batch, pages), jnp.int32),
+    )
+    step = jax.jit(lambda ix, *a: ix.decode(*a).selections)
+    texts = {}
+    for forced in (None, "cluster"):
+        ix = dj.make_two_level_indexer(
+            cfg, source_layer=20, consumer_layers=(24,), topk_algorithm=forced
+        )
+        lowered = step.trace(ix, *args).lower(lowering_platforms=("cuda",))
+        texts[forced] = lowered.as_text()
+    assert texts[None] != texts["cluster"]
+    cluster = _ext.limit("select_cluster")
+    # Every layer's select in the one custom call, the top-C blocks' too.
+    assert f"selects = dense<{cluster}> : tensor<2xi32>" in texts["cluster"]
+    assert f"select_c = {cluster} : i32" in texts["cluster"]
+    assert f"selects = dense<{cluster}>" not in texts[None]
+
+
+def test_explain_shows_the_plan():
+    choices = info.explain(dj.topk, sds((8, 131072)), sds((8,), jnp.int32), 512)
+    (choice,) = [c for c in choices if c.op == "topk"]
+    assert isinstance(choice.plan, Plan) and choice.plan.order[0] == "ffi"
+    text = str(choice)
+    assert "plan, implementations: ffi, pallas, reference (the CUDA selects first" in text
+    assert "plan, CUDA select: " in text
+
+
+@needs_ext
+def test_explain_shows_the_cuda_select_and_its_reason_on_a_simulated_h200(simulated_h200):
+    choices = info.explain(dj.topk, sds((8, 131072)), sds((8,), jnp.int32), 512)
+    (choice,) = [c for c in choices if c.op == "topk"]
+    assert choice.implementation == "ffi" and choice.plan is not None
+    assert choice.plan.device == device_record(info.H200)
+    assert (
+        "plan, CUDA select: short (the short-row select: the 8 rows' clusters of 8 CTAs run at "
+        "once (15 do on this device))" in str(choice)
+    )
+
+
+@needs_ext
+def test_explain_shows_the_fused_layers_selects_on_a_simulated_h200(simulated_h200):
+    """The fused layers ask the same plan (implementation "ffi") and record it, so a decode
+    step's selects show with their reasons."""
+    choices = info.decode_step(batch=8, context=131072)
+    (top,) = {str(c) for c in choices if c.op == "fused topk: CUDA select"}
+    assert "short (the short-row select: the 8 rows' clusters of 8 CTAs run at once" in top
+    (blocks,) = {c.implementation for c in choices if c.op.startswith("fused select_cand")}
+    assert blocks == "short"
+    assert {c.implementation for c in choices if c.op == "fused sparse select"} == {"onchip"}
