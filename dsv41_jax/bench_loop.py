@@ -21,10 +21,11 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _ext, fused, testing
+from dsv41_jax import _ext, testing
 
 LAYERS = (20, 24, 28, 32, 36)
-# The step's variants the loop times: name -> fused.step_mode, and name -> the row's label.
+# The step's variants the loop times: name -> its `TwoLevelIndexer.step_mode`, and name -> the
+# row's label.
 STEP_VARIANTS = {
     "step": "graphs",
     "step one call direct": "direct",
@@ -133,15 +134,15 @@ def bench_loop(rng, bw: float, shapes, row: Callable) -> list:
         shape = f"bs{bs} x {ctx // 1024}K"
         floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)
         qd, cd = dict(zip(LAYERS, qs)), dict(zip(LAYERS, caches))
-        ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=LAYERS[1:])
         steps = {}
-        for mode in ("graphs", "direct", "traced", "layers"):
-            steps[mode] = jax.jit(lambda *a: ix.decode(*a))
-            with fused.step_mode(mode):  # traced by this first call, inside the block
-                jax.block_until_ready(steps[mode](qd, cd, lens, bt))
-        op_by_op = jax.jit(lambda *a: ix.decode(*a))
-        with fused.unfused():
-            jax.block_until_ready(op_by_op(qd, cd, lens, bt))
+        for mode in ("graphs", "direct", "traced", "layers", "ops"):
+            ix = dj.make_two_level_indexer(
+                cfg, source_layer=20, consumer_layers=LAYERS[1:], step_mode=mode
+            )
+            steps[mode] = jax.jit(lambda *a, ix=ix: ix.decode(*a))
+            jax.block_until_ready(steps[mode](qd, cd, lens, bt))
+        op_by_op = steps.pop("ops")
+        ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=LAYERS[1:])
         stacked = jax.jit(ix.decode_stacked)
         signature = same_signature(steps["graphs"], qd, cd, lens, bt)
         signature_stacked = same_signature(stacked, qd, cd, lens, bt)

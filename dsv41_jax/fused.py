@@ -18,9 +18,8 @@ once, or runs `decode_step` when every layer runs fused.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 import jax
@@ -45,27 +44,45 @@ SPARSE_SELECT = "dsv41_sm90_sparse_select"
 STEP = "dsv41_sm90_decode_step"
 STEP_TRACED = "dsv41_sm90_decode_step_traced"
 
-_enabled = True
+# How a decode step runs (`TwoLevelIndexer.step_mode`; results are identical in every mode):
+# "graphs" every layer in one custom call replaying its launches as a cached CUDA graph (the
+# default); "direct" one custom call launching them; "traced" one custom call XLA captures into
+# its own command buffer; "layers" one custom call a layer; "ops" every op of every layer on its
+# own (as `publish(..., fuse=False)` runs a layer). Each falls back to the next where the
+# layers cannot run fused (`declines`). A static argument: a jitted step traced in one mode is
+# traced again in another.
+StepMode = Literal["graphs", "direct", "traced", "layers", "ops"]
+STEP_MODES: tuple[StepMode, ...] = ("graphs", "direct", "traced", "layers", "ops")
 
 
-@contextlib.contextmanager
-def unfused() -> Iterator[None]:
-    """Within the block, layers traced through `publish` / `select` run op by op (the benchmark
-    times both; results are identical). Acts at trace time; not for serving code."""
-    global _enabled
-    previous, _enabled = _enabled, False
-    try:
-        yield
-    finally:
-        _enabled = previous
+def check_step_mode(mode: object) -> StepMode:
+    """`mode` checked: one of STEP_MODES (ValueError otherwise)."""
+    if not isinstance(mode, str) or mode not in STEP_MODES:
+        raise ValueError(f"step_mode must be one of {list(STEP_MODES)}, got {mode!r}")
+    return mode
 
 
-def declines(query: QueryBundle, cache: PagedIndexCache, block_table, implementation) -> str | None:
+def one_call_step(mode: StepMode) -> str | None:
+    """Why a decode step in `mode` whose layers all run fused does not run as one custom call
+    (None: it does)."""
+    if mode in ("layers", "ops"):
+        return f"step_mode={mode!r}, as asked"
+    return None
+
+
+def declines(
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table,
+    implementation,
+    unfused: str | None = None,
+) -> str | None:
     """Why a layer over these inputs does not run fused (None: it does). It does where its ops
     would all run their FFI kernels: `implementation` None or preferring "ffi", an SM90 GPU,
-    the inputs DeepGEMM's paged kernel takes."""
-    if not _enabled:
-        return "unfused() is active"
+    the inputs DeepGEMM's paged kernel takes, and the caller did not ask for the ops one by one
+    (`unfused`: the reason it did, e.g. "fuse=False, as asked")."""
+    if unfused is not None:
+        return unfused
     if implementation is not None and implementation[0] != "ffi":
         return f"implementation {implementation!r} does not prefer 'ffi'"
     try:
@@ -285,33 +302,6 @@ def sparse_select(
     return positions
 
 
-# How a whole decode step runs when every layer runs fused (`step_mode`, the benchmark only):
-# "graphs" one custom call replaying its launches as a cached CUDA graph (the default);
-# "direct" one custom call launching them; "traced" one custom call XLA captures into its own
-# command buffer; "layers" one custom call a layer.
-StepMode = Literal["graphs", "direct", "traced", "layers"]
-_step_mode: StepMode = "graphs"
-
-
-@contextlib.contextmanager
-def step_mode(mode: StepMode) -> Iterator[None]:
-    """Within the block, decode steps traced run as `mode` says (results are identical). Acts at
-    trace time; for the benchmark, not for serving code."""
-    global _step_mode
-    if mode not in ("graphs", "direct", "traced", "layers"):
-        raise ValueError(f"mode must be 'graphs', 'direct', 'traced' or 'layers', got {mode!r}")
-    previous, _step_mode = _step_mode, mode
-    try:
-        yield
-    finally:
-        _step_mode = previous
-
-
-def one_call_step() -> bool:
-    """Whether a decode step whose layers all run fused runs as one custom call."""
-    return _step_mode != "layers"
-
-
 Role = Literal["source", "dense", "mask", "sparse"]
 _ROLES: dict[str, int] = {"source": 0, "dense": 1, "mask": 2, "sparse": 3}
 
@@ -325,6 +315,7 @@ def decode_step(
     config: IndexerConfig,
     slots: Sequence[int] | None = None,
     topk_algorithm: str | None = None,
+    mode: StepMode = "graphs",
 ) -> tuple[list[jax.Array], CandidateTable]:
     """Every layer of a decode step as one custom call (ffi/sm90_decode_step.cu): layer 0 the
     candidate source, each other layer a consumer ("dense": every block is a candidate,
@@ -333,7 +324,9 @@ def decode_step(
     the lengths clamped as `Shared` does, in the call: bitwise their results, with no XLA
     kernel beside the call. Returns every layer's top-k and the source's table; with `slots`,
     the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`.
-    `topk_algorithm`: as in `dsv41_jax.topk`, for every layer's select."""
+    `topk_algorithm`: as in `dsv41_jax.topk`, for every layer's select. `mode`: "graphs"
+    (replayed as a cached CUDA graph), "direct" or "traced" (see StepMode)."""
+    assert one_call_step(mode) is None, mode
     assert roles and roles[0] == "source" and "source" not in roles[1:], roles
     query, cache = queries[0], caches[0]
     rows, k, next_n = query.num_rows, config.index_topk, query.next_n
@@ -382,7 +375,7 @@ def decode_step(
     layers = [
         x for q, kv in zip(queries, caches, strict=True) for x in (q.values, q.weights, kv.data)
     ]
-    target = STEP_TRACED if _step_mode == "traced" else STEP
+    target = STEP_TRACED if mode == "traced" else STEP
     results = jax.ffi.ffi_call(target, out, vmap_method="sequential")(
         _checks.int32(context_lens),
         _checks.int32(block_table),
@@ -396,7 +389,7 @@ def decode_step(
         all_blocks=all_blocks,
         stacked=slots is not None,
         slots=np.array(range(len(roles)) if slots is None else slots, np.int32),
-        graphs=_step_mode == "graphs",
+        graphs=mode == "graphs",
     )
     blocks, count, valid_lens, physical = results[:4]
     table = CandidateTable(blocks, count, valid_lens, physical, block_size=b)

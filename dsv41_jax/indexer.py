@@ -129,6 +129,7 @@ def publish(
     *,
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
+    fuse: bool = True,
 ) -> tuple[jax.Array, CandidateTable]:
     """The candidate source layer of a decode step.
 
@@ -145,6 +146,9 @@ def publish(
         top-k and block amax, and the FFI logits, which have no Pallas version).
       topk_algorithm: the CUDA select to run wherever it takes a call (as in `topk`; the
         fused layer's selects too); None: the plan's (`dsv41_jax.plan`).
+      fuse: False runs the layer op by op even where it could run as one custom call (the
+        fused layer, `dsv41_jax.fused`; bitwise the same results: for benchmarks and tests).
+        Static: a jitted function traced with one value is traced again with the other.
 
     Returns:
       (int32 `[batch·next_n, k]` top-k logical positions, ascending, -1 padded; the table).
@@ -154,8 +158,20 @@ def publish(
     block_table = _checks.array(block_table, "block_table")
     topk_algorithm = check_algorithm(topk_algorithm)
     return _publish(
-        query, cache, context_lens, block_table, config, shared(implementation), topk_algorithm
+        query,
+        cache,
+        context_lens,
+        block_table,
+        config,
+        shared(implementation),
+        topk_algorithm,
+        unfused=_unfused(fuse),
     )
+
+
+def _unfused(fuse: bool) -> str | None:
+    """The reason a layer called with `fuse` runs op by op by request (None: it may fuse)."""
+    return None if _checks.boolean(fuse, "fuse") else "fuse=False, as asked"
 
 
 def _runs_fused(
@@ -166,11 +182,13 @@ def _runs_fused(
     block_table: jax.Array,
     implementation: Implementation,
     declined: str | None = None,
+    unfused: str | None = None,
 ) -> bool:
     """Whether layer `op` runs as one custom call (`fused.declines`, or `declined` when given,
-    says why not), recorded for `dsv41_jax.info` either way. It checks the inputs as
-    `paged_mqa_logits` would first, since the fused call skips that op."""
-    why = declined or fused.declines(query, cache, block_table, implementation)
+    says why not; `unfused`: the caller's reason to run it op by op), recorded for
+    `dsv41_jax.info` either way. It checks the inputs as `paged_mqa_logits` would first, since
+    the fused call skips that op."""
+    why = declined or fused.declines(query, cache, block_table, implementation, unfused)
     if why is None:
         check_paged(query, cache, context_lens, block_table)
         record(f"{op}: layer", "fused (one custom call)")
@@ -188,9 +206,14 @@ def _publish(
     implementation: Implementation,
     topk_algorithm: str | None = None,
     share: fused.Shared | None = None,
+    *,
+    unfused: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
-    """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers)."""
-    if _runs_fused("publish", query, cache, context_lens, block_table, implementation):
+    """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers);
+    `unfused`: as in `_runs_fused`."""
+    if _runs_fused(
+        "publish", query, cache, context_lens, block_table, implementation, unfused=unfused
+    ):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.publish(query, cache, block_table, share, config, topk_algorithm)
     logits = paged_mqa_logits(
@@ -212,6 +235,7 @@ def select(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
+    fuse: bool = True,
 ) -> jax.Array:
     """A consumer layer of a decode step: top-k inside the published candidate blocks.
 
@@ -234,7 +258,7 @@ def select(
     table from those blocks first (`sort_candidate_blocks` with this call's lengths and page
     table: one small kernel), so a hand-made or edited table gives both paths, and "auto", the
     same answer. The step (`TwoLevelIndexer.decode`) reads the table it just published as is.
-    `implementation` and `topk_algorithm`: as in `publish`; a forced select other than
+    `implementation`, `topk_algorithm` and `fuse`: as in `publish`; a forced select other than
     "onchip" gives the SM90 sparse consumer its logits-then-select form.
 
     Raises:
@@ -253,6 +277,7 @@ def select(
         path,
         implementation,
         check_algorithm(topk_algorithm),
+        unfused=_unfused(fuse),
     )
 
 
@@ -336,12 +361,14 @@ def step_select(
     *,
     share: fused.Shared | None = None,
     sparse_share: fused.SparseShared | None = None,
+    unfused: str | None = None,
 ) -> jax.Array:
     """`select` of a step's consumer layer (`TwoLevelIndexer.decode`). Internal: it trusts that
     `table` is the one this step just published from the same `context_lens` and `block_table`,
     so the table is read as is (not rebuilt from its blocks) and, when the page table fits in
     C·B positions, every block is a candidate and the dense top-k is the answer. `share` /
-    `sparse_share`: the step's lengths, schedule and sparse rows' lengths for the fused layers."""
+    `sparse_share`: the step's lengths, schedule and sparse rows' lengths for the fused layers;
+    `unfused`: as in `_runs_fused`."""
     return _select(
         query,
         cache,
@@ -355,6 +382,7 @@ def step_select(
         published_here=True,
         share=share,
         sparse_share=sparse_share,
+        unfused=unfused,
     )
 
 
@@ -372,10 +400,11 @@ def _select(
     published_here: bool = False,
     share: fused.Shared | None = None,
     sparse_share: fused.SparseShared | None = None,
+    unfused: str | None = None,
 ) -> jax.Array:
     """The body of `select` (`published_here=False`) and of `step_select` (True: the table is
     the step's own, as its docstring says); `share` / `sparse_share` as there, computed here
-    when None."""
+    when None; `unfused`: as in `_runs_fused`."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -389,7 +418,15 @@ def _select(
     )
     if route == "dense":
         return _dense_select(
-            query, cache, context_lens, block_table, k, implementation, topk_algorithm, share
+            query,
+            cache,
+            context_lens,
+            block_table,
+            k,
+            implementation,
+            topk_algorithm,
+            share,
+            unfused=unfused,
         )
     if route == "sparse" and not published_here:
         # A table from anywhere (hand-made, edited, published for other lengths): the sparse
@@ -409,7 +446,9 @@ def _select(
     sparse_why = None
     if route == "sparse":  # the sparse row: what the fused sparse layer takes
         sparse_why = logits_ffi.sm90_sparse_declines(query, cache, table.num_candidates, b)
-    if _runs_fused("select", query, cache, context_lens, block_table, implementation, sparse_why):
+    if _runs_fused(
+        "select", query, cache, context_lens, block_table, implementation, sparse_why, unfused
+    ):
         if route == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
             return fused.sparse_select(query, cache, table, sparse_share, k, topk_algorithm)
@@ -555,9 +594,13 @@ def _dense_select(
     implementation: Implementation,
     topk_algorithm: str | None,
     share: fused.Shared | None = None,
+    *,
+    unfused: str | None = None,
 ) -> jax.Array:
-    """The top-k over a layer's whole context (`share`: as in `_select`)."""
-    if _runs_fused("select", query, cache, context_lens, block_table, implementation):
+    """The top-k over a layer's whole context (`share`, `unfused`: as in `_select`)."""
+    if _runs_fused(
+        "select", query, cache, context_lens, block_table, implementation, unfused=unfused
+    ):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(
             query, cache, block_table, share, k, topk_algorithm=topk_algorithm
@@ -578,10 +621,11 @@ def select_plain(
     *,
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
+    fuse: bool = True,
 ) -> jax.Array:
     """A plain indexer layer of a decode step (no candidate table): the top-k over its whole
     context, `[batch·next_n, k]` logical positions, ascending, -1 padded. `implementation`,
-    `topk_algorithm`: as in `publish`."""
+    `topk_algorithm`, `fuse`: as in `publish`."""
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
@@ -593,6 +637,7 @@ def select_plain(
         config.index_topk,
         shared(implementation),
         check_algorithm(topk_algorithm),
+        unfused=_unfused(fuse),
     )
 
 

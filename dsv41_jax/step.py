@@ -84,6 +84,10 @@ class TwoLevelIndexer:
         none of them (e.g. ("pallas",) runs the Pallas top-k and the FFI logits).
       topk_algorithm: the CUDA select every layer runs wherever it takes the call (as in
         `dsv41_jax.topk`); None: the plan's (`dsv41_jax.plan`).
+      step_mode: how a decode step runs where its layers can run fused (`dsv41_jax.fused`):
+        "graphs" (the default: one custom call replaying a cached CUDA graph), "direct",
+        "traced", "layers" (one custom call a layer) or "ops" (op by op); results are
+        identical in every mode (for benchmarks and tests).
     """
 
     config: IndexerConfig = dataclasses.field(metadata=_static)
@@ -93,6 +97,12 @@ class TwoLevelIndexer:
     path: Path = dataclasses.field(default="auto", metadata=_static)
     implementation: Implementation = dataclasses.field(default=None, metadata=_static)
     topk_algorithm: str | None = dataclasses.field(default=None, metadata=_static)
+    step_mode: fused.StepMode = dataclasses.field(default="graphs", metadata=_static)
+
+    @property
+    def _unfused(self) -> str | None:
+        """Why this step's layers run op by op by request (None: they may fuse)."""
+        return "step_mode='ops', as asked" if self.step_mode == "ops" else None
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -133,6 +143,7 @@ class TwoLevelIndexer:
         self._inputs(queries, caches, "caches")
         physical = _checks.boolean(physical, "physical")
         cfg, impl, forced = self.config, self.implementation, self.topk_algorithm
+        unfused = self._unfused
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
         # Where every layer runs fused, the whole step is one custom call (`_one_call`); else
@@ -146,12 +157,20 @@ class TwoLevelIndexer:
         one = self._one_call(queries, caches, context_lens, block_table)
         if one is not None:
             selections, table = dict(zip(self._call_order, one[0])), one[1]
-        elif fused.declines(queries[first], caches[first], block_table, impl) is None:
+        elif fused.declines(queries[first], caches[first], block_table, impl, unfused) is None:
             share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
         if one is None and src is not None:
             _check_paged_config(cfg, queries[src], caches[src])
             selections[src], table = _publish(
-                queries[src], caches[src], context_lens, block_table, cfg, impl, forced, share
+                queries[src],
+                caches[src],
+                context_lens,
+                block_table,
+                cfg,
+                impl,
+                forced,
+                share,
+                unfused=unfused,
             )
             if share is not None and self.consumer_layers:
                 sparse_share = fused.SparseShared.of(table)
@@ -169,6 +188,7 @@ class TwoLevelIndexer:
                 forced,
                 share=share,
                 sparse_share=sparse_share,
+                unfused=unfused,
             )
         for layer in () if one else self.plain_layers:
             _check_paged_config(cfg, queries[layer], caches[layer])
@@ -181,6 +201,7 @@ class TwoLevelIndexer:
                 impl,
                 forced,
                 share,
+                unfused=unfused,
             )
         slots = None
         if physical:
@@ -231,9 +252,13 @@ class TwoLevelIndexer:
         first = self.layers[0]
         if (
             src is None
-            or not fused.one_call_step()
-            or fused.declines(queries[first], caches[first], block_table, impl) is not None
+            or fused.declines(queries[first], caches[first], block_table, impl, self._unfused)
+            is not None
         ):
+            return None
+        not_one = fused.one_call_step(self.step_mode)
+        if not_one is not None:
+            record("decode: step", "a custom call a layer", [("one custom call", not_one)])
             return None
         layers = self._call_order
         roles: list[fused.Role] = ["source"]
@@ -259,7 +284,15 @@ class TwoLevelIndexer:
         qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
         slots = [self.layers.index(x) for x in layers] if stacked else None
         return fused.decode_step(
-            qs, cs, roles, context_lens, block_table, cfg, slots, self.topk_algorithm
+            qs,
+            cs,
+            roles,
+            context_lens,
+            block_table,
+            cfg,
+            slots,
+            self.topk_algorithm,
+            self.step_mode,
         )
 
     def prefill(
@@ -326,6 +359,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
+    step_mode: fused.StepMode = "graphs",
 ) -> TwoLevelIndexer: ...
 
 
@@ -339,6 +373,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
+    step_mode: fused.StepMode = "graphs",
 ) -> TwoLevelIndexer | None: ...
 
 
@@ -351,6 +386,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
+    step_mode: fused.StepMode = "graphs",
 ) -> TwoLevelIndexer | None:
     """The step of a model's indexer layers, or None for a model with no indexer layer at all.
 
@@ -358,10 +394,11 @@ def make_two_level_indexer(
     36))`. A model with plain indexer layers only (no candidate source, e.g. V3.2-style):
     `source_layer=None, plain_layers=(...)`; its steps return no table. Typed accordingly: an
     int `source_layer` returns a TwoLevelIndexer, `source_layer=None` a TwoLevelIndexer or None.
+    The other arguments are the TwoLevelIndexer's attributes (`step_mode` included).
 
     Raises:
-      ValueError: a layer listed twice, a non-int layer id, a bad path, implementation or
-        topk_algorithm.
+      ValueError: a layer listed twice, a non-int layer id, a bad path, implementation,
+        topk_algorithm or step_mode.
       ExtensionUnavailable: `implementation="ffi"` (exactly) on a platform where the FFI kernels
         cannot run (no extension, or not a CUDA GPU).
     """
@@ -383,6 +420,7 @@ def make_two_level_indexer(
         _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
     implementation = shared(implementation)
     topk_algorithm = check_algorithm(topk_algorithm)
+    step_mode = fused.check_step_mode(step_mode)
     first, n_consumers = (0 if source_layer is None else 1), len(consumer_layers)
     return TwoLevelIndexer(
         config,
@@ -392,4 +430,5 @@ def make_two_level_indexer(
         path,
         implementation,
         topk_algorithm,
+        step_mode,
     )

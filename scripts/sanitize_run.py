@@ -160,21 +160,23 @@ def fused():
     # top-C table and sparse consumers, the mask path, a plain layer, and a step whose page
     # table holds every block (no block scores); the whole step as one call (its launches as a
     # cached graph, twice, and launched directly) and a call a layer.
-    from dsv41_jax import fused as fused_layers
-
     cfg = dj.IndexerConfig(index_topk=64, candidate_topk_blocks=32, next_n=2)
     total = 0
     for mode in ("graphs", "direct", "layers"):
         for path, table_pages in (("auto", pages), ("mask", pages), ("auto", 4)):
             ix = dj.make_two_level_indexer(
-                cfg, source_layer=20, consumer_layers=(24,), plain_layers=(1,), path=path
+                cfg,
+                source_layer=20,
+                consumer_layers=(24,),
+                plain_layers=(1,),
+                path=path,
+                step_mode=mode,
             )
             layers = {20: q, 24: q, 1: q}
             step = jax.jit(lambda a, b, c, d, ix=ix: ix.decode(a, b, c, d, physical=True))
-            with fused_layers.step_mode(mode):
-                for _ in range(2):
-                    out = step(layers, dict.fromkeys(layers, cache), lens, bt[:, :table_pages])
-                    total += sum(int(x.sum()) for x in jax.tree.leaves(out))
+            for _ in range(2):
+                out = step(layers, dict.fromkeys(layers, cache), lens, bt[:, :table_pages])
+                total += sum(int(x.sum()) for x in jax.tree.leaves(out))
     return total
 
 

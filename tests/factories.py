@@ -34,7 +34,16 @@ def poison_device_memory(nbytes: int = 1 << 28) -> None:
     jax.block_until_ready(jnp.full((nbytes // 4,), POISON, jnp.int32)).delete()
 
 
-def dcp_step(mesh, cfg, *, interleave=1, exchange="auto", implementation=None, path="auto"):
+def dcp_step(
+    mesh,
+    cfg,
+    *,
+    interleave=1,
+    exchange="auto",
+    implementation=None,
+    path="auto",
+    topk_algorithm=None,
+):
     """A jitted DCP publish + select over mesh axis "x" (per-device caches and page tables
     stacked on axis 0), returning (top-k, blocks, count, valid_lens, consumer selection)."""
     from functools import partial
@@ -53,7 +62,12 @@ def dcp_step(mesh, cfg, *, interleave=1, exchange="auto", implementation=None, p
     )
     def step(q, caches, tables, ctx, q2):
         local = dj.PagedIndexCache(caches[0])
-        kw = dict(axis="x", interleave=interleave, implementation=implementation)
+        kw = dict(
+            axis="x",
+            interleave=interleave,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
+        )
         idx, table = sharding.dcp_publish(q, local, tables[0], ctx, cfg, exchange=exchange, **kw)
         sel = sharding.dcp_select(q2, local, tables[0], ctx, table, cfg, path=path, **kw)
         return idx, table.blocks, table.count, table.valid_lens, sel

@@ -1,9 +1,11 @@
 """The fused Hopper layers (dsv41_jax/fused.py): one custom call a layer, bitwise the layer's ops
 called one by one. Their two small kernels run on the CPU stand-in; the layers run on the GPU
-against the op-by-op path (`fused.unfused()`) and against the reference select over the same
-FFI logits."""
+against the op-by-op path (`fuse=False`, `step_mode="ops"`) and against the reference select
+over the same FFI logits."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,6 @@ import pytest
 from factories import paged_cache, poison_device_memory, query
 
 import dsv41_jax as dj
-from dsv41_jax import fused
 
 # ------------------------------------------------ the block kernels on the CPU stand-in
 
@@ -120,12 +121,12 @@ def _inputs(rng, cfg, pages, batch=12, bad_pages=False):
     return q, cache, jnp.asarray(np.array(lens, np.int32)), jnp.asarray(bt)
 
 
-def _both(fn, *args):
-    """`fn(*args)` jitted with the fused layers and op by op: (fused, unfused) as numpy."""
+def _both(make, *args):
+    """`make(fuse)(*args)` jitted with the fused layers (`fuse=True`) and op by op (False):
+    (fused, unfused) as numpy."""
     poison_device_memory()
-    got = jax.tree.map(np.asarray, jax.jit(fn)(*args))
-    with fused.unfused():
-        want = jax.tree.map(np.asarray, jax.jit(fn)(*args))
+    got = jax.tree.map(np.asarray, jax.jit(make(True))(*args))
+    want = jax.tree.map(np.asarray, jax.jit(make(False))(*args))
     return got, want
 
 
@@ -140,7 +141,7 @@ def _assert_same(got, want):
 def test_fused_publish_equals_its_ops(rng, heads, next_n, pages):
     cfg = _config(heads, next_n)
     q, cache, lens, bt = _inputs(rng, cfg, pages, bad_pages=True)
-    got, want = _both(lambda *a: dj.publish(*a, cfg), q, cache, lens, bt)
+    got, want = _both(lambda fuse: lambda *a: dj.publish(*a, cfg, fuse=fuse), q, cache, lens, bt)
     _assert_same(got, want)
     # The top-k is the contract's over the same FFI logits.
     logits = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi")
@@ -156,7 +157,8 @@ def test_fused_select_equals_its_ops(rng, heads, next_n, path):
     cfg = _config(heads, next_n)
     q, cache, lens, bt = _inputs(rng, cfg, 40, bad_pages=True)
     _, table = dj.publish(q, cache, lens, bt, cfg)
-    got, want = _both(lambda *a: dj.select(*a, cfg, path=path), q, cache, lens, bt, table)
+    make = lambda fuse: lambda *a: dj.select(*a, cfg, path=path, fuse=fuse)  # noqa: E731
+    got, want = _both(make, q, cache, lens, bt, table)
     np.testing.assert_array_equal(got, want)
 
 
@@ -164,7 +166,8 @@ def test_fused_select_equals_its_ops(rng, heads, next_n, path):
 def test_fused_plain_layer_equals_its_ops(rng):
     cfg = _config()
     q, cache, lens, bt = _inputs(rng, cfg, 40, bad_pages=True)
-    got, want = _both(lambda *a: dj.select_plain(*a, cfg), q, cache, lens, bt)
+    make = lambda fuse: lambda *a: dj.select_plain(*a, cfg, fuse=fuse)  # noqa: E731
+    got, want = _both(make, q, cache, lens, bt)
     np.testing.assert_array_equal(got, want)
     logits = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi")
     ref = dj.topk(logits, lens, cfg.index_topk, implementation="reference")
@@ -176,19 +179,27 @@ def test_fused_plain_layer_equals_its_ops(rng):
 def test_fused_decode_step_equals_its_ops(rng, pages, path):
     cfg = _config()
     layers = (20, 24, 28, 1)
-    ix = dj.make_two_level_indexer(
-        cfg, source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path
-    )
+    layout = dict(source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path)
     caches, queries = {}, {}
     q, cache, lens, bt = _inputs(rng, cfg, pages, bad_pages=True)
     for layer in layers:
         caches[layer], _ = paged_cache(rng, 12, pages, 64, 128)
         queries[layer] = query(rng, 12, 1, 32, 128)
-    got, want = _both(lambda *a: ix.decode(*a, physical=True), queries, caches, lens, bt)
+
+    def make(fuse):
+        ix = dj.make_two_level_indexer(cfg, **layout, step_mode="graphs" if fuse else "ops")
+        return lambda *a: ix.decode(*a, physical=True)
+
+    got, want = _both(make, queries, caches, lens, bt)
     _assert_same(got, want)
 
 
 # ------------------------------------------------ the whole decode step as one custom call
+
+
+def _ops(ix):
+    """`ix` running op by op."""
+    return dataclasses.replace(ix, step_mode="ops")
 
 
 def _step_inputs(rng, cfg, pages, layers, batch=12):
@@ -200,20 +211,11 @@ def _step_inputs(rng, cfg, pages, layers, batch=12):
     return queries, caches, lens, bt
 
 
-def _jit_in(context, fn):
-    """`fn` jitted and traced inside `context()` (a mode that acts at trace time)."""
-    jitted = jax.jit(fn)
-
-    def call(*args):
-        with context():
-            return jitted(*args)
-
-    return call
-
-
-def _in_mode(mode, fn, *args):
-    """`fn(*args)` jitted in step mode `mode`, as numpy."""
-    return jax.tree.map(np.asarray, _jit_in(lambda: fused.step_mode(mode), fn)(*args))
+def _in_mode(ix, mode, method, *args):
+    """`method(ix in step mode mode, *args)` jitted, as numpy (e.g. method
+    `dj.TwoLevelIndexer.decode_stacked`)."""
+    ix = dataclasses.replace(ix, step_mode=mode)
+    return jax.tree.map(np.asarray, jax.jit(method)(ix, *args))
 
 
 @pytest.mark.gpu
@@ -231,12 +233,11 @@ def test_decode_step_in_one_call_equals_its_ops(rng, mode, pages, path, heads, n
         cfg, source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path
     )
     args = _step_inputs(rng, cfg, pages, layers)
-    step = lambda *a: ix.decode(*a, physical=True)  # noqa: E731
+    step = lambda ix, *a: ix.decode(*a, physical=True)  # noqa: E731
     poison_device_memory()
-    got = _in_mode(mode, step, *args)
-    _assert_same(got, _in_mode("layers", step, *args))
-    with fused.unfused():
-        _assert_same(got, jax.tree.map(np.asarray, jax.jit(step)(*args)))
+    got = _in_mode(ix, mode, step, *args)
+    _assert_same(got, _in_mode(ix, "layers", step, *args))
+    _assert_same(got, _in_mode(ix, "ops", step, *args))
 
 
 @pytest.mark.gpu
@@ -248,10 +249,10 @@ def test_decode_step_graphs_follow_new_data_and_new_buffers(rng):
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
     small = dj.IndexerConfig(num_heads=32, index_topk=16, candidate_topk_blocks=32)
     ix_small = dj.make_two_level_indexer(small, source_layer=20, consumer_layers=(24, 28))
-    step = _jit_in(lambda: fused.step_mode("graphs"), lambda *a: ix.decode(*a))
-    step_small = _jit_in(lambda: fused.step_mode("graphs"), lambda *a: ix_small.decode(*a))
-    ops = _jit_in(fused.unfused, lambda *a: ix.decode(*a))
-    ops_small = _jit_in(fused.unfused, lambda *a: ix_small.decode(*a))
+    step = jax.jit(lambda *a: ix.decode(*a))
+    step_small = jax.jit(lambda *a: ix_small.decode(*a))
+    ops = jax.jit(lambda *a: _ops(ix).decode(*a))
+    ops_small = jax.jit(lambda *a: _ops(ix_small).decode(*a))
     kept = []
     for i in range(6):
         args = _step_inputs(rng, cfg, 40, (20, 24, 28))
@@ -277,8 +278,8 @@ def test_decode_step_graphs_of_other_layouts_are_never_updated_in_place(rng):
 
     cfg = _config()
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
-    step = _jit_in(lambda: fused.step_mode("graphs"), lambda *a: ix.decode(*a))
-    ops = _jit_in(fused.unfused, lambda *a: ix.decode(*a))
+    step = jax.jit(lambda *a: ix.decode(*a))
+    ops = jax.jit(lambda *a: _ops(ix).decode(*a))
     short = _step_inputs(rng, cfg, 40, ix.layers)
     long = _step_inputs(rng, cfg, 400, ix.layers)
     _, misses = _ext.decode_step_graph_stats()
@@ -302,8 +303,8 @@ def test_decode_stacked_is_the_step_selections_stacked(rng, mode, pages, path):
     )
     args = _step_inputs(rng, cfg, pages, ix.layers)
     poison_device_memory()
-    got = _in_mode(mode, ix.decode_stacked, *args)
-    want = _in_mode("layers", lambda *a: ix.decode(*a).selections, *args)
+    got = _in_mode(ix, mode, dj.TwoLevelIndexer.decode_stacked, *args)
+    want = _in_mode(ix, "layers", lambda ix, *a: ix.decode(*a).selections, *args)
     np.testing.assert_array_equal(got, np.stack([want[layer] for layer in ix.layers]))
 
 
@@ -316,7 +317,7 @@ def test_decode_step_graph_cache_hits_when_buffers_repeat(rng):
     cfg = _config()
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
     args = _step_inputs(rng, cfg, 40, ix.layers)
-    step = _jit_in(lambda: fused.step_mode("graphs"), ix.decode_stacked)
+    step = jax.jit(ix.decode_stacked)
     jax.block_until_ready(step(*args))
     hits, misses = _ext.decode_step_graph_stats()
     for _ in range(10):

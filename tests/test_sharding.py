@@ -473,3 +473,169 @@ def test_dcp_select_inside_a_hand_made_table_equals_one_device(rng):
         got = consumers(q, local_caches, local_tables, jnp.asarray(lens), table)
         for path, sel in zip(("mask", "sparse"), got):
             np.testing.assert_array_equal(np.asarray(sel), np.asarray(want), err_msg=f"{path}")
+
+
+# ------------------------------- implementation= and topk_algorithm= as in the unsharded ops
+# Every name and preference order the unsharded ops take; on a CPU "ffi" and "pallas" alone
+# raise ExtensionUnavailable there, and the sharded entry points must raise the same.
+IMPLEMENTATIONS = (
+    None,
+    "reference",
+    "ffi",
+    "pallas",
+    ("pallas", "reference"),
+    ("ffi", "pallas", "reference"),
+)
+
+
+def outcome(fn):
+    """`fn()` as numpy leaves, or the name of the exception it raised."""
+    try:
+        return jax.tree.map(np.asarray, fn())
+    except Exception as e:  # noqa: BLE001 - compared with the unsharded op's outcome
+        return type(e).__name__
+
+
+def assert_same_outcome(got, want, what):
+    if isinstance(want, str) or isinstance(got, str):
+        assert want != "ValueError", f"{what}: the unsharded op refuses it"
+        assert got == want, what
+        return
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=str(what))
+
+
+def forced_selects(choices) -> set:
+    """The forced select of every planned op among `info.explain`'s choices."""
+    return {c.plan.topk_algorithm for c in choices if c.plan is not None}
+
+
+def dcp_inputs(rng, w=2, interleave=1):
+    batch, global_pages = 4, 8
+    cap = global_pages * 16
+    global_keys = [tied_keys(rng, cap, 64) for _ in range(batch)]
+    cache, bt = paged(rng, global_keys, global_pages)
+    ctx = jnp.asarray(np.array([0, 5, 77, cap], np.int32))
+    local = dcp_layout(rng, global_keys, w, interleave, -(-global_pages // w) + 1)
+    return (cache, bt), (queries(rng, batch), *local, ctx, queries(rng, batch))
+
+
+def pcp_inputs(rng, w=2):
+    from factories import query
+
+    t, rows = 45, 2 * w
+    keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((t, 64)).astype(np.float32)))
+    starts = rng.integers(0, t + 1, rows).astype(np.int32)
+    ends = np.array([rng.integers(s, t + 1) for s in starts], np.int32)
+    chunk = -(-t // w)
+    pad = lambda x: jnp.pad(x, [(0, chunk * w - t)] + [(0, 0)] * (x.ndim - 1))  # noqa: E731
+    q, q2 = (query(rng, rows, 1, CFG.num_heads, CFG.head_dim) for _ in range(2))
+    st, en = jnp.asarray(starts), jnp.asarray(ends)
+    return keys, (q, q2, dj.KeyBuffer(pad(keys.values), pad(keys.scales), keys.format), st, en), t
+
+
+def pcp_step(mesh, num_keys, **kw):
+    from functools import partial
+
+    from jax.sharding import PartitionSpec as P
+
+    @jax.jit
+    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    def step(qa, qb, mine, st, en):
+        opts = dict(axis="x", num_keys=num_keys, **kw)
+        idx, table = sharding.pcp_publish_prefill(qa, mine, st, en, CFG, **opts)
+        sel = sharding.pcp_select_prefill(qb, mine, st, en, table, CFG, **opts)
+        return idx, table.blocks, table.count, table.valid_lens, sel
+
+    return step
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_row_sharding_takes_every_implementation_name(rng, impl):
+    mesh = mesh_of(2)
+    q, cache, ctx, bt = row_inputs(rng, 4)
+    kw = dict(implementation=impl)
+    want = outcome(lambda: dj.publish(q, cache, ctx, bt, CFG, **kw))
+    got = outcome(
+        lambda: sharding.publish_row_sharded(q, cache, ctx, bt, CFG, mesh=mesh, axis="x", **kw)
+    )
+    assert_same_outcome(got, want, ("publish_row_sharded", impl))
+    _, table = dj.publish(q, cache, ctx, bt, CFG)
+    want = outcome(lambda: dj.select(q, cache, ctx, bt, table, CFG, **kw))
+    got = outcome(
+        lambda: sharding.select_row_sharded(
+            q, cache, ctx, bt, table, CFG, mesh=mesh, axis="x", **kw
+        )
+    )
+    assert_same_outcome(got, want, ("select_row_sharded", impl))
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_dcp_takes_every_implementation_name(rng, impl):
+    """`dcp_publish` / `dcp_select` read `implementation=` as `publish` / `select` do (a single
+    name is a preference: "pallas" runs the Pallas selects and the logits' own order)."""
+    (cache, bt), args = dcp_inputs(rng)
+    q, _, _, ctx, q2 = args
+
+    def unsharded():
+        idx, table = dj.publish(q, cache, ctx, bt, CFG, implementation=impl)
+        sel = dj.select(q2, cache, ctx, bt, table, CFG, implementation=impl)
+        return idx, table.blocks, table.count, table.valid_lens, sel
+
+    want = outcome(unsharded)
+    got = outcome(lambda: dcp_step(mesh_of(2), CFG, implementation=impl)(*args))
+    assert_same_outcome(got, want, ("dcp", impl))
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_pcp_takes_every_implementation_name(rng, impl):
+    keys, args, t = pcp_inputs(rng)
+    q, q2, _, st, en = args
+
+    def unsharded():
+        idx, table = dj.publish_prefill(q, keys, st, en, CFG, implementation=impl)
+        sel = dj.select_prefill(q2, keys, st, en, table, CFG, implementation=impl)
+        return idx, table.blocks, table.count, table.valid_lens, sel
+
+    want = outcome(unsharded)
+    got = outcome(lambda: pcp_step(mesh_of(2), t, implementation=impl)(*args))
+    assert_same_outcome(got, want, ("pcp", impl))
+
+
+def test_every_sharded_entry_point_forwards_topk_algorithm(rng):
+    """Each forced select reaches every planned op of every sharded entry point, and each one
+    is a trace of its own: the same entry point asked for another select plans again (a stale
+    trace would show the previous select, or no op at all)."""
+    from dsv41_jax import info
+
+    jax.clear_caches()  # the row-sharded entry points' inner jit: no trace from an earlier test
+    mesh = mesh_of(2)
+    q, cache, ctx, bt = row_inputs(rng, 4)
+    _, table = dj.publish(q, cache, ctx, bt, CFG)
+    (_, _), dcp_args = dcp_inputs(rng)
+    _, pcp_args, t = pcp_inputs(rng)
+    for forced in ("short", "filter", "cluster"):
+        kw = dict(mesh=mesh, axis="x", topk_algorithm=forced)
+        choices = {
+            "publish_row_sharded": info.explain(
+                lambda *a: sharding.publish_row_sharded(*a, CFG, **kw), q, cache, ctx, bt
+            ),
+            "select_row_sharded": info.explain(
+                lambda *a: sharding.select_row_sharded(*a, CFG, path="mask", **kw),
+                q,
+                cache,
+                ctx,
+                bt,
+                table,
+            ),
+            "dcp": info.explain(dcp_step(mesh, CFG, topk_algorithm=forced), *dcp_args),
+            "pcp": info.explain(pcp_step(mesh, t, topk_algorithm=forced), *pcp_args),
+        }
+        for name, got in choices.items():
+            assert forced_selects(got) == {forced}, (name, forced, forced_selects(got))
+    with pytest.raises(ValueError, match="topk_algorithm must be None or one of"):
+        sharding.publish_row_sharded(
+            q, cache, ctx, bt, CFG, mesh=mesh, axis="x", topk_algorithm="fast"
+        )
+    with pytest.raises(ValueError, match="topk_algorithm must be None or one of"):
+        dcp_step(mesh, CFG, topk_algorithm="fast")(*dcp_args)

@@ -16,7 +16,7 @@ import dsv41_jax as dj
 from dsv41_jax import fused
 
 LAYERS = (20, 24, 28, 32, 36)
-# One layer a call (fused.step_mode("layers")): DeepGEMM's schedule once per distinct lengths
+# One layer a call (step_mode="layers"): DeepGEMM's schedule once per distinct lengths
 # (the requests', and the sparse rows' when a consumer scores only its candidate blocks), then
 # one custom call per layer.
 BUDGET = {"dsv41_sm90_paged_mqa_schedule": 2, "dsv41_sm90_publish": 1}
@@ -76,8 +76,7 @@ def test_the_stacked_step_is_one_custom_call_with_one_output(simulated_h200):
     [(1, 16384, "dsv41_sm90_dense_select"), (8, 131072, "dsv41_sm90_sparse_select")],
 )
 def test_decode_step_custom_calls_within_budget(simulated_h200, batch, context, consumer):
-    with fused.step_mode("layers"):
-        calls = custom_calls(batch, context)
+    calls = custom_calls(batch, context, step_mode="layers")
     budget = collections.Counter(BUDGET) + collections.Counter({consumer: len(LAYERS) - 1})
     over = {name: n for name, n in calls.items() if n > budget.get(name, 0)}
     assert not over, f"custom calls over the step's budget {dict(budget)}: {dict(calls)}"
@@ -86,6 +85,5 @@ def test_decode_step_custom_calls_within_budget(simulated_h200, batch, context, 
 
 
 def test_the_mask_path_is_one_call_a_consumer_too(simulated_h200):
-    with fused.step_mode("layers"):
-        calls = custom_calls(8, 131072, path="mask")
+    calls = custom_calls(8, 131072, path="mask", step_mode="layers")
     assert calls["dsv41_sm90_dense_select"] == 4 and sum(calls.values()) <= len(LAYERS) + 1

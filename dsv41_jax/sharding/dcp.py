@@ -17,12 +17,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from dsv41_jax import _checks, status
-from dsv41_jax._dispatch import Implementation, record
+from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import _check_paged_config, _check_table
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
+from dsv41_jax.plan import check_algorithm
 from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.sharding._axis import bound_axis
 from dsv41_jax.sharding._dcp_local import local_table
@@ -64,9 +65,12 @@ def _dcp_topk(
     rank: jax.Array,
     interleave: int,
     implementation: Implementation,
+    topk_algorithm: str | None,
 ) -> jax.Array:
     scores = logits if member is None else jnp.where(member, logits, -jnp.inf)
-    local = topk(scores, local_lens, k, implementation=implementation)
+    local = topk(
+        scores, local_lens, k, implementation=implementation, topk_algorithm=topk_algorithm
+    )
     picked = jnp.take_along_axis(scores, jnp.maximum(local, 0), axis=1)
     return _merge_gathered(picked, local, k, axis, world, rank, interleave)
 
@@ -130,6 +134,7 @@ def _exchange_top_c(
     b: int,
     axis: str,
     implementation: Implementation,
+    topk_algorithm: str | None,
 ) -> jax.Array:
     """The global top-C blocks from each device's local top-C, exactly.
 
@@ -140,7 +145,12 @@ def _exchange_top_c(
     an underestimated block only ranks lower than it should among blocks that lose anyway.
     """
     local = select_candidate_blocks(
-        local_max, global_rows, num_candidates=c, block_size=b, implementation=implementation
+        local_max,
+        global_rows,
+        num_candidates=c,
+        block_size=b,
+        implementation=implementation,
+        topk_algorithm=topk_algorithm,
     )  # ascending ids, -1 padded; the newest block is pinned on every device
     picked = jnp.take_along_axis(local_max, jnp.maximum(local, 0), axis=1)
     ids = lax.all_gather(jnp.where(local >= 0, local, INT32_MAX), axis, axis=1, tiled=True)
@@ -164,6 +174,7 @@ def dcp_publish(
     interleave: int = 1,
     exchange: Literal["auto", "topc", "pmax"] = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` under decode context parallelism; call inside `shard_map` over `axis`.
 
@@ -180,6 +191,8 @@ def dcp_publish(
         top-C (block max, global id) pairs and re-selects (W·C pairs per row); "pmax" all-reduces
         every global block maximum (`ceil(L / B)` floats per row). Both are exact. "auto" takes
         "topc" when rows hold at least `TOPC_MIN_BLOCKS_PER_CANDIDATE`·C blocks, else "pmax".
+      implementation, topk_algorithm: as in `publish` (a single name is a preference every op
+        shares: an op without it runs its own order).
 
     Returns:
       (top-k global positions, the table). `blocks` and `count` are global and identical on every
@@ -189,6 +202,8 @@ def dcp_publish(
     interleave = _checks.positive_int(interleave, "interleave")
     if exchange not in ("auto", "topc", "pmax"):
         raise ValueError(f"exchange must be 'auto', 'topc' or 'pmax', got {exchange!r}")
+    implementation = shared(implementation)
+    topk_algorithm = check_algorithm(topk_algorithm)
     _check_paged_config(config, query, cache)
     b = config.candidate_block_size
     world, rank, global_rows, local_rows, row_bt = _dcp_rows(
@@ -198,7 +213,16 @@ def dcp_publish(
         rows_as_requests(query), cache, local_rows, row_bt, implementation=implementation
     )
     indices = _dcp_topk(
-        logits, local_rows, config.index_topk, None, axis, world, rank, interleave, implementation
+        logits,
+        local_rows,
+        config.index_topk,
+        None,
+        axis,
+        world,
+        rank,
+        interleave,
+        implementation,
+        topk_algorithm,
     )
 
     # Per-device maxima of every global block, then the cluster-wide max.
@@ -225,10 +249,17 @@ def dcp_publish(
         newest = num_blocks(global_rows, b) - 1
         global_max = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, global_max)
         selected = select_candidate_blocks(
-            global_max, global_rows, num_candidates=c, block_size=b, implementation=implementation
+            global_max,
+            global_rows,
+            num_candidates=c,
+            block_size=b,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
         )
     else:
-        selected = _exchange_top_c(local_max, global_rows, c, b, axis, implementation)
+        selected = _exchange_top_c(
+            local_max, global_rows, c, b, axis, implementation, topk_algorithm
+        )
     pages = -(-(nb * b) // config.page_size)
     identity = jnp.broadcast_to(jnp.arange(pages, dtype=jnp.int32), (selected.shape[0], pages))
     table = sort_candidate_blocks(
@@ -271,6 +302,7 @@ def dcp_select(
     interleave: int = 1,
     path: Literal["auto", "mask", "sparse"] = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
     """`select` under DCP; call inside `shard_map` over `axis`.
 
@@ -281,11 +313,13 @@ def dcp_select(
     when B / I is a multiple of W, of single positions otherwise). `"auto"` takes the sparse
     path once `dsv41_jax.status` records it as device-verified ("dcp sparse path",
     docs/status.md) and the mask path until then. Every path returns the unsharded result
-    bitwise.
+    bitwise. `implementation`, `topk_algorithm`: as in `dcp_publish`.
     """
     interleave = _checks.positive_int(interleave, "interleave")
     if path not in ("auto", "mask", "sparse"):
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    implementation = shared(implementation)
+    topk_algorithm = check_algorithm(topk_algorithm)
     _check_paged_config(config, query, cache)
     _check_table(table, query, config)
     b = config.candidate_block_size
@@ -316,7 +350,13 @@ def dcp_select(
             block_size=local.block_size,
             implementation=implementation,
         )
-        columns = topk(logits, local.valid_lens, k, implementation=implementation)
+        columns = topk(
+            logits,
+            local.valid_lens,
+            k,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
+        )
         picked = jnp.take_along_axis(logits, jnp.maximum(columns, 0), axis=1)
         positions = sparse_columns_to_positions(columns, local, local.block_size)
         return _merge_gathered(picked, positions, k, axis, world, rank, interleave)
@@ -324,7 +364,9 @@ def dcp_select(
     gblock = _local_global_blocks(logits.shape[1], world, rank, interleave, b)  # the mask path
     member_blocks = candidate_member(table.blocks, -(-(logits.shape[1] * world) // b))
     member = jnp.take_along_axis(member_blocks, jnp.broadcast_to(gblock, logits.shape), axis=1)
-    return _dcp_topk(logits, local_rows, k, member, axis, world, rank, interleave, implementation)
+    return _dcp_topk(
+        logits, local_rows, k, member, axis, world, rank, interleave, implementation, topk_algorithm
+    )
 
 
 def _merge_gathered(

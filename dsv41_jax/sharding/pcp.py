@@ -78,6 +78,7 @@ def pcp_publish_prefill(
     num_keys: int | None = None,
     row_chunk: int | None = None,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish_prefill` with the key buffer split over `axis` (`pcp_keys`' padding rule) and
     each rank scoring its own query rows (`query`, `starts`, `ends`: this rank's rows, ranges in
@@ -86,12 +87,20 @@ def pcp_publish_prefill(
 
     `num_keys`: T, the packed keys before the last chunk's zero padding (static). Traced ranges
     are clamped to `[0, T]` as on one device; None means no padding (T = W·chunk), and then a
-    traced end past the real keys would see the padding's zero keys."""
+    traced end past the real keys would see the padding's zero keys. `row_chunk`,
+    `implementation`, `topk_algorithm`: as in `publish_prefill`."""
     full, starts, ends = _pcp_inputs(
         query, keys, starts, ends, axis, num_keys, "pcp_publish_prefill"
     )
     return publish_prefill(
-        query, full, starts, ends, config, row_chunk=row_chunk, implementation=implementation
+        query,
+        full,
+        starts,
+        ends,
+        config,
+        row_chunk=row_chunk,
+        implementation=implementation,
+        topk_algorithm=topk_algorithm,
     )
 
 
@@ -107,12 +116,22 @@ def pcp_select_prefill(
     num_keys: int | None = None,
     row_chunk: int | None = None,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
-    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`, `num_keys`
-    included; `table`: this rank's rows of the published table)."""
+    """`select_prefill` under prefill context parallelism (as `pcp_publish_prefill`, `num_keys`,
+    `implementation` and `topk_algorithm` included; `table`: this rank's rows of the published
+    table)."""
     full, starts, ends = _pcp_inputs(
         query, keys, starts, ends, axis, num_keys, "pcp_select_prefill"
     )
     return select_prefill(
-        query, full, starts, ends, table, config, row_chunk=row_chunk, implementation=implementation
+        query,
+        full,
+        starts,
+        ends,
+        table,
+        config,
+        row_chunk=row_chunk,
+        implementation=implementation,
+        topk_algorithm=topk_algorithm,
     )

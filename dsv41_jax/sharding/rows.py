@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import _check_paged_config, _check_table, publish, select
+from dsv41_jax.plan import check_algorithm
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
@@ -74,20 +75,29 @@ def publish_row_sharded(
     mesh: Mesh,
     axis: str,
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """`publish` with the requests split over mesh axis `axis` (replicated inputs and outputs).
 
     Each device selects `batch / W` contiguous requests (all their `next_n` rows); one all-gather
     rebuilds the top-k and the table. Falls back to replicated, with a log line, when the requests
-    do not divide.
+    do not divide. `implementation`, `topk_algorithm`: as in `publish` (static).
     """
 
     return _publish_row_sharded(
-        query, cache, context_lens, block_table, config, mesh, axis, shared(implementation)
+        query,
+        cache,
+        context_lens,
+        block_table,
+        config,
+        mesh,
+        axis,
+        shared(implementation),
+        check_algorithm(topk_algorithm),
     )
 
 
-@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7))
+@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7, 8))
 def _publish_row_sharded(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -97,12 +107,15 @@ def _publish_row_sharded(
     mesh: Mesh,
     axis: str,
     impl: Implementation,
+    topk_algorithm: str | None,
 ) -> tuple[jax.Array, CandidateTable]:
     def fn(
         per_request: tuple[QueryBundle, jax.Array, jax.Array], cache: PagedIndexCache
     ) -> tuple[jax.Array, CandidateTable]:
         q, lens, bt = per_request
-        return publish(q, cache, lens, bt, config, implementation=impl)
+        return publish(
+            q, cache, lens, bt, config, implementation=impl, topk_algorithm=topk_algorithm
+        )
 
     return _row_sharded(fn, mesh, axis, query.batch, ((query, context_lens, block_table), cache))
 
@@ -119,8 +132,10 @@ def select_row_sharded(
     axis: str,
     path: Literal["auto", "mask", "sparse"] = "auto",
     implementation: Implementation = None,
+    topk_algorithm: str | None = None,
 ) -> jax.Array:
-    """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`)."""
+    """`select` with the requests split over mesh axis `axis` (see `publish_row_sharded`;
+    `path`, `implementation`, `topk_algorithm`: as in `select`)."""
     _check_paged_config(config, query, cache)
     _check_table(table, query, config)  # before its rows are split per request
     return _select_row_sharded(
@@ -134,10 +149,11 @@ def select_row_sharded(
         axis,
         path,
         shared(implementation),
+        check_algorithm(topk_algorithm),
     )
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9))
+@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9, 10))
 def _select_row_sharded(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -149,6 +165,7 @@ def _select_row_sharded(
     axis: str,
     path: Literal["auto", "mask", "sparse"],
     implementation: Implementation,
+    topk_algorithm: str | None,
 ) -> jax.Array:
     n = query.next_n
     rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
@@ -159,7 +176,17 @@ def _select_row_sharded(
     ) -> jax.Array:
         q, lens, bt, tbl = per_request
         tbl = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbl)
-        return select(q, cache, lens, bt, tbl, config, path=path, implementation=implementation)
+        return select(
+            q,
+            cache,
+            lens,
+            bt,
+            tbl,
+            config,
+            path=path,
+            implementation=implementation,
+            topk_algorithm=topk_algorithm,
+        )
 
     return _row_sharded(
         fn, mesh, axis, query.batch, ((query, context_lens, block_table, rows_table), cache)
