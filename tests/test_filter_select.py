@@ -14,34 +14,43 @@ from selection import ROOT, UNWRITTEN, emulate, mutants_survived
 
 SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
 SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
-# (n, k, chunks): the launcher splits a row into `chunks` CTAs of n / chunks keys.
-SHAPES = ((60000, 512, 4), (30000, 4096, 2))
+# (n, k, chunks) -> the kinds of rows run there; the launcher splits a row into `chunks` CTAs.
+ROWS = {
+    (60000, 512, 4): ("spread", "trap", "ties"),
+    (30000, 4096, 2): ("ascending", "ties"),
+}
 
 
-def _rows(rng, n: int, k: int, chunks: int) -> tuple[np.ndarray, np.ndarray]:
-    spread = rng.standard_normal(n).astype(np.float32)
-    ascending = np.sort(rng.standard_normal(n)).astype(np.float32)
-    ties = rng.standard_normal(n).astype(np.float32)
-    ties[rng.choice(n, 3 * k, replace=False)] = 9.0
-    trap = np.full(n, -5.0, np.float32)
-    mine = n // chunks
-    for c in range(chunks):  # fewer large keys than k in the row, all of them sampled
-        sampled = c * mine + (np.arange(SAMPLE) * mine) // SAMPLE
-        trap[rng.choice(sampled, min(k // chunks * 4 // 5, SAMPLE), replace=False)] = 3.0
-    lens = np.array([n - 1234, n, n, n], np.int32)
-    return np.stack([spread, ascending, ties, trap]), lens
+def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
+    """Spread random keys; keys ascending with position; ties at the k-th key across chunks; or
+    fewer large keys than k in the row, all of them where the sample looks."""
+    if kind == "ascending":
+        return np.sort(rng.standard_normal(n)).astype(np.float32)
+    if kind == "trap":
+        row = np.full(n, -5.0, np.float32)
+        mine = n // chunks
+        for c in range(chunks):
+            sampled = c * mine + (np.arange(SAMPLE) * mine) // SAMPLE
+            row[rng.choice(sampled, min(k // chunks * 4 // 5, SAMPLE), replace=False)] = 3.0
+        return row
+    row = rng.standard_normal(n).astype(np.float32)
+    if kind == "ties":
+        row[rng.choice(n, 3 * k, replace=False)] = 9.0
+    return row
 
 
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    for n, k, chunks in SHAPES:
-        scores, lens = _rows(rng, n, k, chunks)
+    for (n, k, chunks), kinds in ROWS.items():
+        scores = np.stack([_row(rng, kind, n, k, chunks) for kind in kinds])
+        lens = np.full(len(kinds), n, np.int32)
+        lens[0] -= 1234  # a length cut inside a chunk
         status, got = emulate(exe, "filter", scores, lens, k)
         assert status == 0, f"launch error {status}"
         assert not (got == UNWRITTEN).any(), "an output element was never written"
-        for r in range(len(got)):
+        for r, kind in enumerate(kinds):
             want = oracle.topk_row(scores[r], int(lens[r]), k)
-            np.testing.assert_array_equal(got[r], want, err_msg=f"n={n} k={k} row {r}")
+            np.testing.assert_array_equal(got[r], want, err_msg=f"n={n} k={k} {kind}")
 
 
 def test_filter_paths_equal_the_oracle(simt_topk, rng):
