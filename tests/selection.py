@@ -349,6 +349,17 @@ def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=
     return status, out.view(np.int32).reshape(rows, k)
 
 
+def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "") -> None:
+    """Runs the select `kernel` (as `emulate`) on full-precision rows and asserts that it
+    launched, wrote every output element and selected each row's `oracle.topk_row`."""
+    status, got = emulate(exe, kernel, scores, lens, k)
+    assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
+    for r in range(len(got)):
+        want = oracle.topk_row(scores[r], int(lens[r]), k)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"{what} row {r}")
+
+
 def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
     """Runs LaunchSortCandidateBlocks on the CPU stand-in; returns (cudaError, CandidateTable
     fields as numpy arrays: blocks, count, valid_lens, physical)."""
