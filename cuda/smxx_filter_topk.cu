@@ -7,9 +7,11 @@
 //     bar rises above the k-th key (a later position that only ties it can never get in);
 //   - if fewer than k keys passed a sampled bar, the chunk is streamed again with no bar (exact
 //     whatever the sample said).
-// The buffer then holds the chunk's exact top k: the union over the chunks holds the row's. The
-// cluster's first CTA gathers the peers' buffers through distributed shared memory (in chunk
-// order, so still in position order), cuts to the top k and writes the positions, ascending.
+// The buffer then holds a superset of the chunk's exact top k, in position order; it is cut to
+// that top k unless the launch expects every chunk's buffer to fit the first CTA's uncut and
+// they do. The union over the chunks holds the row's top k. The cluster's first CTA gathers the
+// peers' buffers through distributed shared memory (in chunk order, so still in position
+// order), cuts to the top k and writes the positions, ascending.
 // Every cut is a 4-pass radix select over shared memory with ties taken in buffer (= position)
 // order, so the result is the contract's (score desc, position asc) set, deterministic.
 // The global scores are read once (twice in the sample-fallback case), with the next round's
@@ -49,7 +51,28 @@ struct Shared {
   int32_t k_rem;          // keys equal to it (under the mask) still to take
   int32_t all;            // at most k keys: all taken
   int32_t count;          // pairs in the buffer (read by the cluster's first CTA)
+  int32_t total;          // the cluster's pairs (try_uncut)
 };
+
+// The rank in a strided sample of kSample keys of the entry bar for a chunk of `mine` keys
+// (about 2k keys pass it), or 0 where the chunk is streamed with no bar: a chunk that fits the
+// buffer, or a bar that would pass more than half of the keys.
+__device__ __forceinline__ int64_t SampleRank(int64_t mine, int32_t k) {
+  if (mine <= kCap) return 0;
+  const int64_t rank = (2 * int64_t(k) * kSample + mine - 1) / mine + 8;
+  return rank <= kSample / 2 ? rank : 0;
+}
+
+// Whether a cluster's chunks of `chunk` keys are gathered uncut when they fit: where each is
+// sampled, the pairs expected past the bars fit the first CTA's buffer, and one cut of them
+// costs no more than a cut a chunk plus the row's cut (a cut is about 2048 pairs' worth of
+// fixed latency plus its pairs). Uniform over the cluster.
+__device__ __forceinline__ bool TryUncut(int64_t chunk, int32_t k, int cl) {
+  const int64_t rank = SampleRank(chunk, k);
+  if (cl < 2 || rank == 0) return false;
+  const int64_t kept = rank * chunk / kSample;
+  return cl * kept <= kCap && cl * kept <= kept + cl * int64_t(k) + 2048;
+}
 
 // The k-th largest of the keys that `for_keys` hands each thread (kExcluded skipped), to its top
 // 8 * `passes` bits: sh.prefix / sh.mask, and sh.k_rem of the keys equal to it under the mask
@@ -141,19 +164,16 @@ template <class Source>
 __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, const Source& src,
                                                uint32_t* keys, int32_t* pos,
                                                const cg::cluster_group& cluster, int cl, int rank,
-                                               int64_t row) {
+                                               int64_t row, bool try_uncut) {
   const int64_t mine = src.mine;
   const int32_t k = a.k;
 
   // ---- the entry bar: keys >= bar enter the buffer (kExcluded = 0 never does)
   uint64_t sampled_bar = 1;
-  if (mine > kCap) {
-    const int64_t rank_wanted = (2 * int64_t(k) * kSample + mine - 1) / mine + 8;
-    if (rank_wanted <= kSample / 2) {
-      const uint32_t key = src.KeyAt(a, int64_t(threadIdx.x) * mine / kSample);  // < mine
-      RadixSelect(sh, int32_t(rank_wanted), 2, [&](auto add) { add(key); });
-      if (!sh.all) sampled_bar = max(uint64_t(sh.prefix), uint64_t(1));
-    }
+  if (const int64_t rank_wanted = SampleRank(mine, k)) {
+    const uint32_t key = src.KeyAt(a, int64_t(threadIdx.x) * mine / kSample);  // < mine
+    RadixSelect(sh, int32_t(rank_wanted), 2, [&](auto add) { add(key); });
+    if (!sh.all) sampled_bar = max(uint64_t(sh.prefix), uint64_t(1));
   }
   DSV41_STAMP(1);
 
@@ -194,18 +214,40 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
   }
   DSV41_STAMP(2);
 
-  // ---- this chunk's top k, then the row's: the first CTA gathers the chunks' (chunk order)
-  if (count > k) {
+  // ---- this chunk's top k, then the row's: the first CTA gathers the chunks' (chunk order).
+  // Where the chunks are expected to fit the first CTA's buffer uncut (`try_uncut`), each is
+  // cut only if their total does not fit: one cut of the gathered pairs then replaces a cut a
+  // chunk plus the row's cut.
+  if (count > k && !try_uncut) {
     CutToTopK(sh, keys, pos, count, k);
     count = k;
   }
   DSV41_STAMP(3);
   if (cl > 1) {
     if (threadIdx.x == 0) sh.count = count;
-    cluster.sync();  // every chunk's buffer is final
+    cluster.sync();  // every chunk's buffer is final, or (try_uncut) its count is
+    bool cut = !try_uncut;
+    if (try_uncut) {
+      if (threadIdx.x < 32) {  // lane c reads chunk c's count (cl <= 32)
+        const int c = int(threadIdx.x);
+        const uint32_t n = c < cl ? uint32_t(*cluster.map_shared_rank(&sh.count, c)) : 0u;
+        const uint32_t total = __reduce_add_sync(0xffffffffu, n);
+        if (c == 0) sh.total = int32_t(total);
+      }
+      __syncthreads();
+      cut = sh.total > kCap;  // uniform over the cluster
+      if (cut) {
+        if (count > k) {
+          CutToTopK(sh, keys, pos, count, k);
+          count = k;
+        }
+        cluster.sync();  // every chunk's buffer is cut
+      }
+    }
     if (rank == 0) {
-      for (int c = 1; c < cl; ++c) {  // at most cl * k <= kCap pairs (the launcher's rule)
-        const int32_t n_c = *cluster.map_shared_rank(&sh.count, c);
+      for (int c = 1; c < cl; ++c) {  // cut: at most cl * k <= kCap pairs (the launcher's rule)
+        int32_t n_c = *cluster.map_shared_rank(&sh.count, c);
+        if (cut) n_c = min(n_c, k);
         const uint32_t* peer_keys = cluster.map_shared_rank(keys, c);
         const int32_t* peer_pos = cluster.map_shared_rank(pos, c);
         for (int32_t i = threadIdx.x; i < n_c; i += kThreads) {
@@ -337,13 +379,14 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
     src.block_size = a.block_size;
     src.vector = a.block_size % kPer == 0 && src.lo % kPer == 0 &&
                  (reinterpret_cast<uintptr_t>(whole.scores) & 15) == 0;
-    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row);
+    // Masked chunks' sizes are known only here (the row's candidates): always cut.
+    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, false);
   } else {
     RowChunkSource<T> src;
     src.r = topk::RowChunk<T>(a, row, chunk, rank);
     src.mine = src.r.hi - src.r.lo;
     src.aligned = topk::Aligned(src.r);
-    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row);
+    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, TryUncut(chunk, a.k, cl));
   }
 }
 

@@ -1,10 +1,12 @@
 """The filter-first select (cuda/smxx_filter_topk.cu) on the CPU stand-in, path by path: rows of
-4 chunks just above the buffer (a sampled bar, then the first CTA gathers the chunks' top k),
-rows of 2 chunks with k = 4096 (no bar: the buffer is cut to its top k while streaming and the
-bar rises), keys ascending with position, ties at the k-th key across chunks, and rows whose
-large keys sit exactly where the sample looks (the bar lets fewer than k through: the chunk is
-streamed again), against the oracle; and mutants of those paths, each of which the rows catch.
-(tests/test_topk.py runs the select at every width through the public op.)"""
+4 chunks just above the buffer (a sampled bar; the first CTA gathers the chunks' buffers uncut
+where they fit, and a plateau of ties at the bar makes them not fit, so each chunk is cut to its
+top k first), rows of 2 chunks with k = 4096 (no bar: the buffer is cut to its top k while
+streaming and the bar rises), keys ascending with position, ties at the k-th key across chunks,
+and rows whose large keys sit exactly where the sample looks (the bar lets fewer than k
+through: the chunk is streamed again), against the oracle; and mutants of those paths, each of
+which the rows catch. (tests/test_topk.py runs the select at every width through the public
+op.)"""
 
 from __future__ import annotations
 
@@ -15,14 +17,16 @@ SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
 SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
 # (n, k, chunks) -> the kinds of rows run there; the launcher splits a row into `chunks` CTAs.
 ROWS = {
-    (60000, 512, 4): ("spread", "trap", "ties"),
+    (60000, 512, 4): ("spread", "trap", "ties", "plateau"),
     (30000, 4096, 2): ("ascending", "ties"),
 }
 
 
 def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
-    """Spread random keys; keys ascending with position; ties at the k-th key across chunks; or
-    fewer large keys than k in the row, all of them where the sample looks."""
+    """Spread random keys; keys ascending with position; ties at the k-th key across chunks;
+    fewer large keys than k in the row, all of them where the sample looks; or a plateau of
+    3500 ties a chunk above the rest (every chunk's buffer past the sampled bar holds them, 4 x
+    3500 pairs: more than the first CTA's buffer of 12288)."""
     if kind == "ascending":
         return np.sort(rng.standard_normal(n)).astype(np.float32)
     if kind == "trap":
@@ -31,6 +35,12 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
         for c in range(chunks):
             sampled = c * mine + (np.arange(SAMPLE) * mine) // SAMPLE
             row[rng.choice(sampled, min(k // chunks * 4 // 5, SAMPLE), replace=False)] = 3.0
+        return row
+    if kind == "plateau":
+        row = (rng.standard_normal(n) * 0.1 - 2.0).astype(np.float32)
+        mine = n // chunks
+        for c in range(chunks):
+            row[c * mine + rng.choice(mine, 3500, replace=False)] = 1.0
         return row
     row = rng.standard_normal(n).astype(np.float32)
     if kind == "ties":
@@ -66,6 +76,8 @@ MUTANTS = [
     ("never-streamed-again", "if (count >= k || bar <= 1) break;", "break;"),
     ("buffer-overrun", "if (count + round > kCap) {", "if (count + round > kCap + kRound) {"),
     ("a-peer-not-gathered", "for (int c = 1; c < cl; ++c) {", "for (int c = 2; c < cl; ++c) {"),
+    ("chunks-never-cut", "cut = sh.total > kCap;", "cut = false;"),
+    ("a-peer-not-counted", "c < cl ? uint32_t(", "c < cl - 1 ? uint32_t("),
 ]
 
 

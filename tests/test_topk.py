@@ -242,6 +242,28 @@ def test_filter_sampled_bar_too_high_streams_again(request, impl):
     np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
 
 
+@pytest.mark.parametrize(
+    "impl",
+    impl_params(Case(1, 60000, 512), ["emulated-filter", "ffi-filter"]),
+)
+def test_filter_chunks_gathered_uncut_only_where_they_fit(request, rng, impl):
+    """Rows of 4 chunks of 15000 whose sampled bars each let a plateau of ties through: 4 x 2000
+    pairs fit the first CTA's buffer of 12288 and are gathered uncut, 4 x 3500 do not and each
+    chunk is cut to its top k first (the last row a length cut short)."""
+    rows = 1 if impl.name.startswith("emulated") else 16
+    n, k = 60000, 512
+    for plateau in (2000, 3500):
+        s = (rng.standard_normal((rows, n)) * 0.1 - 2.0).astype(np.float32)
+        for r in range(rows):
+            for c in range(4):
+                s[r, c * 15000 + rng.choice(15000, plateau, replace=False)] = 1.0
+        lens = np.full(rows, n, np.int32)
+        lens[-1] -= 7
+        got = run_topk(impl, request, s, lens, k)
+        want = reference({"scores": s, "lens": lens}, k)
+        np.testing.assert_array_equal(got, want, err_msg=f"plateau {plateau}")
+
+
 @pytest.mark.parametrize("impl", impl_params(Case(5, 999, 64)))
 def test_topk_kth_bin_filled_down_to_its_lowest_key(request, rng, impl):
     """Powers of two and zero are the lowest keys of their radix bins: when the k-th key's bin

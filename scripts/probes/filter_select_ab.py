@@ -4,6 +4,8 @@ ascending with position, where keys bunch in the last warps' runs; masked rows o
 blocks of 8).
 
     python scripts/probes/filter_select_ab.py TAG   # once per build, interleaved
+    python scripts/probes/filter_select_ab.py TAG "[64, 128K]" --full    # some shapes, whole rows
+    python scripts/probes/filter_select_ab.py TAG --rows 16:131072:512   # other shapes (rows:n:k)
 
 Prints `TIME TAG what shape k us` and `SAME` / `DIFF` lines."""
 
@@ -18,9 +20,11 @@ from dsv41_jax import testing
 from dsv41_jax.bench import jax_time_us
 from dsv41_jax.topk import ffi as topk_ffi
 
-tag = sys.argv[1]
-only = [a for a in sys.argv[2:] if a != "--full"]  # optional shape filters, e.g. "[64, 1024K]"
-trim = 0 if "--full" in sys.argv else 3  # lengths n - 3, or whole rows
+tag, args = sys.argv[1], sys.argv[2:]
+extra = [a.split(":") for a in args[args.index("--rows") + 1 :]] if "--rows" in args else []
+args = args[: args.index("--rows")] if extra else args
+only = [a for a in args if a != "--full"]  # optional shape filters, e.g. "[64, 1024K]"
+trim = 0 if "--full" in args else 3  # lengths n - 3, or whole rows
 rng = np.random.default_rng(0)
 CASES = [  # (kind, rows, n, k, dtype)
     ("normal", 1, 16384, 512, jnp.float32),
@@ -35,6 +39,8 @@ CASES = [  # (kind, rows, n, k, dtype)
     ("masked", 8, 131072, 512, jnp.float32),
     ("masked", 64, 131072, 512, jnp.float32),
 ]
+if extra:  # --rows rows:n:k ...: normal f32 rows of those shapes instead
+    CASES = [("normal", int(r), int(n), int(k), jnp.float32) for r, n, k in extra]
 for kind, rows, n, k, dtype in CASES:
     shape = f"[{rows}, {n // 1024}K]"
     if only and shape not in only:
