@@ -136,7 +136,9 @@ def test_results_are_checked_before_anything_is_timed(monkeypatch):
     import jax.numpy as jnp
 
     timed = []
-    monkeypatch.setattr(timing, "kernel_time_us", lambda run, calls: timed.append(calls) or 1.0)
+    monkeypatch.setattr(
+        timing, "kernel_time_us", lambda run, calls, breakdown: timed.append(calls) or 1.0
+    )
     x = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
     assert timing.jax_time_us(lambda a: {"s": a + 0}, [(x,)], want={"s": x}) == 1.0
     with pytest.raises(timing.WrongResult, match="topk .* ffi"):

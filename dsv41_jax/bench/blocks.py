@@ -8,10 +8,10 @@ import numpy as np
 
 from dsv41_jax import testing
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us, kernel_time_us
+from dsv41_jax.bench.timing import Timer
 
 
-def bench_sort(rng, bw) -> list[Row]:
+def bench_sort(timer: Timer, rng, bw) -> list[Row]:
     import torch
 
     import dsv41_jax as dj
@@ -33,17 +33,17 @@ def bench_sort(rng, bw) -> list[Row]:
             )
         floor = bs * c * 4 * 3 / (bw * 1e3)  # read ids, write blocks + physical
         for impl in ("ffi", "reference"):
-            t = jax_time_us(
+            t = timer.jax_us(
                 lambda *a, impl=impl: dj.sort_candidate_blocks(*a, implementation=impl), sets
             )
             rows.append(Row("sort_candidate_blocks", f"[{bs}, {c}]", impl, t, floor))
         tsel = [torch.from_numpy(np.asarray(s[0])).cuda() for s in sets]
-        t = kernel_time_us(lambda i: torch.sort(tsel[i % 4], dim=1).values)
+        t = timer.kernel_us(lambda i: torch.sort(tsel[i % 4], dim=1).values)
         rows.append(Row("sort_candidate_blocks", f"[{bs}, {c}]", "torch.sort (baseline)", t, floor))
     return rows
 
 
-def bench_block_amax(rng, bw) -> list[Row]:
+def bench_block_amax(timer: Timer, rng, bw) -> list[Row]:
     import torch
 
     import dsv41_jax as dj
@@ -54,7 +54,7 @@ def bench_block_amax(rng, bw) -> list[Row]:
         floor = bs * n * 4 * (1 + 1 / 8) / (bw * 1e3)
         want = jax.jit(lambda s, l: dj.block_amax(s, l, implementation="reference"))(*sets[0])
         for impl in ("pallas", "reference"):
-            t = jax_time_us(
+            t = timer.jax_us(
                 lambda s, l, impl=impl: dj.block_amax(s, l, implementation=impl),
                 sets,
                 want=want,
@@ -62,6 +62,6 @@ def bench_block_amax(rng, bw) -> list[Row]:
             )
             rows.append(Row("block_amax", f"[{bs}, {n // 1024}K]", impl, t, floor))
         ts = [torch.from_numpy(np.asarray(s[0])).cuda() for s in sets]
-        t = kernel_time_us(lambda i: ts[i % 2].view(bs, -1, 8).amax(-1))
+        t = timer.kernel_us(lambda i: ts[i % 2].view(bs, -1, 8).amax(-1))
         rows.append(Row("block_amax", f"[{bs}, {n // 1024}K]", "torch amax (baseline)", t, floor))
     return rows

@@ -11,7 +11,6 @@ import subprocess
 import jax
 import numpy as np
 
-from dsv41_jax.bench import timing
 from dsv41_jax.bench.args import parse_args, pick_shapes
 from dsv41_jax.bench.blocks import bench_block_amax, bench_sort
 from dsv41_jax.bench.logits import bench_logits
@@ -22,7 +21,7 @@ from dsv41_jax.bench.select import bench_select
 from dsv41_jax.bench.sharded import bench_sharded
 from dsv41_jax.bench.step import bench_step
 from dsv41_jax.bench.table import Row, markdown, read_table
-from dsv41_jax.bench.timing import copy_bandwidth_gbs
+from dsv41_jax.bench.timing import Timer, copy_bandwidth_gbs
 from dsv41_jax.bench.topk import bench_topk
 
 
@@ -55,21 +54,20 @@ def main(argv: list[str] | None = None) -> None:
         ) from None
     rng = np.random.default_rng(0)
     bw = copy_bandwidth_gbs()
-    if args.breakdown:
-        os.environ["DSV41_BENCH_BREAKDOWN"] = "1"
+    timer = Timer(breakdown=[] if args.breakdown else None)
     rows: list[Row] = []
     if "logits" in only:
-        rows += bench_logits(rng, bw, args.quick)
+        rows += bench_logits(timer, rng, bw, args.quick)
     if "sort" in only:
-        rows += bench_sort(rng, bw)
+        rows += bench_sort(timer, rng, bw)
     if "amax" in only:
-        rows += bench_block_amax(rng, bw)
+        rows += bench_block_amax(timer, rng, bw)
     if "topk" in only:
-        rows += bench_topk(rng, bw, args.topk_impls.split(","))
+        rows += bench_topk(timer, rng, bw, args.topk_impls.split(","))
     for name, bench in (
-        ("select", lambda: bench_select(rng, bw, args.quick, args.shapes)),
-        ("step", lambda: bench_step(rng, bw, args.quick, args.shapes)),
-        ("prefill", lambda: bench_prefill(rng, bw, args.quick)),
+        ("select", lambda: bench_select(timer, rng, bw, args.quick, args.shapes)),
+        ("step", lambda: bench_step(timer, rng, bw, args.quick, args.shapes)),
+        ("prefill", lambda: bench_prefill(timer, rng, bw, args.quick)),
     ):
         if name in only:
             print(f"bench: {name} ...", flush=True)
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += bench_loop(rng, bw, shapes)
     if "sharded" in only:
         print("bench: sharded ...", flush=True)
-        rows += bench_sharded(rng, bw)
+        rows += bench_sharded(timer, rng, bw)
     commit = (
         os.environ.get("DSV41_COMMIT")
         or subprocess.run(
@@ -94,9 +92,9 @@ def main(argv: list[str] | None = None) -> None:
         rows,
     )
     print(text)
-    if timing.BREAKDOWN:
+    if timer.breakdown:
         print("\nkernel breakdown (us per call, in timing order):")
-        print("\n".join(timing.BREAKDOWN))
+        print("\n".join(timer.breakdown))
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")

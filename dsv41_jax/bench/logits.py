@@ -7,10 +7,10 @@ import numpy as np
 
 from dsv41_jax import testing
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us
+from dsv41_jax.bench.timing import Timer
 
 
-def bench_logits(rng, bw, quick: bool) -> list[Row]:
+def bench_logits(timer: Timer, rng, bw, quick: bool) -> list[Row]:
     import dsv41_jax as dj
 
     rows = []
@@ -26,12 +26,12 @@ def bench_logits(rng, bw, quick: bool) -> list[Row]:
                 q = testing.query(rng, bs, 1, 32, 128)
                 sets.append((q, cache, jnp.full((bs,), ctx, jnp.int32), bt))
             floor = bs * ctx * 132 / (bw * 1e3)
-            t = jax_time_us(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"), sets)
+            t = timer.jax_us(lambda *a: dj.paged_mqa_logits(*a, implementation="ffi"), sets)
             rows.append(
                 Row("paged_mqa_logits", f"bs{bs} x {ctx // 1024}K", "ffi (DeepGEMM sm90)", t, floor)
             )
             if not quick and bs * ctx <= 8 * 131072:
-                t = jax_time_us(
+                t = timer.jax_us(
                     lambda *a: dj.paged_mqa_logits(*a, implementation="reference"), sets, calls=3
                 )
                 rows.append(

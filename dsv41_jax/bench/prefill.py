@@ -7,14 +7,14 @@ import jax.numpy as jnp
 
 from dsv41_jax import testing
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us
+from dsv41_jax.bench.timing import Timer
 
 FP8_DENSE_TFLOPS = 989.0  # H100/H200 SXM dense FP8 tensor-core peak (the prefill logits floor)
 PREFILL_TOKENS = (4096, 32768, 131072)
 PREFILL_CHUNK = 32768  # query rows per call: [rows, T] fp32 logits, 16 GiB at T = 128K
 
 
-def bench_prefill(rng, bw, quick: bool) -> list[Row]:
+def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
     """Ragged prefill of one causal request of T tokens (row i sees keys [0, i + 1)), 32 heads,
     in chunks of at most 32K query rows (chunked prefill; the sum over chunks is reported): the
     logits (floor: the causal FLOPs at the FP8 peak), the top-k over them (floor: the visible
@@ -37,28 +37,37 @@ def bench_prefill(rng, bw, quick: bool) -> list[Row]:
             starts = jnp.zeros((n,), jnp.int32)
             ends = jnp.arange(r0 + 1, r0 + n + 1, dtype=jnp.int32)
             args = (q, keys, starts, ends)
-            total["logits"] += jax_time_us(f, [args], calls=1)
+            total["logits"] += timer.jax_us(f, [args], calls=1)
             if t <= 4096 and not quick:
-                total["reference"] += jax_time_us(
+                total["reference"] += timer.jax_us(
                     lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference"),
                     [args],
                     calls=1,
                 )
             logits = f(*args)
-            total["topk"] += jax_time_us(
+            total["topk"] += timer.jax_us(
                 lambda x, m: dj.topk(x, m, cfg.index_topk), [(logits, ends)], calls=1
             )
             # The filter-first select forced (the dispatch takes the short-row select for rows
             # of at most 128K keys).
-            total["filter"] += jax_time_us(
+            total["filter"] += timer.jax_us(
                 lambda x, m: topk_ffi.cuda_topk(
-                    x, m, cfg.index_topk, None, None, 8, "positions", "filter"
+                    x,
+                    m,
+                    cfg.index_topk,
+                    starts=None,
+                    members=None,
+                    block_size=8,
+                    mode="positions",
+                    algorithm="filter",
                 ),
                 [(logits, ends)],
                 calls=1,
             )
             del logits
-            total["publish"] += jax_time_us(lambda *a: dj.publish_prefill(*a, cfg), [args], calls=1)
+            total["publish"] += timer.jax_us(
+                lambda *a: dj.publish_prefill(*a, cfg), [args], calls=1
+            )
         floor = 2.0 * 32 * 128 * t * (t + 1) / 2 / (FP8_DENSE_TFLOPS * 1e6)
         top_floor = 4.0 * t * (t + 1) / 2 / (bw * 1e3)
         rows.append(

@@ -7,12 +7,12 @@ import jax
 from dsv41_jax import testing
 from dsv41_jax.bench.args import pick_shapes
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us, kernel_time_us
+from dsv41_jax.bench.timing import Timer
 
 SELECT_SHAPES = ((8, 131072), (64, 131072), (8, 1 << 20), (64, 1 << 20))
 
 
-def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
+def bench_select(timer: Timer, rng, bw, quick: bool, shapes=None) -> list[Row]:
     """One consumer layer: the sparse path (sparse logits over C·B positions + top-k +
     map back) against the mask path (dense logits + masked top-k); floor = the candidate blocks'
     bytes (C·B tokens × 132 B per row) over the copy bandwidth."""
@@ -30,7 +30,7 @@ def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
             qs[0], caches[0], lens, bt
         )
         shape = f"bs{bs} x {ctx // 1024}K"
-        t = jax_time_us(
+        t = timer.jax_us(
             lambda q, c, n, b: dj.publish(q, c, n, b, cfg),
             [(qs[0], caches[0], lens, bt), (qs[1], caches[1], lens, bt)],
         )
@@ -47,7 +47,7 @@ def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
             ("sparse", "short"),
             ("mask", None),
         ):
-            t = jax_time_us(
+            t = timer.jax_us(
                 lambda *a, p=path, f=algorithm: dj.select(*a, cfg, path=p, topk_algorithm=f),
                 sets,
                 want=want,
@@ -60,14 +60,14 @@ def bench_select(rng, bw, quick: bool, shapes=None) -> list[Row]:
         logits = jax.jit(lambda q, c, n, b: dj.paged_mqa_logits(q, c, n, b))(
             qs[1], caches[1], lens, bt
         )
-        t = jax_time_us(lambda *a: dj.paged_mqa_logits(*a), [s[:4] for s in sets])
+        t = timer.jax_us(lambda *a: dj.paged_mqa_logits(*a), [s[:4] for s in sets])
         rows.append(Row("select (consumer layer)", shape, "dense logits alone (ffi)", t, floor))
         tl = torch.from_dlpack(logits)
         member = torch.zeros((bs, ctx // 8), dtype=torch.bool, device="cuda")
         tb = torch.from_dlpack(table.blocks)
         member.scatter_(1, torch.where(tb < ctx // 8, tb, 0).long(), True)
         mask = member.repeat_interleave(8, dim=1)
-        t = kernel_time_us(
+        t = timer.kernel_us(
             lambda i, tl=tl, mask=mask: (
                 torch.topk(tl.masked_fill(~mask, float("-inf")), 512, dim=1).indices
             )

@@ -10,10 +10,10 @@ import numpy as np
 
 from dsv41_jax import testing
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us
+from dsv41_jax.bench.timing import Timer
 
 
-def bench_sharded(rng, bw) -> list[Row]:
+def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
     """Row sharding and DCP over every visible GPU at bs 64 × {128K, 1M}: the busiest GPU's
     device time per publish + select, and the collectives alone."""
     from jax.sharding import Mesh, NamedSharding
@@ -49,7 +49,7 @@ def bench_sharded(rng, bw) -> list[Row]:
                 "row-sharded publish + select",
                 shape,
                 "auto path",
-                jax_time_us(row_step, args),
+                timer.jax_us(row_step, args),
                 floor,
             )
         )
@@ -95,7 +95,7 @@ def bench_sharded(rng, bw) -> list[Row]:
                 return top, table.blocks, sel
 
             floor = 2 * bs * local_ctx * 132 / (bw * 1e3)
-            t = jax_time_us(dcp_step, [(q0, q1, *stacked, tables, glens)])
+            t = timer.jax_us(dcp_step, [(q0, q1, *stacked, tables, glens)])
             rows.append(Row("DCP publish + select", shape, f"exchange={exchange}", t, floor))
         # The collectives alone: the pmax of every block maximum vs the top-C all-gather.
         nb = ctx // 8
@@ -112,6 +112,6 @@ def bench_sharded(rng, bw) -> list[Row]:
             ),
         ):
             f = jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
-            rows.append(Row(f"collective: {name}", shape, "nccl", jax_time_us(f, [(arg,)]), 0.0))
+            rows.append(Row(f"collective: {name}", shape, "nccl", timer.jax_us(f, [(arg,)]), 0.0))
         del caches, stacked
     return rows

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from dsv41_jax import testing
 from dsv41_jax.bench.args import pick_shapes
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us, kernel_time_us
+from dsv41_jax.bench.timing import Timer
 
 STEP_SHAPES = tuple((bs, ctx) for bs in (1, 8, 64) for ctx in (16384, 131072, 1 << 20))
 
@@ -81,7 +81,7 @@ def _step_impl(path: str, algorithm: str | None) -> str:
     return name + (f", {algorithm} top-k forced" if algorithm else "")
 
 
-def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
+def bench_step(timer: Timer, rng, bw, quick: bool, shapes=None) -> list[Row]:
     """The whole V4.1 decode indexer step in one jit (`make_two_level_indexer`: publish at layer
     20 + 4 consumers, each layer with its own cache), sparse and mask paths, beside an XLA
     composition with lax.top_k; plus the publish and one select alone (the per-layer split).
@@ -116,7 +116,7 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
                 path=path,
                 topk_algorithm=algorithm,
             )
-            t = jax_time_us(
+            t = timer.jax_us(
                 lambda *a, ix=ix: ix.decode(*a),
                 sets,
                 calls=10,
@@ -133,7 +133,7 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
                     floor,
                 )
             )
-        t = jax_time_us(
+        t = timer.jax_us(
             lambda *a: _lax_step(cfg, *a),
             [(qs, caches, lens, bt), (qs[::-1], caches, lens, bt)],
             calls=5,
@@ -145,13 +145,13 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
         # plus the selection in torch ops.
         import torch
 
-        t_logits = jax_time_us(lambda *a: dj.paged_mqa_logits(*a), [(qs[0], caches[0], lens, bt)])
+        t_logits = timer.jax_us(lambda *a: dj.paged_mqa_logits(*a), [(qs[0], caches[0], lens, bt)])
         tls = [
             torch.from_dlpack(jax.jit(dj.paged_mqa_logits)(q, c, lens, bt))
             for q, c in zip(qs, caches)
         ]
         lens_t = torch.from_dlpack(lens)
-        t_sel = kernel_time_us(lambda i, tls=tls: _torch_step_selection(tls, lens_t, cfg), calls=5)
+        t_sel = timer.kernel_us(lambda i, tls=tls: _torch_step_selection(tls, lens_t, cfg), calls=5)
         rows.append(
             Row(
                 "decode step (publish + 4 selects)",
@@ -166,13 +166,13 @@ def bench_step(rng, bw, quick: bool, shapes=None) -> list[Row]:
         )
         for algorithm in STEP_ALGORITHMS:
             label = "default" if algorithm is None else f"{algorithm} top-k forced"
-            t = jax_time_us(
+            t = timer.jax_us(
                 lambda q, c, n, b, f=algorithm: dj.publish(q, c, n, b, cfg, topk_algorithm=f),
                 [(qs[0], caches[0], lens, bt)],
             )
             rows.append(Row("publish (layer 20)", shape, label, t, bs * ctx * 132 / (bw * 1e3)))
             for path in ("auto", "sparse", "mask") if algorithm is None else ("sparse", "mask"):
-                t = jax_time_us(
+                t = timer.jax_us(
                     lambda *a, p=path, f=algorithm: dj.select(*a, cfg, path=p, topk_algorithm=f),
                     [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
                 )

@@ -12,12 +12,12 @@ import numpy as np
 
 from dsv41_jax import testing
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import jax_time_us, kernel_time_us
+from dsv41_jax.bench.timing import Timer
 
 DEFAULT = "auto (default)"  # the row of `implementation=None`: what the dispatch picks
 
 
-def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
+def bench_topk(timer: Timer, rng, bw, impls: Sequence[str]) -> list[Row]:
     import torch
 
     import dsv41_jax as dj
@@ -50,23 +50,27 @@ def bench_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
 
         want = jax.jit(functools.partial(fn, impl="reference"))(*sets[0])
         for impl in (*impls, None, "reference"):  # None: the dispatch's pick
-            t = jax_time_us(
+            t = timer.jax_us(
                 functools.partial(fn, impl=impl), sets, want=want, what=f"{op} {shape} {impl}"
             )
             rows.append(Row(op, shape, impl or DEFAULT, t, floor))
         if "ffi" in impls:  # each CUDA select forced, beside the dispatch's pick of one ("ffi")
             mode = "candidate_blocks" if candidate else "positions"
-            rows += _forced_selects(op, shape, floor, sets, k, None, 8, mode, want)
-        t = jax_time_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
+            rows += _forced_selects(
+                timer, op, shape, floor, sets, k=k, masked=None, block_size=8, mode=mode, want=want
+            )
+        t = timer.jax_us(lambda s, l: jax.lax.top_k(s, k)[1], sets)
         rows.append(Row(op, shape, "lax.top_k (baseline)", t, floor))
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
-        t = kernel_time_us(lambda i: torch.topk(ts[i % 3], k, dim=1).indices)
+        t = timer.kernel_us(lambda i: torch.topk(ts[i % 3], k, dim=1).indices)
         rows.append(Row(op, shape, "torch.topk (baseline)", t, floor))
-    rows += bench_masked_topk(rng, bw, impls)
+    rows += bench_masked_topk(timer, rng, bw, impls)
     return rows
 
 
-def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode, want) -> list[Row]:
+def _forced_selects(
+    timer: Timer, op, shape, floor, sets, *, k, masked, block_size, mode, want
+) -> list[Row]:
     """Rows "ffi <select>" for every CUDA select that takes the call (sets: (scores, lens) or,
     `masked`, (scores, lens, blocks)), each checked against `want` (the reference's result on
     sets[0])."""
@@ -77,19 +81,30 @@ def _forced_selects(op, shape, floor, sets, k, masked, block_size, mode, want) -
     for algorithm in topk_ffi.ALGORITHMS:
         members = sets[0][2] if masked else None
         spec_op = "select_candidate_blocks" if mode == "candidate_blocks" else "topk"
-        spec = Spec.of(spec_op, sets[0][0], k, None, members, block_size)
+        spec = Spec.of(
+            spec_op, sets[0][0], k, starts=None, candidates=members, block_size=block_size
+        )
         if select_declines(algorithm, spec, device_record()):
             continue
 
         def forced(s, lens, blocks=None, a=algorithm):
-            return topk_ffi.cuda_topk(s, lens, k, None, blocks, block_size, mode, a)
+            return topk_ffi.cuda_topk(
+                s,
+                lens,
+                k,
+                starts=None,
+                members=blocks,
+                block_size=block_size,
+                mode=mode,
+                algorithm=a,
+            )
 
-        t = jax_time_us(forced, sets, want=want, what=f"{op} {shape} ffi {algorithm}")
+        t = timer.jax_us(forced, sets, want=want, what=f"{op} {shape} ffi {algorithm}")
         rows.append(Row(op, shape, f"ffi {algorithm}", t, floor))
     return rows
 
 
-def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
+def bench_masked_topk(timer: Timer, rng, bw, impls: Sequence[str]) -> list[Row]:
     """The consumer's mask path top-k: k=512 among the positions of 2048 candidate blocks of 8
     (random, ascending); floor = the candidate positions' scores (C·B·4 bytes per row)."""
     import torch
@@ -113,17 +128,28 @@ def bench_masked_topk(rng, bw, impls: Sequence[str]) -> list[Row]:
 
         want = jax.jit(functools.partial(fn, impl="reference"))(*sets[0])
         for impl in (*impls, None, "reference"):  # None: the dispatch's pick
-            t = jax_time_us(
+            t = timer.jax_us(
                 functools.partial(fn, impl=impl), sets, want=want, what=f"{op} {shape} {impl}"
             )
             rows.append(Row(op, shape, impl or DEFAULT, t, floor))
         if "ffi" in impls:  # each select forced (the filter one reads only the candidate blocks)
-            rows += _forced_selects(op, shape, floor, sets, k, True, b, "positions", want)
+            rows += _forced_selects(
+                timer,
+                op,
+                shape,
+                floor,
+                sets,
+                k=k,
+                masked=True,
+                block_size=b,
+                mode="positions",
+                want=want,
+            )
         member = np.zeros((bs, n // b), bool)
         np.put_along_axis(member, np.asarray(blocks), True, axis=1)
         mask = torch.from_numpy(np.repeat(member, b, axis=1)).cuda()
         ts = [torch.from_numpy(np.asarray(x[0])).cuda() for x in sets]
-        t = kernel_time_us(
+        t = timer.kernel_us(
             lambda i: torch.topk(ts[i % 3].masked_fill(~mask, float("-inf")), k, dim=1).indices
         )
         rows.append(Row(op, shape, "torch mask + topk (baseline)", t, floor))
