@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 
 OPS = ("logits", "sort", "amax", "topk", "select", "step", "loop", "prefill", "sharded")
 DEFAULT_OPS = tuple(op for op in OPS if op != "sharded")  # the single-GPU ones
@@ -91,7 +92,12 @@ def parse_shapes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def pick_shapes(shapes, quick: bool, quick_set, full_set) -> tuple[tuple[int, int], ...]:
+def pick_shapes(
+    shapes: Sequence[tuple[int, int]] | None,
+    quick: bool,
+    quick_set: Sequence[tuple[int, int]],
+    full_set: Sequence[tuple[int, int]],
+) -> tuple[tuple[int, int], ...]:
     """The (batch, context) shapes a bench runs: `shapes` (from --shapes) when given, else its
     quick or full set."""
     if shapes:

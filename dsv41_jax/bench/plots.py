@@ -15,7 +15,7 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def parse(shape):
+    def parse(shape: str) -> tuple[int, int]:
         bs, ctx = shape.split(" x ")
         return int(bs[2:]), int(ctx[:-1]) * 1024
 
@@ -79,9 +79,9 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
                 )
                 x = i + (j - 0.5) * 0.38
                 ax.bar(x, pub, 0.36, color="tab:blue", label="publish" if i == j == 0 else None)
-                color = "tab:orange" if path == "sparse" else "tab:red"
+                bar_color = "tab:orange" if path == "sparse" else "tab:red"
                 label = f"4 × select ({path})" if i == 0 else None
-                ax.bar(x, 4 * sel, 0.36, bottom=pub, color=color, label=label)
+                ax.bar(x, 4 * sel, 0.36, bottom=pub, color=bar_color, label=label)
         ax.set_xticks(range(len(shapes)), [sh.split(" x ")[1] for sh in shapes])
         ax.set(title=f"bs {bs} (left bar: sparse, right: mask)", xlabel="context")
     axes[0][0].set_ylabel("device µs, layers timed alone")

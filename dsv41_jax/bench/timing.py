@@ -79,7 +79,7 @@ def breakdown_line(device: list[dict[str, Any]], calls: int) -> str:
     return "; ".join(f"{n}: {d / calls:.1f}" for n, d in top)
 
 
-def _block(x):
+def _block(x: object) -> object:
     try:
         import torch
 
@@ -166,6 +166,7 @@ def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
 def host_wall_us(fn: Callable[[], object], calls: int, keep: bool = False) -> float:
     """Host µs per call over `calls` back-to-back calls and one sync at the end."""
     t = time.perf_counter()
+    out: object
     if keep:
         out = [fn() for _ in range(calls)]
     else:
