@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import pytest
@@ -13,6 +17,7 @@ HEADER = (
     "| op | shape | implementation | device µs | floor µs | vs floor |\n|---|---|---|---|---|---|"
 )
 STEP = "decode step (publish + 4 selects)"
+ROOT = Path(__file__).parents[1]
 
 
 def saved_runs(tmp_path):
@@ -56,6 +61,14 @@ def test_usage_names_the_module_and_what_measuring_needs(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("usage: python -m dsv41_jax.bench ")
     assert "Measuring needs an NVIDIA GPU" in out and "torch" in out and "dsv41_jax[bench]" in out
+
+
+def test_options_and_their_defaults():
+    options, _ = args.parse_args([])
+    assert (options.quick, options.breakdown, options.topk_impls) == (False, False, "ffi,pallas")
+    assert (options.out, options.plots, options.plots_from, options.section) == ("", "", "", "")
+    options, _ = args.parse_args(["topk", "--quick", "--breakdown", "--topk-impls", "ffi"])
+    assert (options.quick, options.breakdown, options.topk_impls) == (True, True, "ffi")
 
 
 def test_ops_from_positionals_and_only():
@@ -123,6 +136,14 @@ def test_shapes_option_names_batch_and_context():
     assert args.pick_shapes(((8, 9),), True, ((1, 2),), ((3, 4),)) == ((8, 9),)
 
 
+def test_parse_shapes():
+    assert args.parse_shapes("bs8x1M,bs64x128K") == ((8, 1 << 20), (64, 131072))
+    assert args.parse_shapes(" BS1 x 16k ,, bs2x3M") == ((1, 16384), (2, 3 << 20))
+    assert args.parse_shapes("") == ()
+    with pytest.raises(ValueError, match="shape 'bs8x0K' is not bs<batch>x<context>K|M"):
+        args.parse_shapes("bs1x16K,bs8x0K")
+
+
 @pytest.mark.parametrize("bad", ["8x1M", "bs8x1G", "bs0x16K", "bs8"])
 def test_bad_shapes_are_usage_errors(capsys, bad):
     with pytest.raises(SystemExit) as e:
@@ -146,3 +167,18 @@ def test_results_are_checked_before_anything_is_timed(monkeypatch):
     with pytest.raises(timing.WrongResult):
         timing.check_result((x, x), (x,), "fewer arrays")
     assert timed == [20]
+
+
+def test_module_runs_as_a_script():
+    """`python -m dsv41_jax.bench` is the package's __main__: on a CPU backend it stops with the
+    GPU message (exit status 1), before anything is measured."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "dsv41_jax.bench", "topk"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert "dsv41_jax.bench measures on an NVIDIA GPU; JAX's backend here is 'cpu'" in done.stderr
