@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import pytest
 
-from dsv41_jax import bench
+from dsv41_jax.bench import args, cli, table, timing
 
 HEADER = (
     "| op | shape | implementation | device µs | floor µs | vs floor |\n|---|---|---|---|---|---|"
 )
 STEP = "decode step (publish + 4 selects)"
+ROOT = Path(__file__).parents[1]
 
 
 def saved_runs(tmp_path):
@@ -51,17 +56,25 @@ Device: NVIDIA H200; measured copy bandwidth 4.28 TB/s; date 2026-12-01; commit 
 
 def test_usage_names_the_module_and_what_measuring_needs(capsys):
     with pytest.raises(SystemExit) as e:
-        bench.main(["--help"])
+        cli.main(["--help"])
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
     assert out.startswith("usage: python -m dsv41_jax.bench ")
     assert "Measuring needs an NVIDIA GPU" in out and "torch" in out and "dsv41_jax[bench]" in out
 
 
+def test_options_and_their_defaults():
+    options, _ = args.parse_args([])
+    assert (options.quick, options.breakdown, options.topk_impls) == (False, False, "ffi,pallas")
+    assert (options.out, options.plots, options.plots_from, options.section) == ("", "", "", "")
+    options, _ = args.parse_args(["topk", "--quick", "--breakdown", "--topk-impls", "ffi"])
+    assert (options.quick, options.breakdown, options.topk_impls) == (True, True, "ffi")
+
+
 def test_ops_from_positionals_and_only():
-    assert bench.parse_args([])[1] == set(bench.DEFAULT_OPS) and "sharded" not in bench.DEFAULT_OPS
-    assert bench.parse_args(["topk", "--only", "step, select"])[1] == {"topk", "step", "select"}
-    assert bench.parse_args(["sharded"])[1] == {"sharded"}
+    assert args.parse_args([])[1] == set(args.DEFAULT_OPS) and "sharded" not in args.DEFAULT_OPS
+    assert args.parse_args(["topk", "--only", "step, select"])[1] == {"topk", "step", "select"}
+    assert args.parse_args(["sharded"])[1] == {"sharded"}
 
 
 @pytest.mark.parametrize(
@@ -75,7 +88,7 @@ def test_ops_from_positionals_and_only():
 )
 def test_bad_arguments_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
-        bench.parse_args(argv)
+        args.parse_args(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: python -m dsv41_jax.bench") and message in err
@@ -83,50 +96,58 @@ def test_bad_arguments_are_usage_errors(capsys, argv, message):
 
 def test_read_table_takes_one_run(tmp_path):
     path = saved_runs(tmp_path)
-    labels = [label for label, _ in bench.read_runs(path)]
+    labels = [label for label, _ in table.read_runs(path)]
     assert len(labels) == 3 and "commit aaaaaaa" in labels[0]  # the other table is not a run
-    rows, title = bench.read_table(path)  # the newest run with decode-step rows
+    rows, title = table.read_table(path)  # the newest run with decode-step rows
     assert [(r.shape, r.us) for r in rows] == [("bs1 x 16K", 90.0), ("bs8 x 128K", 200.0)]
     assert title == "V4.1 indexer step, NVIDIA H200, bbbbbbb"
-    rows, title = bench.read_table(path, "aaaaaaa")
+    rows, title = table.read_table(path, "aaaaaaa")
     assert [r.us for r in rows] == [100.0, 11.0] and title.endswith("aaaaaaa")
     with pytest.raises(ValueError, match="no run matches 'zzz'"):
-        bench.read_table(path, "zzz")
+        table.read_table(path, "zzz")
     with pytest.raises(ValueError, match="several runs match 'commit'"):
-        bench.read_table(path, "commit")
+        table.read_table(path, "commit")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
 def test_plots_from_writes_only_where_plots_says(tmp_path, capsys):
     path = saved_runs(tmp_path)
     out = tmp_path / "plots"
-    bench.main(["--plots-from", path, "--plots", str(out), "--section", "bbbbbbb"])
+    cli.main(["--plots-from", path, "--plots", str(out), "--section", "bbbbbbb"])
     assert sorted(p.name for p in out.iterdir()) == ["step_split.png", "step_time.png"]
     assert "plotting V4.1 indexer step, NVIDIA H200, bbbbbbb (2 rows)" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no run matches"):
-        bench.main(["--plots-from", path, "--plots", str(out), "--section", "zzz"])
+        cli.main(["--plots-from", path, "--plots", str(out), "--section", "zzz"])
 
 
 def test_measuring_needs_a_gpu():
     if jax.default_backend() == "gpu":
         pytest.skip("a GPU is here: main() would measure")
     with pytest.raises(SystemExit, match="measures on an NVIDIA GPU"):
-        bench.main(["topk"])
+        cli.main(["topk"])
 
 
 def test_shapes_option_names_batch_and_context():
-    args, _ = bench.parse_args(["step", "--shapes", "bs8x1M, bs64x128k"])
-    assert args.shapes == ((8, 1 << 20), (64, 131072))
-    assert bench.parse_args([])[0].shapes == ()
-    assert bench.pick_shapes((), True, ((1, 2),), ((3, 4),)) == ((1, 2),)
-    assert bench.pick_shapes((), False, ((1, 2),), ((3, 4),)) == ((3, 4),)
-    assert bench.pick_shapes(((8, 9),), True, ((1, 2),), ((3, 4),)) == ((8, 9),)
+    options, _ = args.parse_args(["step", "--shapes", "bs8x1M, bs64x128k"])
+    assert options.shapes == ((8, 1 << 20), (64, 131072))
+    assert args.parse_args([])[0].shapes == ()
+    assert args.pick_shapes((), True, ((1, 2),), ((3, 4),)) == ((1, 2),)
+    assert args.pick_shapes((), False, ((1, 2),), ((3, 4),)) == ((3, 4),)
+    assert args.pick_shapes(((8, 9),), True, ((1, 2),), ((3, 4),)) == ((8, 9),)
+
+
+def test_parse_shapes():
+    assert args.parse_shapes("bs8x1M,bs64x128K") == ((8, 1 << 20), (64, 131072))
+    assert args.parse_shapes(" BS1 x 16k ,, bs2x3M") == ((1, 16384), (2, 3 << 20))
+    assert args.parse_shapes("") == ()
+    with pytest.raises(ValueError, match="shape 'bs8x0K' is not bs<batch>x<context>K|M"):
+        args.parse_shapes("bs1x16K,bs8x0K")
 
 
 @pytest.mark.parametrize("bad", ["8x1M", "bs8x1G", "bs0x16K", "bs8"])
 def test_bad_shapes_are_usage_errors(capsys, bad):
     with pytest.raises(SystemExit) as e:
-        bench.parse_args(["--shapes", bad])
+        args.parse_args(["--shapes", bad])
     assert e.value.code == 2 and f"--shapes: shape '{bad}'" in capsys.readouterr().err
 
 
@@ -136,11 +157,28 @@ def test_results_are_checked_before_anything_is_timed(monkeypatch):
     import jax.numpy as jnp
 
     timed = []
-    monkeypatch.setattr(bench, "kernel_time_us", lambda run, calls: timed.append(calls) or 1.0)
+    monkeypatch.setattr(
+        timing, "kernel_time_us", lambda run, calls, breakdown: timed.append(calls) or 1.0
+    )
     x = jnp.arange(6, dtype=jnp.int32).reshape(2, 3)
-    assert bench.jax_time_us(lambda a: {"s": a + 0}, [(x,)], want={"s": x}) == 1.0
-    with pytest.raises(bench.WrongResult, match="topk .* ffi"):
-        bench.jax_time_us(lambda a: a.at[1, 2].set(-1), [(x,)], want=x, what="topk [2, 3] ffi")
-    with pytest.raises(bench.WrongResult):
-        bench.check_result((x, x), (x,), "fewer arrays")
+    assert timing.jax_time_us(lambda a: {"s": a + 0}, [(x,)], want={"s": x}) == 1.0
+    with pytest.raises(timing.WrongResult, match="topk .* ffi"):
+        timing.jax_time_us(lambda a: a.at[1, 2].set(-1), [(x,)], want=x, what="topk [2, 3] ffi")
+    with pytest.raises(timing.WrongResult):
+        timing.check_result((x, x), (x,), "fewer arrays")
     assert timed == [20]
+
+
+def test_module_runs_as_a_script():
+    """`python -m dsv41_jax.bench` is the package's __main__: on a CPU backend it stops with the
+    GPU message (exit status 1), before anything is measured."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "dsv41_jax.bench", "topk"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert "dsv41_jax.bench measures on an NVIDIA GPU; JAX's backend here is 'cpu'" in done.stderr

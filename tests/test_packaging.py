@@ -58,6 +58,7 @@ def test_pure_python_wheel_without_the_extension(tmp_path):
     assert wheel.name == f"dsv41_jax-{dsv41_jax.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     assert "dsv41_jax/py.typed" in names and "dsv41_jax/__init__.py" in names
+    assert "dsv41_jax/bench/__main__.py" in names  # python -m dsv41_jax.bench
     assert not [n for n in names if n.endswith((".so", ".pyd"))]
     info = f"dsv41_jax-{dsv41_jax.__version__}.dist-info"
     assert f"{info}/licenses/LICENSE" in names

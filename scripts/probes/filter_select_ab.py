@@ -17,7 +17,7 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import testing
-from dsv41_jax.bench import jax_time_us
+from dsv41_jax.bench.timing import jax_time_us
 from dsv41_jax.topk import ffi as topk_ffi
 
 tag, args = sys.argv[1], sys.argv[2:]

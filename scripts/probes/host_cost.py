@@ -27,7 +27,7 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, testing
-from dsv41_jax.bench_loop import host_wall_us
+from dsv41_jax.bench.timing import host_wall_us
 
 LAYERS = (20, 24, 28, 32, 36)
 CFG = dj.IndexerConfig()

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from dsv41_jax.bench import jax_time_us
+from dsv41_jax.bench.timing import jax_time_us
 
 S = jax.ShapeDtypeStruct
 LANE = plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane)

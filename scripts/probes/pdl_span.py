@@ -25,7 +25,8 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import testing
-from dsv41_jax.bench_loop import LAYERS, gpu_span_us
+from dsv41_jax.bench.loop import LAYERS
+from dsv41_jax.bench.timing import gpu_span_us
 
 tag = sys.argv[1]
 names = sys.argv[2:] or ["bs1x16K", "bs8x128K"]

@@ -16,7 +16,8 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import testing
-from dsv41_jax.bench_loop import LAYERS, host_wall_us, same_signature
+from dsv41_jax.bench.loop import LAYERS, same_signature
+from dsv41_jax.bench.timing import host_wall_us
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, testing
-from dsv41_jax.bench import jax_time_us
+from dsv41_jax.bench.timing import jax_time_us
 from dsv41_jax.logits import ffi as logits_ffi
 
 tag = sys.argv[1]

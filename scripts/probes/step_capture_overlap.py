@@ -58,7 +58,8 @@ def child(mode: str) -> None:
     from jax.experimental.compute_on import compute_on
 
     import dsv41_jax as dj
-    from dsv41_jax import bench, testing
+    from dsv41_jax import testing
+    from dsv41_jax.bench.timing import jax_time_us
     from dsv41_jax.blocks import block_amax, sort_candidate_blocks
     from dsv41_jax.rows import row_block_table, row_lengths
     from dsv41_jax.topk import select_candidate_blocks
@@ -105,7 +106,7 @@ def child(mode: str) -> None:
     same = all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(out, ref))
     digest = hashlib.sha256(b"".join(np.asarray(x).tobytes() for x in out)).hexdigest()[:16]
     print(f"RESULT equal_to_library_step {same} digest {digest}")
-    busy = bench.jax_time_us(step, [args], calls=10)
+    busy = jax_time_us(step, [args], calls=10)
     jax.block_until_ready(f(*args))
     t0 = time.perf_counter()
     outs = [f(*args) for _ in range(50)]

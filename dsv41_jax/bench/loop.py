@@ -12,16 +12,15 @@ buffers on every call) is the worst case for XLA's command buffers and is report
 
 from __future__ import annotations
 
-import json
 import statistics
-import tempfile
-import time
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _ext, testing
+from dsv41_jax.bench.table import Row
+from dsv41_jax.bench.timing import gpu_span_us, host_wall_us
 
 LAYERS = (20, 24, 28, 32, 36)
 # The step's variants the loop times: name -> its `TwoLevelIndexer.step_mode`, and name -> the
@@ -44,38 +43,6 @@ STEP_LABELS = {
 }
 LOOP_SHAPES_QUICK = ((1, 16384), (8, 16384), (8, 131072))
 LOOP_SHAPES = (*LOOP_SHAPES_QUICK, (64, 131072), (8, 1 << 20))
-
-
-def host_wall_us(fn: Callable[[], object], calls: int, keep: bool = False) -> float:
-    """Host µs per call over `calls` back-to-back calls and one sync at the end."""
-    t = time.perf_counter()
-    if keep:
-        out = [fn() for _ in range(calls)]
-    else:
-        for _ in range(calls):
-            out = fn()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t) / calls * 1e6
-
-
-def gpu_span_us(fn: Callable[[], object], calls: int, keep: bool = False) -> dict[str, float]:
-    """{span, sum, kernels} per call of `calls` back-to-back calls, from CUPTI."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        host_wall_us(fn, calls, keep)
-        torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        events = json.load(open(f.name))["traceEvents"]
-    kinds = ("kernel", "gpu_memcpy", "gpu_memset")
-    k = [e for e in events if e.get("ph") == "X" and e.get("cat") in kinds]
-    if not k:
-        return dict(span=0.0, sum=0.0, kernels=0.0)
-    span = max(e["ts"] + e["dur"] for e in k) - min(e["ts"] for e in k)
-    return dict(span=span / calls, sum=sum(e["dur"] for e in k) / calls, kernels=len(k) / calls)
 
 
 def measure(
@@ -117,7 +84,7 @@ def same_signature(step: Callable, *args: object) -> Callable:
     return jax.jit(body, keep_unused=True)
 
 
-def bench_loop(rng, bw: float, shapes, row: Callable) -> list:
+def bench_loop(rng, bw: float, shapes) -> list[Row]:
     """Span, host wall and kernel sum of the decode step (fused layers and op by op), publish and
     one select, with a trivial jit's host wall of the same rounds, per (batch, context) of
     `shapes` (LOOP_SHAPES_QUICK / LOOP_SHAPES unless --shapes names others)."""
@@ -172,19 +139,19 @@ def bench_loop(rng, bw: float, shapes, row: Callable) -> list:
         hits, misses = _ext.decode_step_graph_stats()
         auto = "auto path (default)"
         for name, label in STEP_LABELS.items():
-            rows.append(row("decode step span (pipelined)", shape, label, m[name]["span"], floor))
-            rows.append(row("decode step host wall", shape, label, m[name]["host"], 0.0))
+            rows.append(Row("decode step span (pipelined)", shape, label, m[name]["span"], floor))
+            rows.append(Row("decode step host wall", shape, label, m[name]["host"], 0.0))
             rows.append(
-                row("decode step kernel sum (same loop)", shape, label, m[name]["sum"], floor)
+                Row("decode step kernel sum (same loop)", shape, label, m[name]["sum"], floor)
             )
         for name, op in (("publish", "publish (layer 20)"), ("select", "select (consumer layer)")):
-            rows.append(row(f"{op} span (pipelined)", shape, auto, m[name]["span"], 0.0))
-            rows.append(row(f"{op} host wall", shape, auto, m[name]["host"], 0.0))
+            rows.append(Row(f"{op} span (pipelined)", shape, auto, m[name]["span"], 0.0))
+            rows.append(Row(f"{op} host wall", shape, auto, m[name]["host"], 0.0))
         for name, what in (("signature", "decode's"), ("signature stacked", "decode_stacked's")):
             label = f"{what} inputs and outputs, one fusion"
-            rows.append(row("same-signature jit host wall", shape, label, m[name]["host"], 0.0))
+            rows.append(Row("same-signature jit host wall", shape, label, m[name]["host"], 0.0))
         trivial_host = m["trivial"]["host"]
-        rows.append(row("trivial jit host wall", shape, "jit(x + 1) [8, 16K]", trivial_host, 0.0))
+        rows.append(Row("trivial jit host wall", shape, "jit(x + 1) [8, 16K]", trivial_host, 0.0))
         print(
             f"bench: loop {shape}: kernels/call step {m['step']['kernels']:.0f}, op by op "
             f"{m['step op by op']['kernels']:.0f}; host − trivial jit "

@@ -1,0 +1,20 @@
+"""Device-time benchmarks: `python -m dsv41_jax.bench [ops] [--quick] [--out FILE]`.
+
+Runs on a GPU machine. Time is GPU kernel time read from CUPTI (through torch.profiler, which
+records every kernel of the process, JAX's included): the sum of kernel durations inside the
+timed window divided by the calls in it, median of repeats. Host dispatch is never timed. Inputs
+rotate over several sets so repeated calls do not hit a warm cache. Every row stands beside its
+floor: the bytes it must move over the copy bandwidth measured in the same run. The selection
+rows are checked before they are timed: top-k, masked top-k and candidate selection (each
+implementation and each CUDA select forced) against the reference, a consumer layer's and the
+step's variants against the mask path's selections; a row whose result differs raises
+WrongResult and is never timed.
+
+A run's table (`--out`) goes into BENCHMARKS_HISTORY.md as a new section, and BENCHMARKS.md is
+generated from that file (`python -m dsv41_jax.bench_report`).
+
+Modules: `args` (the command line), `cli` (`main`: the run and its table), `timing` (CUPTI
+kernel time, the result checks, the copy bandwidth, a loop's host wall and GPU span), `table`
+(`Row`, the markdown table, saved runs), `plots`, and one module per benchmark family:
+`logits`, `blocks` (sort, amax), `topk`, `select`, `step`, `prefill`, `loop`, `sharded`.
+"""

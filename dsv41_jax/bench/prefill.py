@@ -1,0 +1,85 @@
+"""Ragged prefill: the logits, the top-k over them and the whole `publish_prefill`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from dsv41_jax import testing
+from dsv41_jax.bench.table import Row
+from dsv41_jax.bench.timing import Timer
+
+FP8_DENSE_TFLOPS = 989.0  # H100/H200 SXM dense FP8 tensor-core peak (the prefill logits floor)
+PREFILL_TOKENS = (4096, 32768, 131072)
+PREFILL_CHUNK = 32768  # query rows per call: [rows, T] fp32 logits, 16 GiB at T = 128K
+
+
+def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
+    """Ragged prefill of one causal request of T tokens (row i sees keys [0, i + 1)), 32 heads,
+    in chunks of at most 32K query rows (chunked prefill; the sum over chunks is reported): the
+    logits (floor: the causal FLOPs at the FP8 peak), the top-k over them (floor: the visible
+    logits read once) and the whole publish_prefill. The reference logits only at 4K."""
+    import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    cfg = dj.IndexerConfig()
+    rows = []
+    for t in PREFILL_TOKENS[:1] if quick else PREFILL_TOKENS:
+        keys = dj.quantize_keys(testing.normal(rng, (t, 128)))
+        shape = f"{t // 1024}K tokens, H 32" + (
+            f", {PREFILL_CHUNK // 1024}K-row chunks" if t > PREFILL_CHUNK else ""
+        )
+        total = {"logits": 0.0, "topk": 0.0, "filter": 0.0, "publish": 0.0, "reference": 0.0}
+        f = jax.jit(lambda q, k, s, e: dj.mqa_logits(q, k, s, e, relative=True))
+        for r0 in range(0, t, PREFILL_CHUNK):
+            n = min(PREFILL_CHUNK, t - r0)
+            q = testing.query(rng, n, 1, 32, 128)
+            starts = jnp.zeros((n,), jnp.int32)
+            ends = jnp.arange(r0 + 1, r0 + n + 1, dtype=jnp.int32)
+            args = (q, keys, starts, ends)
+            total["logits"] += timer.jax_us(f, [args], calls=1)
+            if t <= 4096 and not quick:
+                total["reference"] += timer.jax_us(
+                    lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference"),
+                    [args],
+                    calls=1,
+                )
+            logits = f(*args)
+            total["topk"] += timer.jax_us(
+                lambda x, m: dj.topk(x, m, cfg.index_topk), [(logits, ends)], calls=1
+            )
+            # The filter-first select forced (the dispatch takes the short-row select for rows
+            # of at most 128K keys).
+            total["filter"] += timer.jax_us(
+                lambda x, m: topk_ffi.cuda_topk(
+                    x,
+                    m,
+                    cfg.index_topk,
+                    starts=None,
+                    members=None,
+                    block_size=8,
+                    mode="positions",
+                    algorithm="filter",
+                ),
+                [(logits, ends)],
+                calls=1,
+            )
+            del logits
+            total["publish"] += timer.jax_us(
+                lambda *a: dj.publish_prefill(*a, cfg), [args], calls=1
+            )
+        floor = 2.0 * 32 * 128 * t * (t + 1) / 2 / (FP8_DENSE_TFLOPS * 1e6)
+        top_floor = 4.0 * t * (t + 1) / 2 / (bw * 1e3)
+        rows.append(
+            Row("mqa_logits (prefill)", shape, "ffi (DeepGEMM sm90)", total["logits"], floor)
+        )
+        if total["reference"]:
+            rows.append(
+                Row("mqa_logits (prefill)", shape, "reference (XLA)", total["reference"], floor)
+            )
+        rows.append(Row("topk k=512 (prefill rows)", shape, "default", total["topk"], top_floor))
+        rows.append(
+            Row("topk k=512 (prefill rows)", shape, "ffi filter", total["filter"], top_floor)
+        )
+        rows.append(Row("publish_prefill", shape, "default", total["publish"], floor + top_floor))
+    return rows

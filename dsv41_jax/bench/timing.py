@@ -1,0 +1,198 @@
+"""How the bench measures: GPU kernel time per call from CUPTI (through torch.profiler), the
+result checked before it is timed, the copy bandwidth that sets the floors, and a serving
+loop's host wall and GPU span."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # trace events that are GPU work
+
+
+def kernel_time_us(
+    run: Callable[[int], object],
+    calls: int = 20,
+    repeats: int = 5,
+    breakdown: list[str] | None = None,
+) -> float:
+    """Median over repeats of GPU kernel time per call of `run(i)` (i = call index); with
+    `breakdown`, a line naming the kernels behind it (`breakdown_line`) is appended there."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for i in range(3):
+        _block(run(i))
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(repeats):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            outs = [run(i) for i in range(calls)]
+            _block(outs)
+            torch.cuda.synchronize()
+        device = device_events(trace_events(prof))
+        per_call.append(busiest_us(device, calls))
+    if breakdown is not None:  # the last repeat's kernels
+        breakdown.append(breakdown_line(device, calls))
+    return statistics.median(per_call)
+
+
+def trace_events(prof: Any) -> list[dict[str, Any]]:
+    """The events of a finished torch.profiler run, read from its chrome trace."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as trace:
+            events: list[dict[str, Any]] = json.load(trace)["traceEvents"]
+    return events
+
+
+def device_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPU work of a trace: its kernels, copies and memsets."""
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_WORK]
+
+
+def busiest_us(device: list[dict[str, Any]], calls: int) -> float:
+    """Busy µs per call of the busiest GPU (one GPU: its kernel time; several: the slowest)."""
+    busy: dict[object, float] = {}
+    for e in device:
+        dev = e.get("args", {}).get("device", 0)
+        busy[dev] = busy.get(dev, 0.0) + e.get("dur", 0)
+    return max(busy.values(), default=0.0) / calls
+
+
+def breakdown_line(device: list[dict[str, Any]], calls: int) -> str:
+    """The four kernels that took the most time, each with its µs per call (--breakdown)."""
+    by_name: dict[str, float] = {}
+    for e in device:
+        name = e.get("name", "?")[:90]
+        by_name[name] = by_name.get(name, 0.0) + e["dur"]
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:4]
+    return "; ".join(f"{n}: {d / calls:.1f}" for n, d in top)
+
+
+def _block(x: object) -> object:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor) or (
+            isinstance(x, list) and x and isinstance(x[0], torch.Tensor)
+        ):
+            return x
+    except ImportError:
+        pass
+    return jax.block_until_ready(x)
+
+
+class WrongResult(AssertionError):
+    """A benchmarked call returned something else than what it is checked against: its row is
+    not timed."""
+
+
+def check_result(got: object, want: object, what: str) -> None:
+    """Raise WrongResult unless the pytrees `got` and `want` hold equal arrays (selections are
+    exact, so equal means bitwise)."""
+    g, w = jax.tree.leaves(got), jax.tree.leaves(want)
+    if len(g) != len(w) or not all(
+        np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(g, w)
+    ):
+        raise WrongResult(f"{what}: the result differs from what it is checked against")
+
+
+def whole(result: object) -> object:
+    """The result itself: what `jax_time_us` checks unless told to pick a part."""
+    return result
+
+
+def jax_time_us(
+    fn: Callable[..., object],
+    arg_sets: Sequence[tuple[Any, ...]],
+    calls: int = 20,
+    want: object = None,
+    what: str = "",
+    pick: Callable[[object], object] = whole,
+    breakdown: list[str] | None = None,
+) -> float:
+    """Kernel time per call of jit(fn) over `arg_sets`; with `want` (what `pick` of its result
+    on `arg_sets[0]` must be, e.g. the reference's), the result is checked first
+    (WrongResult). `breakdown`: as `kernel_time_us`'s."""
+    f = jax.jit(fn)
+    if want is not None:
+        check_result(pick(f(*arg_sets[0])), want, what)
+    return kernel_time_us(lambda i: f(*arg_sets[i % len(arg_sets)]), calls, breakdown=breakdown)
+
+
+@dataclass(frozen=True)
+class Timer:
+    """How one run times its rows: `kernel_time_us` and `jax_time_us` with the run's
+    `breakdown` (a list when --breakdown asks for the kernels behind each row, else None)."""
+
+    breakdown: list[str] | None = None
+
+    def kernel_us(self, run: Callable[[int], object], calls: int = 20) -> float:
+        """`kernel_time_us(run, calls)`, its kernels added to this run's breakdown."""
+        return kernel_time_us(run, calls, breakdown=self.breakdown)
+
+    def jax_us(
+        self,
+        fn: Callable[..., object],
+        arg_sets: Sequence[tuple[Any, ...]],
+        calls: int = 20,
+        want: object = None,
+        what: str = "",
+        pick: Callable[[object], object] = whole,
+    ) -> float:
+        """`jax_time_us(...)`, its kernels added to this run's breakdown."""
+        return jax_time_us(
+            fn, arg_sets, calls, want=want, what=what, pick=pick, breakdown=self.breakdown
+        )
+
+
+def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second), measured now."""
+    x = jnp.ones(nbytes // 8, jnp.float32)  # read nbytes/2, write nbytes/2
+    t = jax_time_us(lambda a: a + 1.0, [(x,)], calls=10)
+    return nbytes / (t * 1e-6) / 1e9
+
+
+def host_wall_us(fn: Callable[[], object], calls: int, keep: bool = False) -> float:
+    """Host µs per call over `calls` back-to-back calls and one sync at the end."""
+    t = time.perf_counter()
+    out: object
+    if keep:
+        out = [fn() for _ in range(calls)]
+    else:
+        for _ in range(calls):
+            out = fn()
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def gpu_span_us(fn: Callable[[], object], calls: int, keep: bool = False) -> dict[str, float]:
+    """{span, sum, kernels} per call of `calls` back-to-back calls, from CUPTI."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        host_wall_us(fn, calls, keep)
+        torch.cuda.synchronize()
+    return span_us(device_events(trace_events(prof)), calls)
+
+
+def span_us(device: list[dict[str, Any]], calls: int) -> dict[str, float]:
+    """{span, sum, kernels} per call of the GPU work `device` of `calls` calls: first start to
+    last end, the durations' sum, the count."""
+    if not device:
+        return dict(span=0.0, sum=0.0, kernels=0.0)
+    span = max(e["ts"] + e["dur"] for e in device) - min(e["ts"] for e in device)
+    total = sum(e["dur"] for e in device)
+    return dict(span=span / calls, sum=total / calls, kernels=len(device) / calls)
