@@ -81,7 +81,9 @@ def _run(op: str, source: str | None, data, lengths, k, starts, members, block_s
         members = _checks.int32(members)
         if members.shape[1] == 0:
             members = None
-    threads = mgpu_select.first_threads(rows, n, k, _ext.sm_count() if not emulate else 132)
+    # The emulator stands in for an H200: its launch plans are the ones an H200 would run.
+    sms = _ext.H200.sm_count if emulate else _ext.sm_count()
+    threads = mgpu_select.first_threads(rows, n, k, sms)
     run: Callable[..., Any] = mgpu_select.launch
     if emulate:
         data, lengths, run = np.asarray(data), np.asarray(lengths), mgpu_select.emulate
