@@ -133,11 +133,14 @@ def dcp_layout(rng, global_keys: list[np.ndarray], w: int, interleave: int, page
 @pytest.mark.parametrize("interleave", [1, 2, 3])
 @pytest.mark.parametrize("exchange", ["topc", "pmax"])
 def test_dcp_equals_unsharded(rng, w, interleave, exchange):
-    check_dcp(rng, w, interleave, exchange=exchange)
+    """Both exchanges, with the "auto" consumer path and the sparse one (one compile for both:
+    test_dcp_sparse_consumer_equals_unsharded takes the interleaves past 3)."""
+    check_dcp(rng, w, interleave, exchange=exchange, paths=("auto", "sparse"))
 
 
-def check_dcp(rng, w, interleave, **step_kw):
-    """DCP publish + select over W host devices equals one device, bitwise."""
+def check_dcp(rng, w, interleave, exchange="auto", paths=("auto",)):
+    """DCP publish + select (each consumer path in `paths`) over W host devices equals one
+    device, bitwise."""
     mesh = mesh_of(w)
     batch, global_pages = 6, 12
     cap = global_pages * 16
@@ -153,9 +156,11 @@ def check_dcp(rng, w, interleave, **step_kw):
     pages_local = -(-global_pages // w) + 1
     local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
 
-    step = dcp_step(mesh, CFG, interleave=interleave, **step_kw)
-    got = step(q, local_caches, local_tables, ctx, q2)
-    assert_dcp_equal(got, want_idx, want_table, want_sel)
+    step = jax.jit(dcp_both_paths(mesh, CFG, interleave, exchange, paths))
+    idx, blocks, count, valid, *sels = step(q, local_caches, local_tables, ctx, q2)
+    assert_dcp_equal((idx, blocks, count, valid, sels[0]), want_idx, want_table, want_sel)
+    for path, sel in zip(paths, sels, strict=True):
+        np.testing.assert_array_equal(np.asarray(sel), np.asarray(want_sel), err_msg=path)
 
 
 @pytest.mark.parametrize("verified", [False, True])
@@ -181,13 +186,15 @@ def test_dcp_auto_path_follows_the_status(rng, monkeypatch, verified):
     assert path.declined == want
 
 
+# Interleaves 1-3 (local blocks of B / W and single positions) at every W with both exchanges:
+# test_dcp_equals_unsharded, which checks the sparse path in the same compile.
 @pytest.mark.parametrize("w", [2, 4, 8])
-@pytest.mark.parametrize("interleave", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("interleave", [4, 8])
 def test_dcp_sparse_consumer_equals_unsharded(rng, w, interleave):
     """The consumer scoring only its device's part of the candidate blocks (a local table of
     blocks of B, of B / W, or of single positions, by the layout) selects what the unsharded
     consumer does, bitwise."""
-    check_dcp(rng, w, interleave, path="sparse")
+    check_dcp(rng, w, interleave, paths=("sparse",))
 
 
 def test_dcp_local_table_is_each_devices_part_of_the_blocks():
