@@ -23,6 +23,7 @@
 #include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
 #include "smxx_filter_topk.cuh"
+#include "smxx_launch.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_topk_keys.cuh"
 
@@ -392,16 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
 
 constexpr size_t kBufferSmem = size_t(2 * kCap) * sizeof(uint32_t);
 
-// Each device's SM count, recorded by PrepareFilterTopk (a launch must not query the device:
-// XLA may be capturing the stream); 0 where it was not recorded (the CPU stand-in).
-constexpr int kMaxDevices = 64;
-int g_sm_count[kMaxDevices] = {};
-
-int CurrentSmCount() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
-  return g_sm_count[device];
-}
+PerDevice g_sm_count;  // recorded by PrepareFilterTopk; 0 on the CPU stand-in: no wave limit
 
 template <class T, bool kMasked>
 cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
@@ -410,7 +402,7 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
   // round and the first CTA can hold every chunk's top k. Masked rows split their candidate
   // positions.
   const int64_t elems = kMasked ? args.num_members * args.block_size : args.n;
-  const int64_t sms = CurrentSmCount();
+  const int64_t sms = g_sm_count.Current();
   int cl = 1;
   while (cl < kMaxCluster && (sms == 0 || args.rows * 2 * cl <= sms) &&
          elems / (2 * cl) >= kRound && 2 * cl * int64_t(args.k) <= kCap) {
@@ -425,11 +417,7 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t PrepareFilterTopk() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < kMaxDevices &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess) {
-    g_sm_count[device] = sms;
-  }
+  g_sm_count.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
   return SetMaxDynamicSmem(kBufferSmem + kFilterMaskSmem, FilterTopkKernel<float, false>,
                            FilterTopkKernel<topk::Bf16, false>, FilterTopkKernel<float, true>,
                            FilterTopkKernel<topk::Bf16, true>);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "smxx_launch.cuh"  // PerDevice, CurrentDeviceAttribute
 #include "xla/ffi/api/ffi.h"
 
 namespace dsv41 {
@@ -20,39 +21,6 @@ using Result = ffi::ResultBuffer<T>;
 
 // Every handler only launches on XLA's stream and allocates nothing: CUDA-graph capturable.
 inline constexpr auto kCmdBuffer = {ffi::Traits::kCmdBufferCompatible};
-
-// A per-device value a handler needs (an SM count, "attributes set"), recorded for the current
-// device by the handler's Prepare function: handlers themselves must not query or configure the
-// device, which is illegal while XLA captures the stream into a CUDA graph. 0 = not prepared.
-class PerDevice {
- public:
-  static constexpr int kMaxDevices = 64;
-  void Record(int value) {
-    int device = 0;
-    if (cudaGetDevice(&device) == cudaSuccess && device >= 0 && device < kMaxDevices) {
-      values_[device] = value;
-    }
-  }
-  int Current() const {
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 0;
-    return values_[device];
-  }
-
- private:
-  int values_[kMaxDevices] = {};
-};
-
-// An attribute of the current device (compute capability major, SM count, ...), or 0 when it
-// cannot be read.
-inline int CurrentDeviceAttribute(cudaDeviceAttr attribute) {
-  int device = 0, value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
-    return 0;
-  }
-  return value;
-}
 
 // The Prepare step of an SM100-only handler: on an SM100 device run `set` (its kernels'
 // attributes) and record per device whether it succeeded, which the handler checks; on any other

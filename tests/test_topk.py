@@ -196,11 +196,8 @@ def reference(inputs, k, block_size=8):
 
 @pytest.mark.parametrize(
     "impl,case",
-    [
-        p
-        for name in IMPLS
-        for p in params((EMULATED_CASES if name in EMULATED_CUDA else CASES) + RAGGED, [name])
-    ],
+    params(CASES + RAGGED, [name for name in IMPLS if name not in EMULATED_CUDA])
+    + params(EMULATED_CASES + RAGGED, EMULATED_CUDA),
 )
 def test_topk_equals_reference(request, rng, impl, case):
     inputs = case_inputs(rng, case, make_scores)

@@ -141,19 +141,9 @@ class Timer:
         """`kernel_time_us(run, calls)`, its kernels added to this run's breakdown."""
         return kernel_time_us(run, calls, breakdown=self.breakdown)
 
-    def jax_us(
-        self,
-        fn: Callable[..., object],
-        arg_sets: Sequence[tuple[Any, ...]],
-        calls: int = 20,
-        want: object = None,
-        what: str = "",
-        pick: Callable[[object], object] = whole,
-    ) -> float:
-        """`jax_time_us(...)`, its kernels added to this run's breakdown."""
-        return jax_time_us(
-            fn, arg_sets, calls, want=want, what=what, pick=pick, breakdown=self.breakdown
-        )
+    def jax_us(self, *args: Any, **kwargs: Any) -> float:
+        """`jax_time_us(*args, **kwargs)`, its kernels added to this run's breakdown."""
+        return jax_time_us(*args, **kwargs, breakdown=self.breakdown)
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:

@@ -1,6 +1,7 @@
 """The GPU span of back-to-back calls on the extension in PYTHONPATH, for programmatic dependent
 launch A/Bs: per call, the span (first kernel start to last kernel end over 50 calls, / 50),
-the kernel sum and the kernel count, from CUPTI, as medians of 5 rounds. What it times:
+the kernel sum and the kernel count, from CUPTI, as the serving-loop bench measures them
+(`dsv41_jax.bench.loop.measure`: medians over interleaved rounds). What it times:
 
 - `chain`: 16 short selects (k = 512 over [1, 16K], each forced to the CUDA short select) in
   one jit, back to back on the stream: (span - sum) / kernels is the gap a kernel boundary costs
@@ -9,14 +10,13 @@ the kernel sum and the kernel count, from CUPTI, as medians of 5 rounds. What it
 - `step graphs` / `step direct`: the decode step (publish + 4 selects) as one custom call,
   replayed as a CUDA graph / launched directly, at each shape.
 
-    python scripts/probes/pdl_span.py TAG [bs8x128K ...]   # once per build, interleaved
+    python scripts/probes/pdl_span.py TAG [bs8x128K,...]   # once per build, interleaved
 
 Prints `SPAN TAG what shape span sum kernels` lines; `SAME` / `DIFF` lines check the chain
 against the reference and the step's two modes against each other, with a digest of the step's
 selections to compare across builds."""
 
 import hashlib
-import statistics
 import sys
 
 import jax
@@ -25,24 +25,16 @@ import numpy as np
 
 import dsv41_jax as dj
 from dsv41_jax import testing
-from dsv41_jax.bench.loop import LAYERS
-from dsv41_jax.bench.timing import gpu_span_us
+from dsv41_jax.bench.args import parse_shapes
+from dsv41_jax.bench.loop import LAYERS, measure
 
 tag = sys.argv[1]
-names = sys.argv[2:] or ["bs1x16K", "bs8x128K"]
+shapes = parse_shapes(sys.argv[2] if len(sys.argv) > 2 else "bs1x16K,bs8x128K")
 rng = np.random.default_rng(0)
 
 
-def parse(name: str) -> tuple[int, int]:
-    bs, ctx = name.removeprefix("bs").split("x")
-    return int(bs), int(ctx.removesuffix("K")) * 1024
-
-
 def report(what: str, shape: str, fn) -> None:
-    for _ in range(3):
-        jax.block_until_ready(fn())
-    got = [gpu_span_us(fn, 50) for _ in range(5)]
-    m = {key: statistics.median(g[key] for g in got) for key in got[0]}
+    m = measure({what: (fn, False)})[what]
     print(
         f"SPAN {tag} {what} {shape} {m['span']:.1f} {m['sum']:.1f} {m['kernels']:.0f}", flush=True
     )
@@ -66,8 +58,8 @@ print("SAME" if all(bool((got[i] == want).all()) for i in range(16)) else "DIFF"
 report("chain", "[1, 16K]", lambda: f(s, lens))
 
 cfg = dj.IndexerConfig()
-for name in names:
-    bs, ctx = parse(name)
+for bs, ctx in shapes:
+    name = f"bs{bs}x{ctx // 1024}K"
     caches, qs, lens_b, bt = testing.decode_inputs(
         rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
     )
