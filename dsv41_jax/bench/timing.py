@@ -141,9 +141,16 @@ class Timer:
         """`kernel_time_us(run, calls)`, its kernels added to this run's breakdown."""
         return kernel_time_us(run, calls, breakdown=self.breakdown)
 
-    def jax_us(self, *args: Any, **kwargs: Any) -> float:
-        """`jax_time_us(*args, **kwargs)`, its kernels added to this run's breakdown."""
-        return jax_time_us(*args, **kwargs, breakdown=self.breakdown)
+    def jax_us(
+        self,
+        fn: Callable[..., object],
+        arg_sets: Sequence[tuple[Any, ...]],
+        calls: int = 20,
+        **check: Any,
+    ) -> float:
+        """`jax_time_us(fn, arg_sets, calls, **check)` (`check`: its want / what / pick), its
+        kernels added to this run's breakdown."""
+        return jax_time_us(fn, arg_sets, calls, breakdown=self.breakdown, **check)
 
 
 def copy_bandwidth_gbs(nbytes: int = 2 << 30) -> float:
