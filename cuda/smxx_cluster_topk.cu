@@ -335,6 +335,8 @@ __global__ void __launch_bounds__(kThreads, 2) ClusterTopkKernel(TopkArgs a, int
   DSV41_STAMP(11);
 }
 
+ClusterWaves g_waves;  // recorded by PrepareClusterTopk
+
 }  // namespace
 
 cudaError_t PrepareClusterTopk() {
@@ -345,6 +347,9 @@ cudaError_t PrepareClusterTopk() {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     }
   }
+  // Rows of unmasked chunks that keep their keys (the launches this limit decides).
+  g_waves.Record(ClusterTopkKernel<float>, kThreads, size_t(kCachedKeys) * sizeof(uint32_t),
+                 kMaxCluster);
   return err;
 }
 
@@ -353,8 +358,9 @@ cudaError_t LaunchClusterTopk(const TopkArgs& args, cudaStream_t stream) {
   const int64_t len_max = args.n;
   int cl = 1;
   while (cl < kMaxCluster && (len_max + cl - 1) / cl > kCachedKeys) cl *= 2;
-  while (cl > 1 && args.rows * cl < 128 && (len_max + 2 * cl - 1) / (2 * cl) >= 2048 &&
-         cl < kMaxCluster) {
+  // Split further while the doubled clusters run in one wave and chunks keep 2048 keys.
+  while (cl > 1 && g_waves.OneWave(args.rows, 2 * cl) &&
+         (len_max + 2 * cl - 1) / (2 * cl) >= 2048 && cl < kMaxCluster) {
     cl *= 2;
   }
   const int64_t chunk = (len_max + cl - 1) / cl;

@@ -393,18 +393,16 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
 
 constexpr size_t kBufferSmem = size_t(2 * kCap) * sizeof(uint32_t);
 
-PerDevice g_sm_count;  // recorded by PrepareFilterTopk; 0 on the CPU stand-in: no wave limit
+ClusterWaves g_waves[2];  // unmasked, masked rows; recorded by PrepareFilterTopk
 
 template <class T, bool kMasked>
 cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
-  // Split a row while the doubled clusters still run in one wave (one CTA an SM: two waves
-  // measured up to 1.8x slower at 20-100 rows on the H200), each chunk keeps at least one whole
-  // round and the first CTA can hold every chunk's top k. Masked rows split their candidate
-  // positions.
+  // Split a row while the doubled clusters still run in one wave (two waves measured up to
+  // 1.8x slower at 20-100 rows on the H200), each chunk keeps at least one whole round and the
+  // first CTA can hold every chunk's top k. Masked rows split their candidate positions.
   const int64_t elems = kMasked ? args.num_members * args.block_size : args.n;
-  const int64_t sms = g_sm_count.Current();
   int cl = 1;
-  while (cl < kMaxCluster && (sms == 0 || args.rows * 2 * cl <= sms) &&
+  while (cl < kMaxCluster && g_waves[kMasked].OneWave(args.rows, 2 * cl) &&
          elems / (2 * cl) >= kRound && 2 * cl * int64_t(args.k) <= kCap) {
     cl *= 2;
   }
@@ -417,10 +415,16 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t PrepareFilterTopk() {
-  g_sm_count.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
-  return SetMaxDynamicSmem(kBufferSmem + kFilterMaskSmem, FilterTopkKernel<float, false>,
-                           FilterTopkKernel<topk::Bf16, false>, FilterTopkKernel<float, true>,
-                           FilterTopkKernel<topk::Bf16, true>);
+  const cudaError_t err =
+      SetMaxDynamicSmem(kBufferSmem + kFilterMaskSmem, FilterTopkKernel<float, false>,
+                        FilterTopkKernel<topk::Bf16, false>, FilterTopkKernel<float, true>,
+                        FilterTopkKernel<topk::Bf16, true>);
+  // After the limit is raised (the occupancy calculator reads it); masked rows at their largest
+  // mask.
+  g_waves[0].Record(FilterTopkKernel<float, false>, kThreads, kBufferSmem, kMaxCluster);
+  g_waves[1].Record(FilterTopkKernel<float, true>, kThreads, kBufferSmem + kFilterMaskSmem,
+                    kMaxCluster);
+  return err;
 }
 
 int64_t FilterTopkMaskBytes(int64_t n, int32_t block_size, int64_t num_members) {

@@ -42,27 +42,87 @@ inline int CurrentDeviceAttribute(cudaDeviceAttr attribute) {
   return value;
 }
 
+// A launch configuration of `grid` CTAs of `block` threads with `smem` bytes of dynamic shared
+// memory, in clusters of `cluster` CTAs along x when `cluster` > 0 (it owns the attribute its
+// config points to, hence no copies).
+struct ClusterConfig {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attr[1] = {};
+  ClusterConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster) {
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    if (cluster > 0) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = cluster;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+    }
+  }
+  ClusterConfig(const ClusterConfig&) = delete;
+  ClusterConfig& operator=(const ClusterConfig&) = delete;
+};
+
 // `kernel<<<grid, block, smem, stream>>>(args...)`, in clusters of `cluster` CTAs along x when
 // `cluster` > 0. Returns the launch's error.
 template <class Kernel, class... Args>
 cudaError_t LaunchKernel(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                          unsigned cluster, Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  if (cluster > 0) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, kernel, args...);
+  const ClusterConfig c(grid, block, smem, stream, cluster);
+  return cudaLaunchKernelEx(&c.config, kernel, args...);
 }
+
+// How many clusters of `cluster` CTAs of `kernel` (`threads` a CTA, `smem` bytes of dynamic
+// shared memory) the current device runs at once, by the CUDA occupancy calculator (GPCs bound
+// clusters, not only SMs); 0 when it cannot tell. A set-up call (a Prepare function, after the
+// kernel's shared memory limit is raised): never while a stream is captured.
+template <class Kernel>
+int MaxActiveClusters(Kernel kernel, int cluster, int threads, size_t smem) {
+  const ClusterConfig c(dim3(unsigned(cluster)), dim3(unsigned(threads)), smem, nullptr,
+                        unsigned(cluster));
+  int count = 0;
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &c.config) != cudaSuccess) {
+    cudaGetLastError();  // cleared, so that no later launch reports it
+    return 0;
+  }
+  return count;
+}
+
+// Whether a launch of `rows` clusters runs in one wave, per device: the clusters of 1, 2, 4, ...
+// CTAs of one kernel that run at once and the SM count, recorded by a Prepare function.
+class ClusterWaves {
+ public:
+  static constexpr int kSizes = 5;  // clusters of 1, 2, 4, 8 and 16 CTAs
+  template <class Kernel>
+  void Record(Kernel kernel, int threads, size_t smem, int max_cluster) {
+    sms_.Record(CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount));
+    for (int i = 0; i < kSizes && (1 << i) <= max_cluster; ++i) {
+      at_once_[i].Record(MaxActiveClusters(kernel, 1 << i, threads, smem));
+    }
+  }
+  // `rows` clusters of `cluster` CTAs (a power of two) at once: by the occupancy calculator's
+  // count where one was recorded, else at most one CTA an SM, and no limit where neither is
+  // known (the CPU stand-in).
+  bool OneWave(int64_t rows, int cluster) const {
+    const int i = Log2(cluster);
+    const int at_once = i < kSizes ? at_once_[i].Current() : 0;
+    if (at_once > 0) return rows <= at_once;
+    const int sms = sms_.Current();
+    return sms == 0 || rows * cluster <= sms;
+  }
+
+ private:
+  static int Log2(int cluster) {
+    int i = 0;
+    while ((2 << i) <= cluster) ++i;
+    return i;
+  }
+  PerDevice sms_;
+  PerDevice at_once_[kSizes];
+};
 
 // Raises each kernel's dynamic shared memory limit to `bytes`; stops at the first error. A
 // one-time set-up call: never while a stream is being captured.

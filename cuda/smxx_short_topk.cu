@@ -252,23 +252,7 @@ cudaError_t PrepareShortTopk() {
 
 int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
   if (cluster < 1 || cluster > kShortMaxCluster) return 0;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(unsigned(cluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = sizeof(Shared);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  int count = 0;
-  if (cudaOccupancyMaxActiveClusters(&count, ShortTopkKernel<float>, &config) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
+  return MaxActiveClusters(ShortTopkKernel<float>, cluster, kThreads, sizeof(Shared));
 }
 
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream) {
