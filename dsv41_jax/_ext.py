@@ -211,6 +211,22 @@ def sm_count() -> int:
     return int(getattr(jax.devices()[0], "core_count", 0) or 0)
 
 
+def gpu_declines(op: str, archs: tuple[str, ...], backend: str, cc: str) -> str | None:
+    """Why `op`'s FFI kernels, built for the compute capabilities `archs`, cannot run on a
+    device of JAX backend `backend` and compute capability `cc` (None: they can)."""
+    loaded = _load()
+    if isinstance(loaded, str):
+        return loaded
+    if backend != "gpu":
+        return f"{op}: the FFI implementation needs a CUDA GPU backend"
+    if cc not in archs:
+        return (
+            f"{op}: no kernel image for compute capability {cc or 'unknown'} (built for "
+            f"{', '.join(archs)})"
+        )
+    return None
+
+
 def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:
     """Raise ExtensionUnavailable unless the extension is built, JAX runs on a CUDA GPU and the
     extension holds machine code for its compute capability (`archs`), checked at trace time so
@@ -220,13 +236,7 @@ def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:
     XLA's GPU compile of such a call inside an eager `jax.shard_map` over several GPUs crashes
     the process (scripts/probes/eager_shard_map_ffi.py, seen on 2 H200s with jax 0.11.2).
     """
-    extension()
-    if backend() != "gpu":
-        raise ExtensionUnavailable(f"{op}: the FFI implementation needs a CUDA GPU backend")
-    cc = compute_capability()
-    if cc not in archs:
-        raise ExtensionUnavailable(
-            f"{op}: no kernel image for compute capability {cc or 'unknown'} (built for "
-            f"{', '.join(archs)})"
-        )
+    why = gpu_declines(op, archs, backend(), compute_capability())
+    if why is not None:
+        raise ExtensionUnavailable(why)
     register_ffi_targets()

@@ -12,8 +12,8 @@ lengths (`Shared`). ffi/sm90_indexer_layers.cu holds the per-layer handlers.
 `decode_step` goes further for the step API: every layer, the lengths and the schedule in one
 custom call (ffi/sm90_decode_step.cu) whose launches replay as one cached CUDA graph, with
 no XLA kernel beside it. `publish` and `select` take these paths wherever every op of the layer
-would run its FFI kernel (`declines` says why not); the step API computes the shared values
-once, or runs `decode_step` when every layer runs fused.
+would run its FFI kernel (the plan's decision: `dsv41_jax.plan.layers`); the step API computes
+the shared values once, or runs `decode_step` when every layer runs fused.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import numpy as np
 from dsv41_jax import _checks, _ext
 from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
 from dsv41_jax.plan import Op, Spec, device_record, resolve
 from dsv41_jax.plan import sparse_select as sparse_select_plan
+from dsv41_jax.plan.layers import StepMode
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
@@ -43,56 +43,6 @@ PUBLISH = "dsv41_sm90_publish"
 SPARSE_SELECT = "dsv41_sm90_sparse_select"
 STEP = "dsv41_sm90_decode_step"
 STEP_TRACED = "dsv41_sm90_decode_step_traced"
-
-# How a decode step runs (`TwoLevelIndexer.step_mode`; results are identical in every mode):
-# "graphs" every layer in one custom call replaying its launches as a cached CUDA graph (the
-# default); "direct" one custom call launching them; "traced" one custom call XLA captures into
-# its own command buffer; "layers" one custom call a layer; "ops" every op of every layer on its
-# own (as `publish(..., fuse=False)` runs a layer). Each falls back to the next where the
-# layers cannot run fused (`declines`). A static argument: a jitted step traced in one mode is
-# traced again in another.
-StepMode = Literal["graphs", "direct", "traced", "layers", "ops"]
-STEP_MODES: tuple[StepMode, ...] = ("graphs", "direct", "traced", "layers", "ops")
-
-
-def check_step_mode(mode: object) -> StepMode:
-    """`mode` checked: one of STEP_MODES (ValueError otherwise)."""
-    if not isinstance(mode, str) or mode not in STEP_MODES:
-        raise ValueError(f"step_mode must be one of {list(STEP_MODES)}, got {mode!r}")
-    return mode
-
-
-def one_call_step(mode: StepMode) -> str | None:
-    """Why a decode step in `mode` whose layers all run fused does not run as one custom call
-    (None: it does)."""
-    if mode in ("layers", "ops"):
-        return f"step_mode={mode!r}, as asked"
-    return None
-
-
-def declines(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    block_table,
-    implementation,
-    unfused: str | None = None,
-) -> str | None:
-    """Why a layer over these inputs does not run fused (None: it does). It does where its ops
-    would all run their FFI kernels: `implementation` None or preferring "ffi", an SM90 GPU,
-    the inputs DeepGEMM's paged kernel takes, and the caller did not ask for the ops one by one
-    (`unfused`: the reason it did, e.g. "fuse=False, as asked")."""
-    if unfused is not None:
-        return unfused
-    if implementation is not None and implementation[0] != "ffi":
-        return f"implementation {implementation!r} does not prefer 'ffi'"
-    try:
-        _ext.require_gpu("the fused layers", _ext.SM90)
-    except _ext.ExtensionUnavailable as e:
-        return str(e)
-    max_pages = block_table.shape[1]
-    return logits_ffi.sm90_paged_declines(
-        query, cache, max_pages, logits_width(max_pages, cache.page_size)
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,20 +132,24 @@ def dense_select(
 
 
 def _publish_workspaces(
-    rows: int, logits: jax.ShapeDtypeStruct, config: IndexerConfig, topk_algorithm: str | None
+    rows: int,
+    logits: jax.ShapeDtypeStruct,
+    config: IndexerConfig,
+    all_blocks: bool,
+    topk_algorithm: str | None,
 ):
-    """(all_blocks, block-score workspace, top-C workspace, select_c) of a publish over these
-    logits: when every block of every row is a candidate (`all_blocks`), the table is every
-    block and the two workspaces are `[1, 1]` placeholders (no block scores, no top-C)."""
+    """(block-score workspace, top-C workspace, select_c) of a publish over these logits: when
+    the table is every block of each row (`all_blocks`, the plan's decision), the two
+    workspaces are `[1, 1]` placeholders (no block scores, no top-C)."""
     b, c = config.candidate_block_size, config.candidate_topk_blocks
-    nb = -(-logits.shape[1] // b)
-    if nb <= c:
+    if all_blocks:
         one = jax.ShapeDtypeStruct((1, 1), jnp.float32), jax.ShapeDtypeStruct((1, 1), jnp.int32)
-        return True, *one, "short"  # select_c unused
+        return *one, "short"  # select_c unused
+    nb = -(-logits.shape[1] // b)
     scores = jax.ShapeDtypeStruct((rows, nb), jnp.float32)
     selected = jax.ShapeDtypeStruct((rows, c), jnp.int32)
     select_c = _select(scores, c, None, b, topk_algorithm, "select_candidate_blocks")
-    return False, scores, selected, select_c
+    return scores, selected, select_c
 
 
 def _table_shapes(rows: int, c: int) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -215,14 +169,16 @@ def publish(
     block_table,
     shared: Shared,
     config: IndexerConfig,
+    all_blocks: bool,
     topk_algorithm: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
-    """The candidate source layer: its top-k and the published table (see indexer.publish)."""
+    """The candidate source layer: its top-k and the published table (see indexer.publish);
+    `all_blocks`: the table is every block of each row (the plan's decision)."""
     rows, k = query.num_rows, config.index_topk
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     logits = _logits_shape(query, cache, block_table)
-    all_blocks, scores_ws, selected_ws, select_c = _publish_workspaces(
-        rows, logits, config, topk_algorithm
+    scores_ws, selected_ws, select_c = _publish_workspaces(
+        rows, logits, config, all_blocks, topk_algorithm
     )
     all_selected = every_block(shared.rows, c, b) if all_blocks else jnp.zeros((1, 1), jnp.int32)
     out = (
@@ -313,6 +269,7 @@ def decode_step(
     context_lens,
     block_table,
     config: IndexerConfig,
+    all_blocks: bool,
     slots: Sequence[int] | None = None,
     topk_algorithm: str | None = None,
     mode: StepMode = "graphs",
@@ -324,17 +281,18 @@ def decode_step(
     the lengths clamped as `Shared` does, in the call: bitwise their results, with no XLA
     kernel beside the call. Returns every layer's top-k and the source's table; with `slots`,
     the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`.
+    `all_blocks`: the source's table is every block of each row (the plan's decision).
     `topk_algorithm`: as in `dsv41_jax.topk`, for every layer's select. `mode`: "graphs"
-    (replayed as a cached CUDA graph), "direct" or "traced" (see StepMode)."""
-    assert one_call_step(mode) is None, mode
+    (replayed as a cached CUDA graph), "direct" or "traced" (`dsv41_jax.plan.layers.StepMode`)."""
+    assert mode in ("graphs", "direct", "traced"), mode
     assert roles and roles[0] == "source" and "source" not in roles[1:], roles
     query, cache = queries[0], caches[0]
     rows, k, next_n = query.num_rows, config.index_topk, query.next_n
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     batch, max_pages = block_table.shape
     logits = _logits_shape(query, cache, block_table)
-    all_blocks, scores, selected, select_c = _publish_workspaces(
-        rows, logits, config, topk_algorithm
+    scores, selected, select_c = _publish_workspaces(
+        rows, logits, config, all_blocks, topk_algorithm
     )
     i32, f32 = jnp.int32, jnp.float32
 

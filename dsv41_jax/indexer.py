@@ -7,25 +7,23 @@ that `publish` returned, so XLA schedules it after the source layer; nothing els
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _checks, _ext, fused
-from dsv41_jax._dispatch import Implementation, record, shared
+from dsv41_jax import _checks, fused
+from dsv41_jax._dispatch import Implementation, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
-from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.logits.api import check_paged, check_ragged
-from dsv41_jax.ordering import every_block
+from dsv41_jax.ordering import every_block as every_block_ids
 from dsv41_jax.plan import check_algorithm
+from dsv41_jax.plan.layers import LayerPlan, LayerSpec, Path, every_block, plan_layer
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
-
-Path = Literal["auto", "mask", "sparse"]
 
 
 def _check_config(config: IndexerConfig, query: QueryBundle, head_dim: int, fmt: str) -> None:
@@ -89,8 +87,13 @@ def _publish_from_logits(
     config: IndexerConfig,
     implementation: Implementation,
     topk_algorithm: str | None = None,
+    all_blocks: bool | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
+    """A source layer's top-k and table from its logits; `all_blocks`: the plan's every-block
+    decision (`dsv41_jax.plan.layers.every_block` of the logits' width when None)."""
     b, c = config.candidate_block_size, config.candidate_topk_blocks
+    if all_blocks is None:
+        all_blocks = every_block(logits.shape[1], c, b)[0]
     indices = topk(
         logits,
         lens,
@@ -98,12 +101,10 @@ def _publish_from_logits(
         implementation=implementation,
         topk_algorithm=topk_algorithm,
     )
-    nb = -(-logits.shape[1] // b)
-    if nb <= c:
+    if all_blocks:
         # No row can have more than C blocks, so every block is a candidate: exactly what
-        # select_candidate_blocks returns then (ascending ids, -1 padded), without the block
-        # scores or their top-C (two kernels of a short-context step).
-        selected = every_block(jnp.minimum(lens, logits.shape[1]), c, b)
+        # select_candidate_blocks returns then (ascending ids, -1 padded).
+        selected = every_block_ids(jnp.minimum(lens, logits.shape[1]), c, b)
     else:
         scores = block_amax(logits, lens, block_size=b, implementation=implementation)
         selected = select_candidate_blocks(
@@ -157,16 +158,9 @@ def publish(
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     topk_algorithm = check_algorithm(topk_algorithm)
-    return _publish(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        config,
-        shared(implementation),
-        topk_algorithm,
-        unfused=_unfused(fuse),
-    )
+    spec = LayerSpec.of("source", query, cache, block_table, config)
+    lp = plan_layer(spec, implementation=implementation, unfused=_unfused(fuse))
+    return _publish(query, cache, context_lens, block_table, config, lp, topk_algorithm)
 
 
 def _unfused(fuse: bool) -> str | None:
@@ -174,27 +168,19 @@ def _unfused(fuse: bool) -> str | None:
     return None if _checks.boolean(fuse, "fuse") else "fuse=False, as asked"
 
 
-def _runs_fused(
-    op: str,
+def _run_fused(
+    lp: LayerPlan,
     query: QueryBundle,
     cache: PagedIndexCache,
     context_lens: jax.Array,
     block_table: jax.Array,
-    implementation: Implementation,
-    declined: str | None = None,
-    unfused: str | None = None,
 ) -> bool:
-    """Whether layer `op` runs as one custom call (`fused.declines`, or `declined` when given,
-    says why not; `unfused`: the caller's reason to run it op by op), recorded for
-    `dsv41_jax.info` either way. It checks the inputs as `paged_mqa_logits` would first, since
-    the fused call skips that op."""
-    why = declined or fused.declines(query, cache, block_table, implementation, unfused)
-    if why is None:
+    """Records the layer's plan (for `dsv41_jax.info`) and says whether it runs fused; a fused
+    layer's inputs are checked as `paged_mqa_logits` would check them, since it skips that op."""
+    lp.record()
+    if lp.fused:
         check_paged(query, cache, context_lens, block_table)
-        record(f"{op}: layer", "fused (one custom call)")
-        return True
-    record(f"{op}: layer", "op by op", [("fused", why)])
-    return False
+    return lp.fused
 
 
 def _publish(
@@ -203,25 +189,22 @@ def _publish(
     context_lens: jax.Array,
     block_table: jax.Array,
     config: IndexerConfig,
-    implementation: Implementation,
+    lp: LayerPlan,
     topk_algorithm: str | None = None,
     share: fused.Shared | None = None,
-    *,
-    unfused: str | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
-    """`publish` on checked inputs; `share`: the step's lengths and schedule (fused layers);
-    `unfused`: as in `_runs_fused`."""
-    if _runs_fused(
-        "publish", query, cache, context_lens, block_table, implementation, unfused=unfused
-    ):
+    """`publish` on checked inputs, as its plan `lp` says; `share`: the step's lengths and
+    schedule (fused layers)."""
+    if _run_fused(lp, query, cache, context_lens, block_table):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
-        return fused.publish(query, cache, block_table, share, config, topk_algorithm)
-    logits = paged_mqa_logits(
-        query, cache, context_lens, block_table, implementation=implementation
-    )
+        return fused.publish(
+            query, cache, block_table, share, config, lp.every_block, topk_algorithm
+        )
+    impl = lp.implementation
+    logits = paged_mqa_logits(query, cache, context_lens, block_table, implementation=impl)
     lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
     bt = row_block_table(block_table, query.next_n)
-    return _publish_from_logits(logits, lens, bt, config, implementation, topk_algorithm)
+    return _publish_from_logits(logits, lens, bt, config, impl, topk_algorithm, lp.every_block)
 
 
 def select(
@@ -267,123 +250,14 @@ def select(
 
     Returns int32 `[batch·next_n, k]` logical positions, ascending, -1 padded.
     """
-    return _select(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        table,
-        config,
-        path,
-        implementation,
-        check_algorithm(topk_algorithm),
-        unfused=_unfused(fuse),
-    )
-
-
-def _consumer_path(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    block_table: jax.Array,
-    num_candidates: int,
-    b: int,
-    path: Path,
-    implementation: Implementation,
-    published_here: bool,
-) -> Literal["dense", "mask", "sparse"]:
-    """How a consumer selects (recorded for `dsv41_jax.info`): "dense" (the plain top-k: a table
-    this step published holds every block), "mask" or "sparse"; `path` as in `select`,
-    `published_here` as in `_select`. Raises ValueError for `path="sparse"` on a GPU without a
-    sparse kernel."""
-    # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
-    # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
-    # step published holds every block, so the dense top-k is the answer, without the mask.
-    fits = block_table.shape[1] * cache.page_size <= num_candidates * b
-    if path == "auto" and fits and published_here:
-        record("select: consumer path", "dense (every block is a candidate)")
-        return "dense"
-    declines = logits_ffi.sparse_kernel_declines(query, cache, num_candidates, b)
-    why_not_sparse: list[tuple[str, str]] = []  # for dsv41_jax.info: why auto took the mask path
-    if path == "auto":
-        ffi_allowed = implementation is None or "ffi" in implementation
-        if fits:
-            why = (
-                f"the page table holds at most C·B = {num_candidates * b} positions a row "
-                "(the sparse row would be the whole row)"
-            )
-        elif declines is not None:
-            why = declines
-        elif not ffi_allowed:
-            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
-        else:
-            why = ""
-        path = "mask" if why else "sparse"
-        why_not_sparse = [("sparse", why)] if why else []
-    elif (
-        path == "sparse"
-        and declines is not None
-        and _ext.backend() == "gpu"
-        and implementation != ("reference",)
-    ):
-        raise ValueError(
-            f"select(path='sparse'): no sparse logits kernel on this GPU for these inputs "
-            f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to run "
-            "the slow sparse reference"
-        )
-    record("select: consumer path", path, why_not_sparse)
-    return path
-
-
-def step_consumer_path(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    block_table: jax.Array,
-    num_candidates: int,
-    b: int,
-    path: Path,
-    implementation: Implementation,
-) -> Literal["dense", "mask", "sparse"]:
-    """The route a step's consumer layer takes (as `step_select` does), for the one-call step,
-    which decides every layer's role before any runs. Internal: see `step_select`."""
-    return _consumer_path(query, cache, block_table, num_candidates, b, path, implementation, True)
-
-
-def step_select(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    context_lens: jax.Array,
-    block_table: jax.Array,
-    table: CandidateTable,
-    config: IndexerConfig,
-    path: Path,
-    implementation: Implementation,
-    topk_algorithm: str | None,
-    *,
-    share: fused.Shared | None = None,
-    sparse_share: fused.SparseShared | None = None,
-    unfused: str | None = None,
-) -> jax.Array:
-    """`select` of a step's consumer layer (`TwoLevelIndexer.decode`). Internal: it trusts that
-    `table` is the one this step just published from the same `context_lens` and `block_table`,
-    so the table is read as is (not rebuilt from its blocks) and, when the page table fits in
-    C·B positions, every block is a candidate and the dense top-k is the answer. `share` /
-    `sparse_share`: the step's lengths, schedule and sparse rows' lengths for the fused layers;
-    `unfused`: as in `_runs_fused`."""
-    return _select(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        table,
-        config,
-        path,
-        implementation,
-        topk_algorithm,
-        published_here=True,
-        share=share,
-        sparse_share=sparse_share,
-        unfused=unfused,
-    )
+    _check_paged_config(config, query, cache)
+    context_lens = _checks.array(context_lens, "context_lens")
+    block_table = _checks.array(block_table, "block_table")
+    _check_table(table, query, config)
+    topk_algorithm = check_algorithm(topk_algorithm)
+    spec = LayerSpec.of("consumer", query, cache, block_table, config)
+    lp = plan_layer(spec, path=path, implementation=implementation, unfused=_unfused(fuse))
+    return _select(query, cache, context_lens, block_table, table, config, lp, topk_algorithm)
 
 
 def _select(
@@ -393,42 +267,21 @@ def _select(
     block_table: jax.Array,
     table: CandidateTable,
     config: IndexerConfig,
-    path: Path,
-    implementation: Implementation,
+    lp: LayerPlan,
     topk_algorithm: str | None,
     *,
-    published_here: bool = False,
     share: fused.Shared | None = None,
     sparse_share: fused.SparseShared | None = None,
-    unfused: str | None = None,
 ) -> jax.Array:
-    """The body of `select` (`published_here=False`) and of `step_select` (True: the table is
-    the step's own, as its docstring says); `share` / `sparse_share` as there, computed here
-    when None; `unfused`: as in `_runs_fused`."""
-    _check_paged_config(config, query, cache)
-    context_lens = _checks.array(context_lens, "context_lens")
-    block_table = _checks.array(block_table, "block_table")
-    _check_table(table, query, config)
+    """A consumer layer on checked inputs, as its plan `lp` says (`select`, and the step's
+    consumers: `lp.spec.own_table`, the table is the one the step just published from the same
+    lengths and page table, read as is); `share` / `sparse_share`: the step's lengths,
+    schedule and sparse rows' lengths for the fused layers (computed here when None)."""
     k, b = config.index_topk, config.candidate_block_size
-    if path not in ("auto", "mask", "sparse"):
-        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
-    implementation = shared(implementation)
-    route = _consumer_path(
-        query, cache, block_table, table.num_candidates, b, path, implementation, published_here
-    )
-    if route == "dense":
-        return _dense_select(
-            query,
-            cache,
-            context_lens,
-            block_table,
-            k,
-            implementation,
-            topk_algorithm,
-            share,
-            unfused=unfused,
-        )
-    if route == "sparse" and not published_here:
+    implementation = lp.implementation
+    if lp.route == "dense":
+        return _dense_select(query, cache, context_lens, block_table, k, lp, topk_algorithm, share)
+    if lp.route == "sparse" and not lp.spec.own_table:
         # A table from anywhere (hand-made, edited, published for other lengths): the sparse
         # row is read through count, valid_lens and physical, which the mask path ignores, and
         # a repeated block or one outside the row would name a position twice or one that is
@@ -443,20 +296,15 @@ def _select(
             page_size=cache.page_size,
             implementation=implementation,
         )
-    sparse_why = None
-    if route == "sparse":  # the sparse row: what the fused sparse layer takes
-        sparse_why = logits_ffi.sm90_sparse_declines(query, cache, table.num_candidates, b)
-    if _runs_fused(
-        "select", query, cache, context_lens, block_table, implementation, sparse_why, unfused
-    ):
-        if route == "sparse":
+    if _run_fused(lp, query, cache, context_lens, block_table):
+        if lp.route == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
             return fused.sparse_select(query, cache, table, sparse_share, k, topk_algorithm)
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(
             query, cache, block_table, share, k, table.blocks, b, topk_algorithm
         )
-    if route == "mask":
+    if lp.route == "mask":
         logits = paged_mqa_logits(
             query, cache, context_lens, block_table, implementation=implementation
         )
@@ -470,24 +318,23 @@ def _select(
             implementation=implementation,
             topk_algorithm=topk_algorithm,
         )
-    if route == "sparse":
-        logits = sparse_paged_mqa_logits(
-            query,
-            cache,
-            table,
-            context_lens,
-            block_table,
-            block_size=b,
-            implementation=implementation,
-        )
-        columns = topk(
-            logits,
-            table.valid_lens,
-            k,
-            implementation=implementation,
-            topk_algorithm=topk_algorithm,
-        )
-        return sparse_columns_to_positions(columns, table, b)
+    logits = sparse_paged_mqa_logits(
+        query,
+        cache,
+        table,
+        context_lens,
+        block_table,
+        block_size=b,
+        implementation=implementation,
+    )
+    columns = topk(
+        logits,
+        table.valid_lens,
+        k,
+        implementation=implementation,
+        topk_algorithm=topk_algorithm,
+    )
+    return sparse_columns_to_positions(columns, table, b)
 
 
 def by_row_chunks(fn: Callable[..., Any], row_chunk: int | None, *row_args: Any) -> Any:
@@ -591,25 +438,21 @@ def _dense_select(
     context_lens: jax.Array,
     block_table: jax.Array,
     k: int,
-    implementation: Implementation,
+    lp: LayerPlan,
     topk_algorithm: str | None,
     share: fused.Shared | None = None,
-    *,
-    unfused: str | None = None,
 ) -> jax.Array:
-    """The top-k over a layer's whole context (`share`, `unfused`: as in `_select`)."""
-    if _runs_fused(
-        "select", query, cache, context_lens, block_table, implementation, unfused=unfused
-    ):
+    """The top-k over a layer's whole context, as its plan `lp` says (`share`: as in
+    `_select`)."""
+    if _run_fused(lp, query, cache, context_lens, block_table):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(
             query, cache, block_table, share, k, topk_algorithm=topk_algorithm
         )
-    logits = paged_mqa_logits(
-        query, cache, context_lens, block_table, implementation=implementation
-    )
+    impl = lp.implementation
+    logits = paged_mqa_logits(query, cache, context_lens, block_table, implementation=impl)
     lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
-    return topk(logits, lens, k, implementation=implementation, topk_algorithm=topk_algorithm)
+    return topk(logits, lens, k, implementation=impl, topk_algorithm=topk_algorithm)
 
 
 def select_plain(
@@ -629,15 +472,11 @@ def select_plain(
     _check_paged_config(config, query, cache)
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
+    topk_algorithm = check_algorithm(topk_algorithm)
+    spec = LayerSpec.of("plain", query, cache, block_table, config)
+    lp = plan_layer(spec, implementation=implementation, unfused=_unfused(fuse))
     return _dense_select(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        config.index_topk,
-        shared(implementation),
-        check_algorithm(topk_algorithm),
-        unfused=_unfused(fuse),
+        query, cache, context_lens, block_table, config.index_topk, lp, topk_algorithm
     )
 
 

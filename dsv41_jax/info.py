@@ -12,15 +12,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext, status
+from dsv41_jax._ext import H200, DeviceFacts, simulated_device  # tracing as on another device
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
-from dsv41_jax.plan import Plan
-from dsv41_jax.types import _row_bytes
+from dsv41_jax.plan import Plan, StepPlan
+from dsv41_jax.types import row_bytes
 
-__all__ = ["H200", "Choice", "DeviceFacts", "decode_step", "device", "explain", "simulated_device"]
-
-# Tracing as on another device (nothing runs there): see `simulated_device`.
-DeviceFacts, H200, simulated_device = _ext.DeviceFacts, _ext.H200, _ext.simulated_device
+__all__ = [
+    "H200",
+    "Choice",
+    "DeviceFacts",
+    "decode_step",
+    "decode_step_plan",
+    "device",
+    "explain",
+    "simulated_device",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,11 +116,9 @@ def _abstract(shape: tuple[int, ...], dtype: Any) -> jax.Array:
     return cast(jax.Array, jax.ShapeDtypeStruct(shape, dtype))
 
 
-def decode_step(
-    batch: int = 8, context: int = 131072, config: IndexerConfig | None = None
-) -> list[Choice]:
-    """The choices of one V4.1 decode step (publish at layer 20 + four consumers) at
-    `batch` requests of `context` positions, traced abstractly."""
+def _decode_inputs(batch: int, context: int, config: IndexerConfig | None) -> tuple[Any, ...]:
+    """A V4.1 decode step's indexer and abstract inputs (queries, caches, lengths, page table)
+    at `batch` requests of `context` positions."""
     import dsv41_jax as dj
 
     cfg = config or IndexerConfig()
@@ -127,7 +132,7 @@ def decode_step(
             f"batch x context must fit the cache's int32 slots (at most 2**31 - 1): batch {batch}"
             f" x {pages * cfg.page_size} positions is {batch * pages * cfg.page_size}"
         )
-    row = _row_bytes(cfg.cache_format, cfg.head_dim)
+    row = row_bytes(cfg.cache_format, cfg.head_dim)
     cache = dj.PagedIndexCache(
         _abstract((batch * pages, cfg.page_size, 1, row), jnp.uint8), cfg.cache_format
     )
@@ -142,8 +147,28 @@ def decode_step(
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:])
     lens = jax.ShapeDtypeStruct((batch,), jnp.int32)
     table = jax.ShapeDtypeStruct((batch, pages), jnp.int32)
-    qs, cs = dict.fromkeys(layers, query), dict.fromkeys(layers, cache)
+    return ix, dict.fromkeys(layers, query), dict.fromkeys(layers, cache), lens, table
+
+
+def decode_step(
+    batch: int = 8, context: int = 131072, config: IndexerConfig | None = None
+) -> list[Choice]:
+    """The choices of one V4.1 decode step (publish at layer 20 + four consumers) at
+    `batch` requests of `context` positions, traced abstractly."""
+    ix, qs, cs, lens, table = _decode_inputs(batch, context, config)
     return explain(lambda q, c, n, b: ix.decode(q, c, n, b), qs, cs, lens, table)
+
+
+def decode_step_plan(
+    batch: int = 8,
+    context: int = 131072,
+    config: IndexerConfig | None = None,
+    device: DeviceFacts | None = None,
+) -> StepPlan:
+    """The plan of one V4.1 decode step (`TwoLevelIndexer.plan`) at `batch` requests of
+    `context` positions, on `device` (e.g. `H200`; None: this machine's)."""
+    ix, qs, cs, _, table = _decode_inputs(batch, context, config)
+    return ix.plan(qs, cs, table, device=device)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             print(f"{key}: {value}")
     print(f"\ndecode step, bs {args.batch} x {args.context} positions (V4.1 config):")
+    print(decode_step_plan(args.batch, args.context))
+    print("\nwhat each op took:")
     seen = set()
     for choice in choices:
         if str(choice) not in seen:  # the four consumers repeat the same choices

@@ -18,22 +18,30 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext, fused
-from dsv41_jax._dispatch import Implementation, record, shared
+from dsv41_jax._dispatch import Implementation, shared
+from dsv41_jax._ext import DeviceFacts
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import (
-    Path,
     _check_paged_config,
     _dense_select,
     _publish,
-    _runs_fused,
+    _run_fused,
+    _select,
     publish_prefill,
     select_plain_prefill,
     select_prefill,
-    step_consumer_path,
-    step_select,
 )
-from dsv41_jax.logits import ffi as logits_ffi
-from dsv41_jax.plan import check_algorithm
+from dsv41_jax.plan import Device, check_algorithm, device_record
+from dsv41_jax.plan.layers import (
+    PATHS,
+    LayerSpec,
+    Path,
+    Role,
+    StepMode,
+    StepPlan,
+    check_step_mode,
+    plan_step,
+)
 from dsv41_jax.rows import row_block_table
 from dsv41_jax.topk import logical_to_physical
 from dsv41_jax.types import (
@@ -97,7 +105,7 @@ class TwoLevelIndexer:
     path: Path = dataclasses.field(default="auto", metadata=_static)
     implementation: Implementation = dataclasses.field(default=None, metadata=_static)
     topk_algorithm: str | None = dataclasses.field(default=None, metadata=_static)
-    step_mode: fused.StepMode = dataclasses.field(default="graphs", metadata=_static)
+    step_mode: StepMode = dataclasses.field(default="graphs", metadata=_static)
 
     @property
     def _unfused(self) -> str | None:
@@ -142,67 +150,15 @@ class TwoLevelIndexer:
         """
         self._inputs(queries, caches, "caches")
         physical = _checks.boolean(physical, "physical")
-        cfg, impl, forced = self.config, self.implementation, self.topk_algorithm
-        unfused = self._unfused
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
-        # Where every layer runs fused, the whole step is one custom call (`_one_call`); else
-        # the lengths, DeepGEMM's schedule and the sparse rows' lengths are computed once for
-        # every layer that runs fused (built only when the first layer does; what no layer
-        # reads, e.g. the sparse share when every consumer is dense, is dropped at lowering).
-        first = self.layers[0]
-        share = sparse_share = None
-        src, table = self.source_layer, None
-        selections: dict[int, jax.Array] = {}
-        one = self._one_call(queries, caches, context_lens, block_table)
-        if one is not None:
-            selections, table = dict(zip(self._call_order, one[0])), one[1]
-        elif fused.declines(queries[first], caches[first], block_table, impl, unfused) is None:
-            share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
-        if one is None and src is not None:
-            _check_paged_config(cfg, queries[src], caches[src])
-            selections[src], table = _publish(
-                queries[src],
-                caches[src],
-                context_lens,
-                block_table,
-                cfg,
-                impl,
-                forced,
-                share,
-                unfused=unfused,
-            )
-            if share is not None and self.consumer_layers:
-                sparse_share = fused.SparseShared.of(table)
-        for layer in () if one else self.consumer_layers:  # the table is this step's own
-            assert table is not None  # consumer layers imply a source layer (checked at build)
-            selections[layer] = step_select(
-                queries[layer],
-                caches[layer],
-                context_lens,
-                block_table,
-                table,
-                cfg,
-                self.path,
-                impl,
-                forced,
-                share=share,
-                sparse_share=sparse_share,
-                unfused=unfused,
-            )
-        for layer in () if one else self.plain_layers:
-            _check_paged_config(cfg, queries[layer], caches[layer])
-            selections[layer] = _dense_select(
-                queries[layer],
-                caches[layer],
-                context_lens,
-                block_table,
-                cfg.index_topk,
-                impl,
-                forced,
-                share,
-                unfused=unfused,
-            )
+        sp = self.plan(queries, caches, block_table)
+        cfg, impl = self.config, self.implementation
+        table: CandidateTable | None
+        if sp.one_call:
+            selections, table = self._one_call(sp, queries, caches, context_lens, block_table)
+        else:
+            selections, table = self._layer_by_layer(sp, queries, caches, context_lens, block_table)
         slots = None
         if physical:
             bt = row_block_table(block_table, cfg.next_n)
@@ -230,70 +186,151 @@ class TwoLevelIndexer:
         self._inputs(queries, caches, "caches")
         context_lens = _checks.array(context_lens, "context_lens")
         block_table = _checks.array(block_table, "block_table")
-        one = self._one_call(queries, caches, context_lens, block_table, stacked=True)
-        if one is not None:
-            return one[0][0]
+        sp = self.plan(queries, caches, block_table)
+        if sp.one_call:
+            stacked, _ = self._one_call(
+                sp, queries, caches, context_lens, block_table, stacked=True
+            )
+            return stacked[self.layers[0]]
         result = self.decode(queries, caches, context_lens, block_table)
         return jnp.stack([result.selections[layer] for layer in self.layers])
 
+    def plan(
+        self,
+        queries: Mapping[int, Any],
+        caches: Mapping[int, Any],
+        block_table: Any,
+        *,
+        device: DeviceFacts | Device | None = None,
+    ) -> StepPlan:
+        """The decisions of a decode step over these inputs, each with its reason (nothing is
+        traced or run: arrays or `jax.ShapeDtypeStruct`s, of which only the shapes are read):
+        every layer's route and whether it runs fused, and whether the whole step is one
+        custom call (`dsv41_jax.plan.StepPlan`, printable). `device`: a `DeviceFacts` (e.g.
+        `dsv41_jax.info.H200`) or a `dsv41_jax.plan.Device` to plan for; None: the device the
+        ops trace for. `decode` runs exactly this plan.
+
+        Raises:
+          ValueError: inputs that do not match the config, or a block table not `[batch,
+            max_pages]`; `path="sparse"` on a GPU without a sparse kernel for the inputs.
+        """
+        self._inputs(queries, caches, "caches")
+        if len(getattr(block_table, "shape", ())) != 2:
+            raise ValueError(f"block_table must be [batch, max_pages], got {block_table!r}")
+        for layer in self._call_order:
+            _check_paged_config(self.config, queries[layer], caches[layer])
+        record_ = device if isinstance(device, Device) else device_record(device)
+        source: list[Role] = ["source"] if self.source_layer is not None else []
+        consumers: list[Role] = ["consumer"] * len(self.consumer_layers)
+        roles = source + consumers + ["plain"] * len(self.plain_layers)
+        specs = [
+            (i, LayerSpec.of(r, queries[i], caches[i], block_table, self.config, r == "consumer"))
+            for i, r in zip(self._call_order, roles, strict=True)
+        ]
+        return plan_step(
+            specs,
+            record_,
+            path=self.path,
+            implementation=self.implementation,
+            step_mode=self.step_mode,
+        )
+
+    def _layer_by_layer(
+        self,
+        sp: StepPlan,
+        queries: Mapping[int, QueryBundle],
+        caches: Mapping[int, PagedIndexCache],
+        context_lens: jax.Array,
+        block_table: jax.Array,
+    ) -> tuple[dict[int, jax.Array], CandidateTable | None]:
+        """The step's layers one after another, each as its plan says. The lengths, DeepGEMM's
+        schedule and the sparse rows' lengths are computed once for every layer that runs
+        fused (where the first does; what no layer reads, e.g. the sparse share when every
+        consumer is dense, is dropped at lowering)."""
+        sp.record()
+        cfg, forced, src = self.config, self.topk_algorithm, self.source_layer
+        first = self._call_order[0]
+        share = sparse_share = None
+        if sp.shared:
+            share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
+        selections: dict[int, jax.Array] = {}
+        table = None
+        if src is not None:
+            selections[src], table = _publish(
+                queries[src],
+                caches[src],
+                context_lens,
+                block_table,
+                cfg,
+                sp.layer(src),
+                forced,
+                share,
+            )
+            if share is not None and self.consumer_layers:
+                sparse_share = fused.SparseShared.of(table)
+        for layer in self.consumer_layers:  # the table is this step's own
+            assert table is not None  # consumer layers imply a source layer (checked at build)
+            selections[layer] = _select(
+                queries[layer],
+                caches[layer],
+                context_lens,
+                block_table,
+                table,
+                cfg,
+                sp.layer(layer),
+                forced,
+                share=share,
+                sparse_share=sparse_share,
+            )
+        for layer in self.plain_layers:
+            selections[layer] = _dense_select(
+                queries[layer],
+                caches[layer],
+                context_lens,
+                block_table,
+                cfg.index_topk,
+                sp.layer(layer),
+                forced,
+                share,
+            )
+        return selections, table
+
     def _one_call(
         self,
+        sp: StepPlan,
         queries: Mapping[int, QueryBundle],
         caches: Mapping[int, PagedIndexCache],
         context_lens: jax.Array,
         block_table: jax.Array,
         stacked: bool = False,
-    ) -> tuple[list[jax.Array], CandidateTable] | None:
-        """Every layer as one custom call (`fused.decode_step`) where each layer would run
-        fused on its own (the same decisions, recorded the same way), else None: the layers'
-        selections in `_call_order` (with `stacked`, one `[layers, rows, k]` array in
-        `self.layers` order) and the table."""
-        cfg, impl, src = self.config, self.implementation, self.source_layer
-        first = self.layers[0]
-        if (
-            src is None
-            or fused.declines(queries[first], caches[first], block_table, impl, self._unfused)
-            is not None
-        ):
-            return None
-        not_one = fused.one_call_step(self.step_mode)
-        if not_one is not None:
-            record("decode: step", "a custom call a layer", [("one custom call", not_one)])
-            return None
+    ) -> tuple[dict[int, jax.Array], CandidateTable]:
+        """Every layer as one custom call (`fused.decode_step`), as the plan `sp` says: the
+        layers' selections by layer id (with `stacked`, {first layer: one `[layers, rows, k]`
+        array in `self.layers` order}) and the table."""
         layers = self._call_order
-        roles: list[fused.Role] = ["source"]
-        for layer in layers:
-            _check_paged_config(cfg, queries[layer], caches[layer])
-        b, c = cfg.candidate_block_size, cfg.candidate_topk_blocks
-        for layer in self.consumer_layers:
-            q, cache = queries[layer], caches[layer]
-            roles.append(step_consumer_path(q, cache, block_table, c, b, self.path, impl))
-        roles += ["dense"] * len(self.plain_layers)
-        next_n = queries[src].next_n
-        for layer, role in zip(layers, roles):
-            q, cache = queries[layer], caches[layer]
-            why = None
-            if q.next_n != next_n:
-                why = f"next_n {q.next_n} differs from the source layer's {next_n}"
-            elif role == "sparse":
-                why = logits_ffi.sm90_sparse_declines(q, cache, c, b)
-            op = "publish" if role == "source" else "select"
-            if not _runs_fused(op, q, cache, context_lens, block_table, impl, why):
-                return None
-        record("decode: step", "one custom call (every layer fused)")
+        for layer, lp in sp.layers:
+            _run_fused(lp, queries[layer], caches[layer], context_lens, block_table)
+        sp.record()
+        roles: list[fused.Role] = [
+            "source" if lp.spec.role == "source" else lp.route for _, lp in sp.layers
+        ]
         qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
         slots = [self.layers.index(x) for x in layers] if stacked else None
-        return fused.decode_step(
+        out, table = fused.decode_step(
             qs,
             cs,
             roles,
             context_lens,
             block_table,
-            cfg,
+            self.config,
+            sp.layers[0][1].every_block,
             slots,
             self.topk_algorithm,
             self.step_mode,
         )
+        if stacked:
+            return {self.layers[0]: out[0]}, table
+        return dict(zip(layers, out, strict=True)), table
 
     def prefill(
         self,
@@ -359,7 +396,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
-    step_mode: fused.StepMode = "graphs",
+    step_mode: StepMode = "graphs",
 ) -> TwoLevelIndexer: ...
 
 
@@ -373,7 +410,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
-    step_mode: fused.StepMode = "graphs",
+    step_mode: StepMode = "graphs",
 ) -> TwoLevelIndexer | None: ...
 
 
@@ -386,7 +423,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
-    step_mode: fused.StepMode = "graphs",
+    step_mode: StepMode = "graphs",
 ) -> TwoLevelIndexer | None:
     """The step of a model's indexer layers, or None for a model with no indexer layer at all.
 
@@ -414,13 +451,13 @@ def make_two_level_indexer(
     ids += [_checks.static_int(x, "plain_layers") for x in plain_layers]
     if len(set(ids)) != len(ids):
         raise ValueError(f"a layer appears twice among source, consumer and plain layers: {ids}")
-    if path not in ("auto", "mask", "sparse"):
+    if path not in PATHS:
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     if implementation == "ffi":
         _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
     implementation = shared(implementation)
     topk_algorithm = check_algorithm(topk_algorithm)
-    step_mode = fused.check_step_mode(step_mode)
+    step_mode = check_step_mode(step_mode)
     first, n_consumers = (0 if source_layer is None else 1), len(consumer_layers)
     return TwoLevelIndexer(
         config,

@@ -64,7 +64,9 @@ def _check_one_layer(x: Any, ndim: int, name: str, what: str, plural: str) -> No
         )
 
 
-def _row_bytes(fmt: str, head_dim: int) -> int:
+def row_bytes(fmt: str, head_dim: int) -> int:
+    """Bytes of one cache position: the fp8 key and its float32 scale, or the packed mxfp4 key
+    and its four ue8m0 exponents."""
     return head_dim + 4 if fmt == "fp8" else head_dim // 2 + 4
 
 
@@ -149,7 +151,7 @@ class PagedIndexCache:
             raise ValueError(
                 f"head_dim must be a multiple of 32, at most 128, for mxfp4: {head_dim}"
             )
-        shape = (num_pages, page_size, 1, _row_bytes(format, head_dim))
+        shape = (num_pages, page_size, 1, row_bytes(format, head_dim))
         return PagedIndexCache(jnp.zeros(shape, jnp.uint8), format)
 
 

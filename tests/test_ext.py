@@ -16,6 +16,7 @@ import pytest
 import dsv41_jax
 from dsv41_jax import _ext
 
+SM100 = _ext.DeviceFacts("gpu", "10.0")  # a Blackwell part as the dispatch sees it
 needs_ext = pytest.mark.skipif(
     not _ext.available(),
     reason="the CUDA extension is not built (installed without nvcc >= 12.9, or with "
@@ -88,7 +89,7 @@ def test_ffi_call_lowers_to_a_cuda_custom_call():
 
 
 @needs_ext
-def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
+def test_sm100_sparse_call_lowers_and_declines_elsewhere(simulate):
     """The SM100 kernel never ran here (no Blackwell machine): check the call it would make."""
     import dsv41_jax as dj
     from dsv41_jax.logits import ffi as logits_ffi
@@ -112,8 +113,7 @@ def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
     args = (q, cache, table, jnp.zeros(rows, jnp.int32), bt, 8)
     with pytest.raises(NotImplementedError):
         logits_ffi.sparse_paged_mqa_logits(*args)  # no GPU here / not an SM100 GPU
-    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
-    monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: True)
+    simulate(SM100)
     lowered = (
         jax.jit(lambda *a: logits_ffi.sparse_paged_mqa_logits(*a, 8))
         .trace(*args[:5])
@@ -123,7 +123,7 @@ def test_sm100_sparse_call_lowers_and_declines_elsewhere(monkeypatch):
 
 
 @needs_ext
-def test_sm100_dense_call_lowers_with_row_tables(monkeypatch):
+def test_sm100_dense_call_lowers_with_row_tables(simulate):
     """The SM100 dense paged logits (compile-verified only): on an SM100 device the FFI path calls
     its kernel with per-row lengths and page tables and widens the bf16 logits to float32."""
     import dsv41_jax as dj
@@ -138,8 +138,7 @@ def test_sm100_dense_call_lowers_with_row_tables(monkeypatch):
     cache = dj.PagedIndexCache.zeros(12, 64, 128, "mxfp4")
     bt = jnp.zeros((3, 4), jnp.int32)
     lens = jnp.array([5, 200, 256], jnp.int32)
-    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
-    monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: True)
+    simulate(SM100)
     f = jax.jit(lambda *a: logits_ffi.paged_mqa_logits(*a, 256))
     lowered = f.trace(q, cache, lens, bt).lower(lowering_platforms=("cuda",))
     text = lowered.as_text()
@@ -154,7 +153,7 @@ def test_sm100_dense_call_lowers_with_row_tables(monkeypatch):
 
 @needs_ext
 @pytest.mark.parametrize("sm100", [False, True])
-def test_ragged_logits_call_lowers_per_architecture(monkeypatch, sm100):
+def test_ragged_logits_call_lowers_per_architecture(simulate, sm100):
     """The prefill logits kernel of each architecture (SM100's is compile-verified only): its
     custom call, the relative layout widened to float32, and the decline for the other format."""
     import dsv41_jax as dj
@@ -167,8 +166,7 @@ def test_ragged_logits_call_lowers_per_architecture(monkeypatch, sm100):
     )
     keys = dj.quantize_keys(jnp.asarray(rng.standard_normal((300, 128)), jnp.float32), fmt)
     s, e = jnp.zeros(5, jnp.int32), jnp.arange(1, 6, dtype=jnp.int32)
-    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
-    monkeypatch.setattr(logits_ffi, "_on_sm100", lambda: sm100)
+    simulate(SM100 if sm100 else _ext.H200)
     f = jax.jit(lambda *a: logits_ffi.mqa_logits(*a, True))
     text = f.trace(q, keys, s, e).lower(lowering_platforms=("cuda",)).as_text()
     target = "dsv41_sm100_mqa_logits" if sm100 else "dsv41_sm90_mqa_logits"
@@ -182,7 +180,7 @@ def test_ragged_logits_call_lowers_per_architecture(monkeypatch, sm100):
 
 
 @needs_ext
-def test_sm90_sparse_call_lowers_to_one_kernel_over_the_paged_cache(monkeypatch):
+def test_sm90_sparse_call_lowers_to_one_kernel_over_the_paged_cache(simulate):
     """The Hopper sparse path: one custom call scoring the candidate blocks in the paged cache
     (no gather, no compact cache), one query row per table row (next_n 2 rows are 2 rows)."""
     import dsv41_jax as dj
@@ -203,8 +201,7 @@ def test_sm90_sparse_call_lowers_to_one_kernel_over_the_paged_cache(monkeypatch)
         jnp.zeros((rows, c), jnp.int32),
         block_size=8,
     )
-    monkeypatch.setattr(_ext, "require_gpu", lambda op, *a: _ext.register_targets())
-    monkeypatch.setattr(logits_ffi, "_on_sm90", lambda: True)
+    simulate(_ext.H200)
     lowered = (
         jax.jit(
             lambda q, cache, table: logits_ffi.sparse_paged_mqa_logits(

@@ -292,10 +292,11 @@ def test_block_size_mismatch_between_publisher_and_consumer_raises(rng):
 
 
 def test_select_auto_path_choice(rng, monkeypatch):
-    """auto: sparse where the GPU has a sparse kernel for the inputs, else mask; sparse on a GPU
-    without one raises instead of running the slow sparse reference."""
+    """auto takes the mask path on the CPU (no sparse kernel: where one exists it takes the
+    sparse path, tests/test_layer_plan.py); the sparse path runs the sparse reference here and
+    gives the same answer; sparse on a GPU without a sparse kernel raises instead of running
+    the slow sparse reference."""
     from dsv41_jax import indexer, info
-    from dsv41_jax.logits import ffi as logits_ffi
 
     cfg = small_config()
     q, cache, ctx, bt = step_inputs(rng, cfg, [10, 20], pages=2)
@@ -308,12 +309,11 @@ def test_select_auto_path_choice(rng, monkeypatch):
     mask = np.asarray(dj.select(q, cache, ctx, bt, table, cfg, path="mask"))
     np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, table, cfg)), mask)
     assert calls == []  # CPU: no sparse kernel, auto took the mask path
-    monkeypatch.setattr(logits_ffi, "sparse_kernel_declines", lambda *a: None)
-    np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, table, cfg)), mask)
-    assert calls == [1]  # a sparse kernel "exists": auto took the sparse path (reference here)
-    monkeypatch.setattr(logits_ffi, "sparse_kernel_declines", lambda *a: "no kernel for sm_80")
+    sparse = dj.select(q, cache, ctx, bt, table, cfg, path="sparse")
+    np.testing.assert_array_equal(np.asarray(sparse), mask)
+    assert calls == [1]  # the sparse path (the reference here)
     with info.simulated_device(info.DeviceFacts("gpu", "8.0")):
-        with pytest.raises(ValueError, match="no kernel for sm_80.*path='mask'"):
+        with pytest.raises(ValueError, match="no sparse logits kernel.*path='mask'"):
             dj.select(q, cache, ctx, bt, table, cfg, path="sparse")
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import dsv41_jax as dj
 from dsv41_jax import fused, info
+from dsv41_jax.plan.layers import STEP_MODES
 
 sds = jax.ShapeDtypeStruct
 CFG = dj.IndexerConfig()
@@ -51,7 +52,7 @@ def test_step_mode_is_checked_and_defaults_to_graphs():
     assert _indexer("graphs") == dj.make_two_level_indexer(
         CFG, source_layer=20, consumer_layers=(24,)
     )
-    assert fused.STEP_MODES == ("graphs", "direct", "traced", "layers", "ops")
+    assert STEP_MODES == ("graphs", "direct", "traced", "layers", "ops")
     for bad in ("graph", None, 1):
         with pytest.raises(ValueError, match="step_mode must be one of"):
             _indexer(bad)

@@ -16,14 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import oracle
-import pytest
 from factories import paged_cache, query, small_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_indexer import oracle_publish
 
 import dsv41_jax as dj
-from dsv41_jax.logits import ffi as logits_ffi
 
 BATCH, PAGES, P = 3, 3, 16
 CAP = PAGES * P  # positions a request's page table holds
@@ -41,13 +39,10 @@ def caches():
 
 
 def consumers(q2, cache2, ctx, bt, table, cfg):
-    """Every consumer path over `table`: "auto_sparse" is auto where a sparse kernel exists
-    (patched at trace time: on the CPU the reference then runs the sparse path)."""
+    """Every consumer path over `table` ("auto" runs what "mask" or "sparse" runs, as its
+    plan says: tests/test_layer_plan.py)."""
     out = {p: dj.select(q2, cache2, ctx, bt, table, cfg, path=p) for p in ("mask", "sparse")}
     out["auto"] = dj.select(q2, cache2, ctx, bt, table, cfg)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(logits_ffi, "sparse_kernel_declines", lambda *a: None)
-        out["auto_sparse"] = dj.select(q2, cache2, ctx, bt, table, cfg)
     return out
 
 

@@ -14,12 +14,17 @@ selection op reads them. Positions on invalid page ids are NaN, as in the refere
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext
 from dsv41_jax.rows import clamp_lengths, prefill_ranges, row_block_table, row_lengths
 from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
+
+if TYPE_CHECKING:
+    from dsv41_jax.plan.device import Device
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
 SM100_TARGET = "dsv41_sm100_paged_mqa_logits"
@@ -169,21 +174,24 @@ def sm90_sparse_declines(query, cache, num_candidates: int, block_size: int) -> 
     return "; ".join(why for bad, why in checks if bad) or None
 
 
-def sparse_kernel_declines(query, cache, num_candidates: int, block_size: int) -> str | None:
-    """Why this process's GPU runs no sparse logits kernel for these inputs, or None if it does.
-    Static: reads shapes and the device only, so `select(path="auto")` can choose before tracing
-    either path."""
-    if not _ext.available():
+def sparse_kernel_declines(
+    query, cache, num_candidates: int, block_size: int, device: Device
+) -> str | None:
+    """Why `device` (a `dsv41_jax.plan.Device` record) runs no sparse logits kernel for these
+    inputs, or None if it does. Static: reads shapes and the record only, so the plan
+    (`dsv41_jax.plan.layers`) can choose a consumer's path before tracing either."""
+    if not _ext.available() or (device.backend == "gpu" and not device.limits):
         return "the CUDA extension is not built"
-    if _ext.backend() != "gpu":
+    if device.backend != "gpu":
         return "JAX does not run on a CUDA GPU"
-    if _on_sm90():
+    cc = device.compute_capability
+    if cc in _ext.SM90:
         checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
-    elif _on_sm100():
+    elif cc in _ext.SM100:
         checks = _sm100_sparse_unsupported(query, cache, num_candidates, block_size)
     else:
         return (
-            f"no sparse kernel for compute capability {_ext.compute_capability() or 'unknown'} "
+            f"no sparse kernel for compute capability {cc or 'unknown'} "
             "(kernels exist for 9.0 with the fp8 cache and 10.0 with mxfp4)"
         )
     reasons = [why for bad, why in checks if bad]

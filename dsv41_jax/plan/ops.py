@@ -1,4 +1,4 @@
-"""The dispatch plan of the selection ops: which implementation `topk` and
+"""The plan of the selection ops: which implementation `topk` and
 `select_candidate_blocks` try first, and which CUDA select their `ffi` implementation (and the
 fused layers) run, each decision with its reason, resolved at trace time from the call's shapes,
 dtypes, k and mask and from a device record.
@@ -15,7 +15,6 @@ Every decision of these ops lives here; the implementations keep only what they 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Literal
 
 import jax
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 from dsv41_jax import _checks, _dispatch, _ext
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax._ext import DeviceFacts
+from dsv41_jax.plan.device import Device, device_record, no_cuda_select
 
 Op = Literal["topk", "select_candidate_blocks"]
 OPS: tuple[Op, ...] = ("topk", "select_candidate_blocks")
@@ -34,60 +34,6 @@ PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "ref
 # consumer's one-kernel select, which scores and selects a sparse row on chip.
 SELECTS = ("short", "filter", "cluster")
 ONCHIP = "onchip"
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    """What the plan reads of a device, read once: JAX's backend, the compute capability, the
-    streaming multiprocessors, how many clusters of 1, 2, ... CTAs of the short-row select run
-    at once, and the CUDA extension's limits (`_ext.limit`; empty where there is no CUDA select
-    to run: a CPU, or no extension). Build it with `device_record()`."""
-
-    backend: str
-    compute_capability: str = ""
-    sm_count: int = 0
-    short_topk_clusters: tuple[int, ...] = ()
-    limits: tuple[tuple[str, int], ...] = ()
-
-    def limit(self, name: str) -> int:
-        """One of the extension's limits (KeyError when the record has none by that name)."""
-        return dict(self.limits)[name]
-
-    def clusters_at_once(self, cluster: int) -> int:
-        """Clusters of `cluster` CTAs of the short-row select that run at once (0: unknown)."""
-        clusters = self.short_topk_clusters
-        return clusters[cluster - 1] if 1 <= cluster <= len(clusters) else 0
-
-    def __str__(self) -> str:
-        if self.backend != "gpu":
-            return self.backend
-        return f"gpu {self.compute_capability or '?'}, {self.sm_count} SMs"
-
-
-def device_record(facts: DeviceFacts | None = None) -> Device:
-    """The device record of `facts` (a `dsv41_jax.info.DeviceFacts`, e.g. `info.H200`), or of
-    the device the ops trace for when None (the simulated one inside
-    `dsv41_jax.info.simulated_device`). A GPU record holds the installed extension's limits;
-    a CPU record, or one without the extension, holds none."""
-    if facts is None:
-        facts = _ext.facts()
-    if not isinstance(facts, DeviceFacts):
-        raise ValueError(f"device must be a DeviceFacts or None, got {type(facts).__name__}")
-    return _record(facts)
-
-
-@functools.cache
-def _record(facts: DeviceFacts) -> Device:
-    limits: tuple[tuple[str, int], ...] = ()
-    if facts.backend == "gpu" and _ext.available():
-        limits = tuple(sorted((k, int(v)) for k, v in _ext.extension().LIMITS.items()))
-    return Device(
-        facts.backend,
-        facts.compute_capability,
-        facts.sm_count,
-        tuple(facts.short_topk_clusters),
-        limits,
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,14 +257,6 @@ def select_declines(select: str, spec: Spec, device: Device) -> str | None:
     return None
 
 
-def _no_select(device: Device) -> str | None:
-    if device.backend != "gpu":
-        return f"no CUDA select on a {device.backend} backend"
-    if not device.limits:
-        return "no CUDA select: the CUDA extension is not built"
-    return None
-
-
 def cuda_select(
     spec: Spec, device: Device, topk_algorithm: str | None = None
 ) -> tuple[str | None, str]:
@@ -327,7 +265,7 @@ def cuda_select(
     at once (one CTA a row: always), else the filter-first select, else (k past its limit, a
     mask too large for its shared memory) the cluster radix select. A forced `topk_algorithm`
     runs wherever it takes the call. None where the device has no CUDA select."""
-    why_none = _no_select(device)
+    why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
     forced_why = None
@@ -381,7 +319,7 @@ def sparse_select(
     select and the column-to-position map. Both are exact: the same selection. A forced
     `topk_algorithm` other than "onchip" takes the logits-then-select form where it takes the
     call."""
-    why_none = _no_select(device)
+    why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
     widest = device.limit("onchip_max_columns")

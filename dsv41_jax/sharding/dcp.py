@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from dsv41_jax import _checks, status
+from dsv41_jax import _checks
 from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
@@ -24,6 +24,7 @@ from dsv41_jax.indexer import _check_paged_config, _check_table
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.plan import check_algorithm
+from dsv41_jax.plan.layers import PATHS, dcp_exchange, dcp_route
 from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.sharding._axis import bound_axis
 from dsv41_jax.sharding._dcp_local import local_table
@@ -121,12 +122,6 @@ def _local_global_blocks(
     )
 
 
-# Measured on 2 H200s (bs 64, C 2048, publish + select): at 16K blocks per row (128K positions)
-# "pmax" was faster (664 vs 770 us: the merge's sort costs more than the all-reduce it saves);
-# at 128K blocks (1M positions) "topc" was (3296 vs 3446 us; the collectives alone 32 vs 159 us).
-TOPC_MIN_BLOCKS_PER_CANDIDATE = 32
-
-
 def _exchange_top_c(
     local_max: jax.Array,
     global_rows: jax.Array,
@@ -190,7 +185,8 @@ def dcp_publish(
       exchange: how the candidate blocks are agreed. "topc" all-gathers each device's local
         top-C (block max, global id) pairs and re-selects (W·C pairs per row); "pmax" all-reduces
         every global block maximum (`ceil(L / B)` floats per row). Both are exact. "auto" takes
-        "topc" when rows hold at least `TOPC_MIN_BLOCKS_PER_CANDIDATE`·C blocks, else "pmax".
+        "topc" when rows hold at least `TOPC_MIN_BLOCKS_PER_CANDIDATE`·C blocks
+        (`dsv41_jax.plan.layers`), else "pmax".
       implementation, topk_algorithm: as in `publish` (a single name is a preference every op
         shares: an op without it runs its own order).
 
@@ -200,8 +196,7 @@ def dcp_publish(
       spread over devices: each device maps them through its own page table).
     """
     interleave = _checks.positive_int(interleave, "interleave")
-    if exchange not in ("auto", "topc", "pmax"):
-        raise ValueError(f"exchange must be 'auto', 'topc' or 'pmax', got {exchange!r}")
+    dcp_exchange(exchange, 0, 1)  # checked before anything is traced
     implementation = shared(implementation)
     topk_algorithm = check_algorithm(topk_algorithm)
     _check_paged_config(config, query, cache)
@@ -242,9 +237,9 @@ def dcp_publish(
         local_max = jnp.full((vals.shape[0], nb), -jnp.inf, vals.dtype)
         local_max = local_max.at[:, gblock].max(vals, mode="drop")
     c = config.candidate_topk_blocks
-    if exchange == "auto":
-        exchange = "topc" if nb >= TOPC_MIN_BLOCKS_PER_CANDIDATE * c else "pmax"
-    if exchange == "pmax":
+    agreed = dcp_exchange(exchange, nb, c)
+    record("dcp_publish: exchange", agreed)
+    if agreed == "pmax":
         global_max = lax.pmax(local_max, axis)
         newest = num_blocks(global_rows, b) - 1
         global_max = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, global_max)
@@ -279,17 +274,6 @@ def dcp_publish(
     )
 
 
-def _auto_path() -> Literal["mask", "sparse"]:
-    """What `dcp_select(path="auto")` takes: the sparse path once its status is device-verified
-    (recorded for `dsv41_jax.info` with the reason), the mask path until then."""
-    sparse = status.of("dcp sparse path")
-    if sparse.device_verified:
-        record("dcp_select: consumer path", "sparse")
-        return "sparse"
-    record("dcp_select: consumer path", "mask", [("sparse", f"the DCP sparse path is {sparse}")])
-    return "mask"
-
-
 def dcp_select(
     query: QueryBundle,
     cache: PagedIndexCache,
@@ -316,7 +300,7 @@ def dcp_select(
     bitwise. `implementation`, `topk_algorithm`: as in `dcp_publish`.
     """
     interleave = _checks.positive_int(interleave, "interleave")
-    if path not in ("auto", "mask", "sparse"):
+    if path not in PATHS:
         raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
     implementation = shared(implementation)
     topk_algorithm = check_algorithm(topk_algorithm)
@@ -327,9 +311,9 @@ def dcp_select(
         query, cache, block_table, global_context_lens, axis, interleave, "dcp_select"
     )
     rows_query, k = rows_as_requests(query), config.index_topk
-    if path == "auto":
-        path = _auto_path()
-    if path == "sparse":
+    route, declined = dcp_route(path)
+    record("dcp_select: consumer path", route, declined)
+    if route == "sparse":
         local = local_table(
             table,
             global_rows,

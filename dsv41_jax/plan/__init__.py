@@ -1,0 +1,59 @@
+"""Every dispatch decision, with its reason, resolved at trace time from shapes, the caller's
+arguments and a device record read once (`device_record`):
+
+- `ops`: the selection ops' plan (`plan(...)` -> `Plan`): which implementation `topk` and
+  `select_candidate_blocks` try first, and which CUDA select their `ffi` implementation and the
+  fused layers run.
+- `layers`: the indexer layers' and the decode step's plans (`plan_layer` -> `LayerPlan`,
+  `plan_step` -> `StepPlan`, `TwoLevelIndexer.plan`): each consumer's path, the source's
+  every-block table, one custom call a layer or a step, and DCP's consumer path and exchange.
+
+Plans are frozen, hashable values: they can be printed, compared and passed as static
+arguments. The implementations keep only what they can run (their `declines`) and run what
+the plan says.
+"""
+
+from dsv41_jax.plan.device import Device, device_record, ffi_declines, no_cuda_select
+from dsv41_jax.plan.layers import LayerPlan, LayerSpec, StepPlan, plan_layer, plan_step
+from dsv41_jax.plan.ops import (
+    IMPLEMENTATIONS,
+    ONCHIP,
+    OPS,
+    SELECTS,
+    Op,
+    Plan,
+    Spec,
+    check_algorithm,
+    cuda_select,
+    plan,
+    resolve,
+    select_declines,
+    short_max_n,
+    sparse_select,
+)
+
+__all__ = [
+    "IMPLEMENTATIONS",
+    "ONCHIP",
+    "OPS",
+    "SELECTS",
+    "Device",
+    "LayerPlan",
+    "LayerSpec",
+    "Op",
+    "Plan",
+    "Spec",
+    "StepPlan",
+    "check_algorithm",
+    "cuda_select",
+    "device_record",
+    "ffi_declines",
+    "no_cuda_select",
+    "plan",
+    "plan_layer",
+    "plan_step",
+    "resolve",
+    "select_declines",
+    "short_max_n",
+    "sparse_select",
+]

@@ -1,0 +1,424 @@
+"""The decisions of the indexer's layers and of a decode step, each with its reason: how a
+consumer selects (dense, inside the table's mask, or over the sparse row), whether the source's
+table is every block, whether a layer runs as one custom call, and whether a whole step does.
+
+They read only shapes, the config, the caller's `path` / `implementation` / `fuse` and a device
+record (`dsv41_jax.plan.device_record`), so they are made before anything is traced and can be
+printed, compared and tested for any device (`TwoLevelIndexer.plan`, `dsv41_jax.info`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from dsv41_jax import _dispatch, _ext, status
+from dsv41_jax._dispatch import record
+from dsv41_jax.config import IndexerConfig
+from dsv41_jax.logits import ffi as logits_ffi
+from dsv41_jax.logits.api import logits_width
+from dsv41_jax.plan.device import Device, device_record, ffi_declines
+
+Role = Literal["source", "consumer", "plain"]
+Route = Literal["dense", "mask", "sparse"]
+Path = Literal["auto", "mask", "sparse"]
+PATHS: tuple[Path, ...] = ("auto", "mask", "sparse")
+FUSED, UNFUSED = "fused (one custom call)", "op by op"
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryShape:
+    """What the decisions read of a layer's QueryBundle."""
+
+    batch: int
+    next_n: int
+    num_heads: int
+
+    @property
+    def num_rows(self) -> int:
+        return self.batch * self.next_n
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheShape:
+    """What the decisions read of a layer's PagedIndexCache."""
+
+    format: str
+    head_dim: int
+    page_size: int
+    num_pages: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One indexer layer of a decode step as its decisions see it: its role ("source" publishes
+    the table, "consumer" selects inside it, "plain" over its whole context), its query's and
+    cache's shapes, the page table's `max_pages`, the config's k, C and B, and (consumers)
+    whether the table is the one its step just published (`own_table`)."""
+
+    role: Role
+    query: QueryShape
+    cache: CacheShape
+    max_pages: int
+    k: int
+    num_candidates: int
+    block_size: int
+    own_table: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        role: Role,
+        query: Any,
+        cache: Any,
+        block_table: Any,
+        config: IndexerConfig,
+        own_table: bool = False,
+    ) -> LayerSpec:
+        """The spec of a layer over `query` (a QueryBundle), `cache` (a PagedIndexCache) and
+        `block_table` (an array or `jax.ShapeDtypeStruct` `[batch, max_pages]`)."""
+        return cls(
+            role,
+            QueryShape(int(query.batch), int(query.next_n), int(query.num_heads)),
+            CacheShape(
+                str(cache.format), int(cache.head_dim), int(cache.page_size), int(cache.num_pages)
+            ),
+            int(block_table.shape[1]),
+            int(config.index_topk),
+            int(config.candidate_topk_blocks),
+            int(config.candidate_block_size),
+            bool(own_table),
+        )
+
+    @property
+    def capacity(self) -> int:
+        """Positions a request's page table holds."""
+        return self.max_pages * self.cache.page_size
+
+    @property
+    def logits_width(self) -> int:
+        """The width of the layer's dense logits (`paged_mqa_logits`' default)."""
+        return logits_width(self.max_pages, self.cache.page_size)
+
+    def __str__(self) -> str:
+        q, c = self.query, self.cache
+        return (
+            f"{self.role} layer, {q.batch} x {q.next_n} rows of {q.num_heads} heads, "
+            f"{c.format} cache of pages of {c.page_size}, page table of {self.max_pages}, "
+            f"k={self.k}, C={self.num_candidates}, B={self.block_size}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPlan:
+    """The decisions of one layer, each with its reason.
+
+    Attributes:
+      spec: the layer; device: the device record read; implementation: the preference order
+        asked for (None: every op's own); path: the consumer path asked for.
+      route: how the layer selects: "dense" (the top-k over its whole context: a source, a
+        plain layer, or a consumer whose own table holds every block), "mask" or "sparse";
+        route_reason: why; declined: (route, why) of a route "auto" passed over.
+      every_block: (source) the table is every block of each row, without block scores or
+        their top-C; blocks_reason: why (or why not).
+      fused: the layer runs as one custom call (`dsv41_jax.fused`); fused_reason: why not (or
+        what it takes).
+    """
+
+    spec: LayerSpec
+    device: Device
+    implementation: tuple[str, ...] | None
+    path: Path
+    route: Route
+    route_reason: str
+    declined: tuple[tuple[str, str], ...]
+    every_block: bool
+    blocks_reason: str
+    fused: bool
+    fused_reason: str
+
+    @property
+    def op(self) -> str:
+        """The layer's entry point: "publish" (the source) or "select"."""
+        return "publish" if self.spec.role == "source" else "select"
+
+    def decisions(self) -> tuple[tuple[str, str, str], ...]:
+        """(decision, choice, reason) of each decision, for printing."""
+        out: list[tuple[str, str, str]] = []
+        if self.spec.role == "consumer":
+            out.append(("consumer path", self.route, self.route_reason))
+        if self.spec.role == "source":
+            choice = "every block" if self.every_block else "the top-C blocks"
+            out.append(("candidate blocks", choice, self.blocks_reason))
+        out.append(("layer", FUSED if self.fused else UNFUSED, self.fused_reason))
+        return tuple(out)
+
+    def record(self) -> None:
+        """Note the decisions for `dsv41_jax.info.explain` (nothing when it is not tracing)."""
+        if self.spec.role == "consumer":
+            label = "dense (every block is a candidate)" if self.route == "dense" else self.route
+            record("select: consumer path", label, self.declined)
+        if self.fused:
+            record(f"{self.op}: layer", FUSED)
+        else:
+            record(f"{self.op}: layer", UNFUSED, [("fused", self.fused_reason)])
+
+    def __str__(self) -> str:
+        lines = [f"plan: {self.spec} on {self.device}"]
+        lines += [f"  {what}: {choice} ({why})" for what, choice, why in self.decisions()]
+        return "\n".join(lines)
+
+
+def _route(
+    spec: LayerSpec, device: Device, path: Path, implementation: tuple[str, ...] | None
+) -> tuple[Route, str, tuple[tuple[str, str], ...]]:
+    """(route, reason, declined) of a layer; ValueError for `path="sparse"` on a GPU without a
+    sparse kernel for the inputs."""
+    if spec.role == "source":
+        return "dense", "the source scores every position", ()
+    if spec.role == "plain":
+        return "dense", "a plain layer selects over its whole context", ()
+    c, b = spec.num_candidates, spec.block_size
+    # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
+    # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
+    # step published holds every block, so the dense top-k is the answer, without the mask.
+    fits = spec.capacity <= c * b
+    if path == "auto" and fits and spec.own_table:
+        why = f"every block is a candidate: the page table holds at most C·B = {c * b} positions"
+        return "dense", why, ()
+    declines = logits_ffi.sparse_kernel_declines(spec.query, spec.cache, c, b, device)
+    if path == "auto":
+        if fits:
+            why = (
+                f"the page table holds at most C·B = {c * b} positions a row "
+                "(the sparse row would be the whole row)"
+            )
+        elif declines is not None:
+            why = declines
+        elif implementation is not None and "ffi" not in implementation:
+            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
+        else:
+            return "sparse", "path='auto': this GPU has a sparse logits kernel for the inputs", ()
+        return "mask", f"path='auto': the sparse path declines ({why})", (("sparse", why),)
+    if path == "sparse" and declines is not None and device.backend == "gpu":
+        if implementation != ("reference",):
+            raise ValueError(
+                f"select(path='sparse'): no sparse logits kernel on this GPU for these inputs "
+                f"({declines}); use path='mask' (or 'auto'), or implementation='reference' to "
+                "run the slow sparse reference"
+            )
+    return path, f"path={path!r}, as asked", ()
+
+
+def every_block(width: int, num_candidates: int, block_size: int) -> tuple[bool, str]:
+    """(whether, why) a source's table over logits rows of `width` is every block of each row:
+    no row can have more than C blocks, so the top-C of the block scores would be every block
+    (the block scores and their top-C, two kernels, are skipped)."""
+    c, b = num_candidates, block_size
+    nb = -(-width // b)
+    if nb <= c:
+        return True, f"rows of {width} logits hold {nb} <= C = {c} blocks of {b}"
+    return False, f"rows of {width} logits hold {nb} > C = {c} blocks of {b}"
+
+
+def fused_declines(
+    spec: LayerSpec,
+    device: Device,
+    implementation: tuple[str, ...] | None,
+    route: Route = "dense",
+    unfused: str | None = None,
+) -> str | None:
+    """Why a layer taking `route` does not run as one custom call (None: it does). It does where
+    its ops would all run their FFI kernels: `implementation` None or preferring "ffi", an SM90
+    GPU with the extension, the inputs DeepGEMM's paged kernel takes (and, on the sparse route,
+    the SM90 sparse kernel's), and the caller did not ask for the ops one by one (`unfused`:
+    the reason it did, e.g. "fuse=False, as asked")."""
+    if unfused is not None:
+        return unfused
+    if implementation is not None and implementation[0] != "ffi":
+        return f"implementation {implementation!r} does not prefer 'ffi'"
+    why = ffi_declines(device, "the fused layers", _ext.SM90)
+    if why is None:
+        why = logits_ffi.sm90_paged_declines(
+            spec.query, spec.cache, spec.max_pages, spec.logits_width
+        )
+    if why is None and route == "sparse":
+        why = logits_ffi.sm90_sparse_declines(
+            spec.query, spec.cache, spec.num_candidates, spec.block_size
+        )
+    return why
+
+
+def plan_layer(
+    spec: LayerSpec,
+    device: Device | None = None,
+    *,
+    path: Path = "auto",
+    implementation: _dispatch.Implementation = None,
+    unfused: str | None = None,
+) -> LayerPlan:
+    """The plan of one layer on `device` (None: the device the ops trace for). `path`: the
+    consumer path asked for; `implementation`: as in `publish`; `unfused`: why the caller runs
+    the layer op by op (None: it may fuse).
+
+    Raises:
+      ValueError: an unknown path or implementation name; `path="sparse"` on a GPU without a
+        sparse logits kernel for the inputs (unless `implementation="reference"`).
+    """
+    if path not in PATHS:
+        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    record_ = device if device is not None else device_record()
+    impl = _dispatch.shared(implementation)
+    route, route_reason, declined = _route(spec, record_, path, impl)
+    every, blocks_reason = False, "not a source layer"
+    if spec.role == "source":
+        every, blocks_reason = every_block(spec.logits_width, spec.num_candidates, spec.block_size)
+    why = fused_declines(spec, record_, impl, route, unfused)
+    fused_reason = why if why is not None else "every op of the layer runs its FFI kernel"
+    return LayerPlan(
+        spec,
+        record_,
+        impl,
+        path,
+        route,
+        route_reason,
+        declined,
+        every,
+        blocks_reason,
+        why is None,
+        fused_reason,
+    )
+
+
+# How a decode step runs (`TwoLevelIndexer.step_mode`; results are identical in every mode):
+# "graphs" every layer in one custom call replaying its launches as a cached CUDA graph (the
+# default); "direct" one custom call launching them; "traced" one custom call XLA captures into
+# its own command buffer; "layers" one custom call a layer; "ops" every op of every layer on its
+# own (as `publish(..., fuse=False)` runs a layer). Each falls back to the next where the
+# layers cannot run fused. A static argument: a jitted step traced in one mode is traced again
+# in another.
+StepMode = Literal["graphs", "direct", "traced", "layers", "ops"]
+STEP_MODES: tuple[StepMode, ...] = ("graphs", "direct", "traced", "layers", "ops")
+
+
+def check_step_mode(mode: object) -> StepMode:
+    """`mode` checked: one of STEP_MODES (ValueError otherwise)."""
+    if not isinstance(mode, str) or mode not in STEP_MODES:
+        raise ValueError(f"step_mode must be one of {list(STEP_MODES)}, got {mode!r}")
+    return mode
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """The decisions of one decode step: each layer's plan in the order the step runs them
+    (`layers`: (layer id, LayerPlan)), whether the whole step is one custom call
+    (`one_call`, with its reason), and whether the lengths and DeepGEMM's schedule are
+    computed once for the fused layers (`shared`: the first layer runs fused)."""
+
+    layers: tuple[tuple[int, LayerPlan], ...]
+    step_mode: StepMode
+    one_call: bool
+    one_call_reason: str
+    shared: bool
+
+    def layer(self, layer_id: int) -> LayerPlan:
+        """The plan of layer `layer_id` (KeyError when the step has no such layer)."""
+        for i, p in self.layers:
+            if i == layer_id:
+                return p
+        raise KeyError(f"the step has no indexer layer {layer_id}")
+
+    def record(self) -> None:
+        """Note the one-call decision for `dsv41_jax.info.explain`, where the layers could run
+        fused (elsewhere there is no choice to show)."""
+        if self.one_call:
+            record("decode: step", "one custom call (every layer fused)")
+        elif self.shared:
+            record(
+                "decode: step", "a custom call a layer", [("one custom call", self.one_call_reason)]
+            )
+
+    def decisions(self) -> tuple[tuple[str, str, str], ...]:
+        """(decision, choice, reason) of the step's own decisions, for printing."""
+        one = "one custom call" if self.one_call else "layer by layer"
+        return (("step", one, self.one_call_reason),)
+
+    def __str__(self) -> str:
+        first = self.layers[0][1]
+        lines = [f"step plan on {first.device} (step_mode={self.step_mode!r}):"]
+        lines += [f"  {what}: {choice} ({why})" for what, choice, why in self.decisions()]
+        for layer_id, p in self.layers:
+            lines.append(f"  layer {layer_id}: {p.spec}")
+            lines += [f"    {what}: {choice} ({why})" for what, choice, why in p.decisions()]
+        return "\n".join(lines)
+
+
+def plan_step(
+    layers: Sequence[tuple[int, LayerSpec]],
+    device: Device | None = None,
+    *,
+    path: Path = "auto",
+    implementation: _dispatch.Implementation = None,
+    step_mode: StepMode = "graphs",
+) -> StepPlan:
+    """The plan of a decode step over `layers` ((layer id, spec) in the order the step runs
+    them: the source first where there is one); the rest as in `plan_layer` and
+    `TwoLevelIndexer`."""
+    record_ = device if device is not None else device_record()
+    mode = check_step_mode(step_mode)
+    unfused = "step_mode='ops', as asked" if mode == "ops" else None
+    plans = tuple(
+        (i, plan_layer(s, record_, path=path, implementation=implementation, unfused=unfused))
+        for i, s in layers
+    )
+    first = plans[0][1]
+    why: str | None = None
+    if first.spec.role != "source":
+        why = "the step has no candidate source layer"
+    elif not first.fused:
+        why = f"the layers run op by op ({first.fused_reason})"
+    elif mode in ("layers", "ops"):
+        why = f"step_mode={mode!r}, as asked"
+    else:
+        next_n = first.spec.query.next_n
+        for i, p in plans:
+            if p.spec.query.next_n != next_n:
+                why = f"layer {i}: next_n {p.spec.query.next_n} differs from the source's {next_n}"
+            elif not p.fused:
+                why = f"layer {i} runs op by op ({p.fused_reason})"
+            if why is not None:
+                break
+    reason = why if why is not None else "every layer runs fused"
+    return StepPlan(plans, mode, why is None, reason, first.fused)
+
+
+def dcp_route(path: Path) -> tuple[Literal["mask", "sparse"], tuple[tuple[str, str], ...]]:
+    """(route, declined) of `dcp_select(path=...)`: "auto" takes the sparse path once
+    `dsv41_jax.status` records the DCP sparse path as device-verified, the mask path until
+    then."""
+    if path != "auto":
+        return path, ()
+    sparse = status.of("dcp sparse path")
+    if sparse.device_verified:
+        return "sparse", ()
+    return "mask", (("sparse", f"the DCP sparse path is {sparse}"),)
+
+
+# dcp_publish's exchange="auto": the top-C exchange once rows hold at least this many blocks per
+# candidate. Measured on 2 H200s (bs 64, C 2048, publish + select): at 16K blocks per row (128K
+# positions) "pmax" was faster (664 vs 770 us: the merge's sort costs more than the all-reduce
+# it saves); at 128K blocks (1M positions) "topc" was (3296 vs 3446 us; the collectives alone
+# 32 vs 159 us).
+TOPC_MIN_BLOCKS_PER_CANDIDATE = 32
+
+
+def dcp_exchange(exchange: str, num_blocks: int, num_candidates: int) -> Literal["topc", "pmax"]:
+    """The candidate exchange of `dcp_publish`: "topc" or "pmax" as asked, and for "auto"
+    "topc" where rows hold at least TOPC_MIN_BLOCKS_PER_CANDIDATE · C blocks, else "pmax"."""
+    if exchange not in ("auto", "topc", "pmax"):
+        raise ValueError(f"exchange must be 'auto', 'topc' or 'pmax', got {exchange!r}")
+    if exchange != "auto":
+        return "topc" if exchange == "topc" else "pmax"
+    many = num_blocks >= TOPC_MIN_BLOCKS_PER_CANDIDATE * num_candidates
+    return "topc" if many else "pmax"

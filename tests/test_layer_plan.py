@@ -1,0 +1,202 @@
+"""dsv41_jax.plan.layers: the layers' and the decode step's decisions (consumer path, the
+source's every-block table, fused layers, one custom call a step, DCP's path and exchange),
+made from shapes and a device record, on simulated devices (nothing patched, nothing run)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import dsv41_jax as dj
+from dsv41_jax import _ext, info
+from dsv41_jax.plan import Device, LayerPlan, StepPlan, device_record
+from dsv41_jax.plan.layers import (
+    TOPC_MIN_BLOCKS_PER_CANDIDATE,
+    CacheShape,
+    LayerSpec,
+    QueryShape,
+    dcp_exchange,
+    dcp_route,
+    plan_layer,
+    plan_step,
+)
+from dsv41_jax.types import row_bytes
+
+CPU = info.DeviceFacts("cpu", "")
+SM78 = info.DeviceFacts("gpu", "9.0", (78, 39, 26, 19, 15, 13, 11, 9), 78)
+SM100 = info.DeviceFacts("gpu", "10.0", (), 148)
+MXFP4 = dj.IndexerConfig(cache_format="mxfp4")
+needs_ext = pytest.mark.skipif(not _ext.available(), reason="needs the built CUDA extension")
+
+
+def inputs(cfg, batch, context, layers):
+    """Abstract queries and caches of `layers`, and the page table, of a decode step at `batch`
+    requests of `context` positions."""
+    sds = jax.ShapeDtypeStruct
+    pages = -(-context // cfg.page_size)
+    shape = (batch, cfg.next_n, cfg.num_heads)
+    if cfg.cache_format == "fp8":
+        values, scales = sds((*shape, cfg.head_dim), jnp.float8_e4m3fn), None
+    else:
+        values, scales = sds((*shape, cfg.head_dim // 2), jnp.uint8), sds((*shape, 4), jnp.uint8)
+    query = dj.QueryBundle(values, sds(shape, jnp.float32), scales, cfg.cache_format)
+    row = row_bytes(cfg.cache_format, cfg.head_dim)
+    data = sds((batch * pages, cfg.page_size, 1, row), jnp.uint8)
+    cache = dj.PagedIndexCache(data, cfg.cache_format)
+    return (
+        dict.fromkeys(layers, query),
+        dict.fromkeys(layers, cache),
+        sds((batch, pages), jnp.int32),
+    )
+
+
+def step(batch, context, device, config=None, **indexer):
+    """The plan of a V4.1 step (source 20, consumers 24-36) on `device`; `indexer`: the
+    TwoLevelIndexer's `path`, `implementation`, `step_mode`."""
+    cfg = config or dj.IndexerConfig()
+    layers = (20, 24, 28, 32, 36)
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:], **indexer)
+    return ix.plan(*inputs(cfg, batch, context, layers), device=device)
+
+
+def routes(sp: StepPlan) -> list[str]:
+    return [p.route for _, p in sp.layers if p.spec.role == "consumer"]
+
+
+@needs_ext
+@pytest.mark.parametrize("facts", [info.H200, SM78], ids=["sm132", "sm78"])
+def test_the_v41_step_on_sm90(facts):
+    """SM90, any SM count: every layer fused and the step one custom call; the consumers take
+    the sparse path past C·B positions, the dense top-k within them (the table is the step's
+    own: every block), where the source's table is every block."""
+    long = step(8, 131072, facts)
+    assert long.one_call and long.shared and long.one_call_reason == "every layer runs fused"
+    assert routes(long) == ["sparse"] * 4
+    assert all(p.fused for _, p in long.layers)
+    assert not long.layer(20).every_block and "16384 > C = 2048" in long.layer(20).blocks_reason
+    short = step(1, 16384, facts)
+    assert short.one_call and routes(short) == ["dense"] * 4
+    assert short.layer(20).every_block
+    assert short.layer(24).route_reason.startswith("every block is a candidate")
+    assert str(long).startswith(f"step plan on gpu 9.0, {facts.sm_count} SMs")
+
+
+def test_the_v41_step_on_a_cpu():
+    """No CUDA kernels: layer by layer, op by op, the mask path with the sparse one's reason."""
+    sp = step(8, 131072, CPU)
+    assert not sp.one_call and not sp.shared
+    assert sp.one_call_reason.startswith("the layers run op by op")
+    assert routes(sp) == ["mask"] * 4
+    for _, p in sp.layers:
+        assert not p.fused and ("CUDA GPU" in p.fused_reason or "not" in p.fused_reason)
+    consumer = sp.layer(24)
+    ((name, why),) = consumer.declined
+    assert (
+        name == "sparse"
+        and consumer.route_reason == f"path='auto': the sparse path declines ({why})"
+    )
+
+
+@needs_ext
+def test_sm100_takes_the_sparse_path_with_mxfp4_and_runs_no_fused_layer():
+    sp = step(8, 131072, SM100, MXFP4)
+    assert routes(sp) == ["sparse"] * 4  # DeepGEMM's SM100 sparse kernel
+    assert not sp.one_call and all(not p.fused for _, p in sp.layers)
+    assert "no kernel image for compute capability 10.0" in sp.layer(20).fused_reason
+    fp8 = step(8, 131072, SM100)
+    assert routes(fp8) == ["mask"] * 4
+    assert "needs the mxfp4 cache" in fp8.layer(24).declined[0][1]
+    mxfp4_on_sm90 = step(8, 131072, info.H200, MXFP4)  # no SM90 kernel reads mxfp4
+    assert routes(mxfp4_on_sm90) == ["mask"] * 4 and not mxfp4_on_sm90.one_call
+    assert "needs the fp8 cache" in mxfp4_on_sm90.layer(20).fused_reason
+
+
+@needs_ext
+def test_step_modes_implementations_and_paths():
+    h200 = info.H200
+    layers = step(8, 131072, h200, step_mode="layers")
+    assert not layers.one_call and layers.shared
+    assert layers.one_call_reason == "step_mode='layers', as asked"
+    assert all(p.fused for _, p in layers.layers)
+    ops = step(8, 131072, h200, step_mode="ops")
+    assert not ops.one_call and not ops.shared
+    assert {p.fused_reason for _, p in ops.layers} == {"step_mode='ops', as asked"}
+    ref = step(8, 131072, h200, implementation="reference")
+    assert routes(ref) == ["mask"] * 4 and not ref.shared
+    assert "excludes 'ffi'" in ref.layer(24).declined[0][1]
+    assert "does not prefer 'ffi'" in ref.layer(20).fused_reason
+    pallas_first = step(8, 131072, h200, implementation=("pallas", "ffi"))
+    assert routes(pallas_first) == ["sparse"] * 4 and not pallas_first.layer(24).fused
+    mask = step(8, 131072, h200, path="mask")
+    assert routes(mask) == ["mask"] * 4 and mask.one_call
+    assert mask.layer(24).route_reason == "path='mask', as asked"
+    with pytest.raises(ValueError, match="no sparse logits kernel on this GPU.*needs the fp8"):
+        step(8, 131072, h200, MXFP4, path="sparse")
+    ref_sparse = step(8, 131072, h200, MXFP4, path="sparse", implementation="reference")
+    assert routes(ref_sparse) == ["sparse"] * 4  # the slow reference, asked for by name
+
+
+def spec(role="consumer", next_n=1, pages=2048, own_table=False, fmt="fp8"):
+    return LayerSpec(
+        role,
+        QueryShape(8, next_n, 32),
+        CacheShape(fmt, 128, 64, 8 * pages),
+        pages,
+        512,
+        2048,
+        8,
+        own_table,
+    )
+
+
+@needs_ext
+def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
+    h200 = device_record(info.H200)
+    # A table not published by this step, within C·B positions: the mask path (`select`).
+    p = plan_layer(spec(pages=256), h200)
+    assert p.route == "mask" and "at most C·B = 16384" in p.route_reason
+    assert plan_layer(spec(pages=256, own_table=True), h200).route == "dense"
+    with pytest.raises(ValueError, match="path must be"):
+        plan_layer(spec(), h200, path="dense")  # type: ignore[arg-type]
+    mixed = plan_step([(0, spec("source")), (1, spec(next_n=2, own_table=True))], h200)
+    assert not mixed.one_call and "next_n 2 differs from the source's 1" in mixed.one_call_reason
+    plain = plan_step([(3, spec("plain"))], h200)
+    assert not plain.one_call and plain.one_call_reason == "the step has no candidate source layer"
+    assert plain.shared and plain.layer(3).route == "dense"
+    with pytest.raises(KeyError, match="no indexer layer 4"):
+        plain.layer(4)
+
+
+def test_a_gpu_record_without_the_extension_fuses_nothing():
+    bare = Device("gpu", "9.0", 132)
+    p = plan_layer(spec(), bare)
+    assert not p.fused and "not built" in p.fused_reason
+    assert p.route == "mask" and "not built" in p.declined[0][1]
+
+
+@needs_ext
+def test_plans_are_values():
+    """Equal inputs give equal, hashable plans; `decode` runs the plan `plan` returns."""
+    a, b = step(8, 131072, info.H200), step(8, 131072, info.H200)
+    assert a == b and hash(a) == hash(b) and isinstance(a.layer(24), LayerPlan)
+    assert a != step(8, 131072, SM78)
+    assert dataclasses.replace(a.layer(24), route="mask") != a.layer(24)
+    assert info.decode_step_plan(8, 131072, device=info.H200) == a
+    with info.simulated_device(info.H200):
+        assert info.decode_step_plan(8, 131072) == a
+
+
+def test_dcp_decisions():
+    assert dcp_route("mask") == ("mask", ())
+    assert dcp_route("sparse") == ("sparse", ())
+    route, declined = dcp_route("auto")
+    assert route == "mask" and "run on host devices only" in declined[0][1]
+    many = TOPC_MIN_BLOCKS_PER_CANDIDATE * 2048
+    assert dcp_exchange("auto", many, 2048) == "topc"
+    assert dcp_exchange("auto", many - 1, 2048) == "pmax"
+    assert dcp_exchange("pmax", many, 2048) == "pmax"
+    with pytest.raises(ValueError, match="exchange must be"):
+        dcp_exchange("allgather", 1, 1)
