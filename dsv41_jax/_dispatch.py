@@ -105,8 +105,7 @@ def resolve_names(op: str, names: Sequence[str], implementation: Implementation)
             )
         return (implementation,)
     preference = shared(implementation)
-    if not preference:
-        raise ValueError(f"{op}: implementation must not be an empty sequence")
+    assert preference  # shared refuses None here and an empty sequence
     return tuple(n for n in preference if n in names) or tuple(names)
 
 
@@ -132,6 +131,8 @@ def shared(implementation: Implementation) -> tuple[str, ...] | None:
         raise ValueError(
             f"implementation must be None, a name or a sequence of names, got {implementation!r}"
         )
+    if not names:
+        raise ValueError("implementation must not be an empty sequence")
     unknown = [n for n in names if n not in KNOWN]
     if unknown:
         raise ValueError(f"unknown implementation names {unknown}; known: {sorted(KNOWN)}")
