@@ -40,4 +40,31 @@ __device__ __forceinline__ int32_t BlockExclusiveScan(int32_t value, int32_t* wa
   return result;
 }
 
+// Where a histogram's k_rem-th largest key falls, by one scan over the CTA: thread t holds the
+// counts c[j] of digits top - j (j < kPer), the CTA's digits in descending order thread after
+// thread (top = kDigits - 1 - t * kPer), so the scan of the threads' sums counts the keys in the
+// digits above each thread's. Every thread calls it; `total` receives the keys counted. Returns
+// on the one thread whose digit holds it (k_rem in [1, total]): hit, the digit, the keys above
+// it and in it.
+struct DigitHit {
+  bool hit;
+  int32_t digit, above, count;
+};
+
+template <int kThreads, int kPer, class K>
+__device__ __forceinline__ DigitHit BlockFindDigit(const int32_t (&c)[kPer], int32_t top, K k_rem,
+                                                   int32_t* warp_sums, int32_t* total) {
+  int32_t mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) mine += c[j];
+  int32_t above = BlockExclusiveScan<kThreads>(mine, warp_sums, total);
+  DigitHit found = {false, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (above < k_rem && k_rem <= above + c[j]) found = {true, top - j, above, c[j]};
+    above += c[j];
+  }
+  return found;
+}
+
 }  // namespace dsv41

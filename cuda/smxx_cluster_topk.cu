@@ -139,7 +139,7 @@ __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& c
   }
   DSV41_STAMP(2 + 2 * pass);
   cluster.sync();  // every CTA's histogram is complete
-  int32_t count = 0;
+  int32_t count[1] = {0};
   const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
   if (threadIdx.x < kBins) {
     // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
@@ -150,21 +150,21 @@ __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& c
         part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist[pass & 1], c0 + c)[bin] : 0u;
       }
 #pragma unroll
-      for (int c = 0; c < 8; ++c) count += int32_t(part[c]);
+      for (int c = 0; c < 8; ++c) count[0] += int32_t(part[c]);
     }
   }
-  const int32_t above = BlockExclusiveScan<kThreads>(count, sh.warp_sums, &sh.scan_total);
+  const DigitHit d = BlockFindDigit<kThreads>(count, bin, k_rem, sh.warp_sums, &sh.scan_total);
   const int64_t valid = sh.scan_total;  // keys matching the prefix, cluster-wide
   if (pass == 0 && valid <= k_rem) {
     if (threadIdx.x == 0) {  // at most k valid keys: all selected (mask 0 makes all "ties")
       sh.need_eq = valid;
       sh.k_rem = 0;
     }
-  } else if (threadIdx.x < kBins && above < k_rem && above + count >= k_rem) {
+  } else if (d.hit) {
     sh.prefix = prefix | (uint32_t(bin) << shift);
     sh.mask = mask | (0xffu << shift);
-    sh.k_rem = k_rem - above;  // still needed from this bin
-    sh.need_eq = k_rem - above;
+    sh.k_rem = k_rem - d.above;  // still needed from this bin
+    sh.need_eq = k_rem - d.above;
   }
   // No second cluster barrier: the next pass writes the other histogram buffer, and this one
   // is rewritten only after the next pass's barrier, which every peer reaches after reading it.

@@ -93,19 +93,19 @@ __device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys)
       if (key != kExcluded && (key & mask) == prefix) atomicAdd(&h[(key >> shift) & 0xff], 1u);
     });
     __syncthreads();
-    int32_t count = 0;
-    const int bin = kBins - 1 - int(threadIdx.x);  // thread t holds bin 255 - t: scan = above
+    int32_t count[1] = {0};
+    const int bin = kBins - 1 - int(threadIdx.x);  // thread t holds bin 255 - t
     if (threadIdx.x < kBins) {
 #pragma unroll
-      for (int c = 0; c < kHists; ++c) count += int32_t(sh.hist[c][bin]);
+      for (int c = 0; c < kHists; ++c) count[0] += int32_t(sh.hist[c][bin]);
     }
-    const int32_t above = BlockExclusiveScan<kThreads>(count, sh.warp_sums, &sh.scan_total);
+    const DigitHit d = BlockFindDigit<kThreads>(count, bin, k_rem, sh.warp_sums, &sh.scan_total);
     if (pass == 0 && sh.scan_total <= k_rem) {
       if (threadIdx.x == 0) sh.all = 1;
-    } else if (threadIdx.x < kBins && above < k_rem && above + count >= k_rem) {
+    } else if (d.hit) {
       sh.prefix = prefix | (uint32_t(bin) << shift);
       sh.mask = mask | (0xffu << shift);
-      sh.k_rem = k_rem - above;
+      sh.k_rem = k_rem - d.above;
     }
     __syncthreads();
     if (sh.all) break;  // uniform

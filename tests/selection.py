@@ -278,11 +278,13 @@ def build_mutant(
     base: pathlib.Path, work: pathlib.Path, source: pathlib.Path, old: str, new: str, rebuild: str
 ) -> pathlib.Path:
     """A stand-in whose kernel file `source` (of cuda/) has `old` (there once) replaced by `new`:
-    the edited copy, in an include folder searched before cuda/, shadows the file where the
-    stand-in's source `rebuild` is compiled again; the other objects are `base`'s."""
+    an include folder searched before cuda/ holds a copy of cuda/ with that edit, so the edited
+    file shadows cuda/'s wherever it is included from (a header too: quoted includes look in
+    the including file's folder first), where the stand-in's source `rebuild` is compiled
+    again; the other objects are `base`'s."""
     text = source.read_text()
     assert text.count(old) == 1, f"{source.name} changed: {old!r} is not there once"
-    (work / "include").mkdir(parents=True)
+    shutil.copytree(ROOT / "cuda", work / "include")
     (work / "include" / source.name).write_text(text.replace(old, new))
     return build_emulator(work, work / "include", base, rebuild=(rebuild,))
 

@@ -88,3 +88,28 @@ def test_mutants_of_the_filter_select_are_caught(simt_topk, rng, tmp_path):
         simt_topk, tmp_path, SOURCE, MUTANTS, "filter_topk.cc", _check, int(rng.integers(1 << 30))
     )
     assert not survived, f"mutants not caught: {survived}"
+
+
+# The digit search the three CUDA selects share (cuda/smxx_block_scan.cuh).
+DIGIT_MUTANTS = [
+    ("digit-one-too-low", "k_rem <= above + c[j]) found", "k_rem < above + c[j]) found"),
+    (
+        "keys-above-miscounted",
+        "found = {true, top - j, above, c[j]}",
+        "found = {true, top - j, 0, c[j]}",
+    ),
+]
+
+
+def test_mutants_of_the_shared_digit_search_are_caught(simt_topk, rng, tmp_path):
+    source = ROOT / "cuda" / "smxx_block_scan.cuh"
+    survived = mutants_survived(
+        simt_topk,
+        tmp_path,
+        source,
+        DIGIT_MUTANTS,
+        "filter_topk.cc",
+        _check,
+        int(rng.integers(1 << 30)),
+    )
+    assert not survived, f"mutants not caught: {survived}"
