@@ -5,14 +5,16 @@ Each op owns an ordered table {name: function}, fastest first by the latest devi
 it is ordered after it and runs only when named. `implementation=None` tries them in order: an
 implementation that cannot handle the inputs (no GPU, no extension, unsupported shape) raises
 NotImplementedError and the next one is tried, with one log line per (op, implementation,
-reason) so a slow path is never silent.
+reason) so a slow path is never silent. The selection ops decide ahead instead: their plan
+(`dsv41_jax.plan`) names the implementation that runs from each one's `supports`
+(`Op.run_planned`).
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dsv41_jax import _ext
@@ -43,7 +45,7 @@ def record(
 
 class Op:
     """An op name and its implementations, fastest first (an op whose fastest implementation
-    depends on the shapes passes the order its plan decides to `run`: `dsv41_jax.plan`)."""
+    depends on the shapes runs the one its plan names: `run_planned`, `dsv41_jax.plan`)."""
 
     def __init__(self, name: str, **impls: Callable[..., Any]) -> None:
         assert set(impls) <= KNOWN, impls
@@ -57,32 +59,46 @@ class Op:
     def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
         return self.run(self.resolve(implementation), *args, **kwargs)
 
-    def run(
-        self,
-        names: Sequence[str],
-        *args: Any,
-        options: Mapping[str, Mapping[str, Any]] | None = None,
-        plan: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Try the implementations `names` in order on the arguments (plus `options[name]`, the
-        keyword arguments of one implementation only); the first that does not decline
-        (NotImplementedError) returns. `plan`: recorded with the choice (`record`)."""
+    def run(self, names: Sequence[str], *args: Any, **kwargs: Any) -> Any:
+        """Try the implementations `names` in order on the arguments; the first that does not
+        decline (NotImplementedError) returns."""
         reasons = []
         for n in names:
             try:
-                out = self.impls[n](*args, **kwargs, **(options or {}).get(n, {}))
+                out = self.impls[n](*args, **kwargs)
             except NotImplementedError as e:
                 reasons.append((n, str(e)))
                 if len(names) > 1:
                     _log_fallback(self.name, n, str(e))
                 continue
-            record(self.name, n, reasons, plan)
+            record(self.name, n, reasons)
             return out
         # ExtensionUnavailable (a NotImplementedError): "this path is not available here".
         raise ExtensionUnavailable(
             f"{self.name}: no implementation accepted the inputs "
             f"({'; '.join(f'{n}: {why}' for n, why in reasons)})"
+        )
+
+    def run_planned(self, plan: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run the implementation `plan.runs` (a `dsv41_jax.plan.Plan`: the first of its order
+        that supports the call), recording the plan and the implementations it passed over; an
+        ExtensionUnavailable naming each one's reason where none supports the call (or the one
+        planned declines: a plan made for another device than the one tracing)."""
+        declined = list(plan.declined)
+        if plan.runs is not None:
+            try:
+                out = self.impls[plan.runs](*args, **kwargs)
+            except NotImplementedError as e:
+                declined.append((plan.runs, f"{e} (the plan was made for {plan.device})"))
+            else:
+                for name, why in declined:
+                    if len(plan.order) > 1:
+                        _log_fallback(self.name, name, why)
+                record(self.name, plan.runs, declined, plan)
+                return out
+        raise ExtensionUnavailable(
+            f"{self.name}: no implementation accepted the inputs "
+            f"({'; '.join(f'{n}: {why}' for n, why in declined)})"
         )
 
 

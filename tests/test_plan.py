@@ -301,3 +301,41 @@ def test_explain_shows_the_fused_layers_selects_on_a_simulated_h200(simulated_h2
     (blocks,) = {c.implementation for c in choices if c.op.startswith("fused select_cand")}
     assert blocks == "short"
     assert {c.implementation for c in choices if c.op == "fused sparse select"} == {"onchip"}
+
+
+def test_the_plan_names_the_implementation_that_runs():
+    """`runs`: the first implementation of the order that supports the call on the device
+    record (each implementation's `supports`), with the reasons of those passed over; the op
+    runs exactly it."""
+    p = dj.plan("topk", sds((8, 4096)), 64, device=CPU)
+    assert p.runs == "reference" and [n for n, _ in p.declined] == ["pallas", "ffi"]
+    assert "needs a CUDA GPU backend" in p.declined[0][1]
+    assert ("runs", "reference") == p.decisions()[2][:2]
+    none = dj.plan("topk", sds((8, 4096)), 64, device=CPU, implementation="ffi")
+    assert none.runs is None and [n for n, _ in none.declined] == ["ffi"]
+    with pytest.raises(dj.ExtensionUnavailable, match="topk: no implementation accepted"):
+        dj.topk(jnp.zeros((8, 4096)), jnp.full((8,), 9), 64, implementation="ffi")
+
+
+@needs_ext
+def test_the_implementation_that_runs_on_a_simulated_h200():
+    h200 = info.H200
+    assert dj.plan("topk", sds((8, 4096)), 64, device=h200).runs == "pallas"
+    assert dj.plan("topk", sds((8, 131072)), 512, device=h200).runs == "ffi"
+    starts = sds((8,), jnp.int32)
+    p = dj.plan("topk", sds((8, 4096)), 64, starts=starts, device=h200)
+    assert p.runs == "ffi" and p.declined == ()
+    half = dj.plan("topk", sds((8, 4096), jnp.float16), 64, device=h200)
+    assert half.runs == "reference"
+    assert [n for n, _ in half.declined] == ["ffi", "pallas"]
+    assert "float32 or bfloat16 scores (got float16)" in half.declined[0][1]
+    big_k = dj.plan(
+        "topk", sds((8, 4096)), 5000, device=h200, implementation="ffi", topk_algorithm="filter"
+    )
+    assert big_k.runs == "ffi" and big_k.select == "short"  # filter declines k = 5000
+    # A plan made for an H200, run on this CPU: the planned kernel declines, with the reason.
+    if jax.default_backend() != "gpu":
+        s, n = jnp.zeros((8, 131072)), jnp.full((8,), 9)
+        planned = dj.plan("topk", s, 512, device=h200)
+        with pytest.raises(dj.ExtensionUnavailable, match="the plan was made for gpu 9.0"):
+            dj.topk(s, n, 512, plan=planned)

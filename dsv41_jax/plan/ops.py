@@ -102,6 +102,9 @@ class Plan:
       order: the implementations to try, in order; order_reason: why that order.
       select: the CUDA select the `ffi` implementation runs ("short", "filter" or "cluster"),
         None where the device record has none; select_reason: why.
+      runs: the implementation the call runs, the first of `order` that supports it on the
+        device (each implementation's `supports`), None where none does; declined: (name, why)
+        of those before it.
     """
 
     spec: Spec
@@ -112,12 +115,16 @@ class Plan:
     order_reason: str
     select: str | None
     select_reason: str
+    runs: str | None
+    declined: tuple[tuple[str, str], ...]
 
     def decisions(self) -> tuple[tuple[str, str, str], ...]:
         """(decision, choice, reason) of each decision, for printing."""
+        why_runs = "; ".join(f"{n} declines: {why}" for n, why in self.declined)
         return (
             ("implementations", ", ".join(self.order), self.order_reason),
             ("CUDA select", self.select or "none", self.select_reason),
+            ("runs", self.runs or "none", why_runs or f"the first of {', '.join(self.order)}"),
         )
 
     def __str__(self) -> str:
@@ -178,7 +185,39 @@ def resolve(
         order_reason = f"implementation={implementation!r}, as asked"
     asked = _dispatch.shared(implementation)
     select, select_reason = cuda_select(spec, record, forced)
-    return Plan(spec, record, asked, forced, order, order_reason, select, select_reason)
+    declined: list[tuple[str, str]] = []
+    runs = None
+    for name in order:
+        why = supports(name, spec, record, select)
+        if why is None:
+            runs = name
+            break
+        declined.append((name, why))
+    return Plan(
+        spec,
+        record,
+        asked,
+        forced,
+        order,
+        order_reason,
+        select,
+        select_reason,
+        runs,
+        tuple(declined),
+    )
+
+
+def supports(name: str, spec: Spec, device: Device, select: str | None) -> str | None:
+    """Why implementation `name` cannot run a call of `spec` on `device` (with `select`, the
+    plan's CUDA select, for "ffi"), or None: each implementation's own `supports`."""
+    # Imported here: the topk package imports this module.
+    from dsv41_jax.topk import ffi, pallas_mgpu
+
+    if name == "ffi":
+        return ffi.supports(spec, device, select)
+    if name == "pallas":
+        return pallas_mgpu.supports(spec, device)
+    return None  # the reference runs anything the op's checks let through
 
 
 def check_algorithm(topk_algorithm: str | None) -> str | None:

@@ -82,17 +82,12 @@ def topk(
         _checks.integer(candidates, "candidates")
     spec = Spec.of("topk", scores, k, starts, candidates, block_size)
     p = _plan_for(spec, implementation, topk_algorithm, plan)
-    return TOPK.run(
-        p.order,
-        scores,
-        lengths,
-        k,
-        starts,
-        candidates,
-        block_size,
-        options={"ffi": {"select": p.select}},
-        plan=p,
-    )
+    return TOPK.run_planned(p, scores, lengths, k, starts, candidates, block_size, **_options(p))
+
+
+def _options(p: Plan) -> dict[str, str | None]:
+    """The keyword arguments of the implementation the plan runs: the CUDA select for "ffi"."""
+    return {"select": p.select} if p.runs == "ffi" else {}
 
 
 def _plan_for(
@@ -198,6 +193,4 @@ def select_candidate_blocks(
     )
     spec = Spec.of("select_candidate_blocks", block_scores, c, block_size=b)
     p = _plan_for(spec, implementation, topk_algorithm, plan)
-    return SELECT_CANDIDATE_BLOCKS.run(
-        p.order, block_scores, lengths, c, b, options={"ffi": {"select": p.select}}, plan=p
-    )
+    return SELECT_CANDIDATE_BLOCKS.run_planned(p, block_scores, lengths, c, b, **_options(p))

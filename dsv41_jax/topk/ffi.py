@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext
-from dsv41_jax.plan import Op, Spec, device_record, select_declines
+from dsv41_jax.plan import Op, Spec, device_record, ffi_declines, select_declines
 
 TARGET = "dsv41_logical_to_physical"
 
@@ -72,6 +72,21 @@ def cuda_topk(
         has_starts=starts is not None,
         has_members=has_members,
     )
+
+
+def supports(spec: Spec, device, select: str | None) -> str | None:
+    """Why the CUDA select `select` (the plan's) cannot run a call of `spec` on `device` (a
+    `dsv41_jax.plan.Device`), or None: what `cuda_topk` would decline, read by the plan."""
+    target = ALGORITHMS.get(select or "short", SHORT_TOPK)
+    why = ffi_declines(device, target)
+    if why is not None:
+        return why
+    if select is None:
+        return f"{spec.op} ffi: the plan has no CUDA select"
+    if spec.dtype not in ("float32", "bfloat16"):
+        return f"{target}: float32 or bfloat16 scores (got {spec.dtype})"
+    why = select_declines(select, spec, device)
+    return None if why is None else f"{target}: {why}"
 
 
 def _planned(op: str, select: str | None) -> str:

@@ -53,6 +53,18 @@ def declines(
     return None
 
 
+def supports(spec, device) -> str | None:
+    """Why the Pallas select cannot run a call of `spec` (a `dsv41_jax.plan.Spec`) on `device`
+    (a `dsv41_jax.plan.Device`), or None: what the plan reads (`declines`, on a GPU backend)."""
+    op = spec.op
+    if device.backend != "gpu":
+        return f"{op} pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
+    scores = spec.scores()
+    masked = spec.mask_blocks is not None
+    src = source(scores, blocks=op == "select_candidate_blocks")
+    return declines(op, scores, spec.k, spec.starts, masked, spec.block_size, src)
+
+
 def source(scores, *, blocks: bool = False) -> str | None:
     """The program's score source for such scores (None: none): top-k over float32 ("f32") or
     bfloat16 rows of a multiple of 8 ("bf16"); with `blocks`, candidate selection over float32
