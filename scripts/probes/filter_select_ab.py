@@ -1,13 +1,15 @@
-"""The filter-first select forced, by shape, on the extension in PYTHONPATH: kernel time per call
-and whether it selects what the reference does, on normal scores with lengths n - 3 (and rows
-ascending with position, where keys bunch in the last warps' runs; masked rows of 2048 candidate
-blocks of 8).
+"""The filter-first select (or `--select cluster|short`) forced, by shape, on the extension in
+PYTHONPATH: kernel time per call and whether it selects what the reference does, on normal
+scores with lengths n - 3 (and rows ascending with position, where keys bunch in the last warps'
+runs; masked rows of 2048 candidate blocks of 8).
 
     python scripts/probes/filter_select_ab.py TAG   # once per build, interleaved
     python scripts/probes/filter_select_ab.py TAG "[64, 128K]" --full    # some shapes, whole rows
     python scripts/probes/filter_select_ab.py TAG --rows 16:131072:512   # other shapes (rows:n:k)
+    python scripts/probes/filter_select_ab.py TAG --select cluster --rows 16:131072:5000
 
-Prints `TIME TAG what shape k us` and `SAME` / `DIFF` lines."""
+Prints `TIME TAG what shape k us` and `SAME` / `DIFF` lines (`what` names the select when it is
+not the filter)."""
 
 import sys
 
@@ -21,6 +23,10 @@ from dsv41_jax.bench.timing import jax_time_us
 from dsv41_jax.topk import ffi as topk_ffi
 
 tag, args = sys.argv[1], sys.argv[2:]
+select = "filter"
+if "--select" in args:
+    at = args.index("--select")
+    select, args = args[at + 1], args[:at] + args[at + 2 :]
 extra = [a.split(":") for a in args[args.index("--rows") + 1 :]] if "--rows" in args else []
 args = args[: args.index("--rows")] if extra else args
 only = [a for a in args if a != "--full"]  # optional shape filters, e.g. "[64, 1024K]"
@@ -58,7 +64,7 @@ for kind, rows, n, k, dtype in CASES:
 
     sets = [(scores(), lens) for _ in range(3)]
 
-    def fn(s, ln, algorithm="filter", blocks=blocks, k=k):
+    def fn(s, ln, algorithm=select, blocks=blocks, k=k):
         return topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", algorithm)
 
     got = np.asarray(jax.jit(fn)(*sets[0]))
@@ -70,6 +76,6 @@ for kind, rows, n, k, dtype in CASES:
             )
         )(*sets[0])
     )
-    dt = "bf16 " if dtype == jnp.bfloat16 else ""
+    dt = ("" if select == "filter" else f"{select} ") + ("bf16 " if dtype == jnp.bfloat16 else "")
     print(f"TIME {tag} {dt}{kind} {shape} k={k} {t:.2f}", flush=True)
     print(f"{'SAME' if np.array_equal(got, want) else 'DIFF'} {tag} {dt}{kind} {shape} k={k}")
