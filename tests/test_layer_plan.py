@@ -173,7 +173,8 @@ def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
 def test_a_gpu_record_without_the_extension_fuses_nothing():
     bare = Device("gpu", "9.0", 132)
     p = plan_layer(spec(), bare)
-    assert not p.fused and "not built" in p.fused_reason
+    # "not installed" where this machine has no extension either (make CUDA=0)
+    assert not p.fused and ("not built" in p.fused_reason or "not installed" in p.fused_reason)
     assert p.route == "mask" and "not built" in p.declined[0][1]
 
 
