@@ -249,36 +249,24 @@ __device__ __forceinline__ void ClusterOffsets(Shared& sh, const cg::cluster_gro
   cluster.sync();  // peers' counts read: they may exit or reuse shared memory
 }
 
-// Emission in list (= position) order, kPerThread consecutive entries per thread. One scan per
-// round: the above-T and tie counts packed in 16 bits each (a round holds 4096 entries).
+// Emission in list (= position) order, kPerThread consecutive entries per thread, a round at a
+// time (EmitRoundInOrder: a round holds 4096 entries).
 template <class List, class IsGt, class IsEq>
 __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row, int cl, int rank,
                                      const List& list, int32_t need_eq, IsGt is_gt, IsEq is_eq) {
   int32_t* out = a.out + row * int64_t(a.k);
-  int32_t out_base = sh.out_base, eq_before = sh.eq_before;
   const int32_t total = sh.total;
+  EmitState<int64_t> st = {sh.out_base, sh.eq_before};  // this CTA's first slot and tie rank
   for (int64_t t0 = 0; t0 < list.len; t0 += kTile) {
     const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
     uint32_t kk[kPerThread];
     list.Round(a, t0, kk);
-    int32_t my_gt = 0, my_eq = 0;
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) my_gt += is_gt(kk[j]), my_eq += is_eq(kk[j]);
-    const int32_t before =
-        BlockExclusiveScan<kThreads>(my_gt | (my_eq << 16), sh.warp_sums, &sh.scan_total);
-    const int32_t tile = sh.scan_total;
-    const int32_t ties_wanted = max(need_eq - eq_before, 0);  // ties this CTA may still take
-    int32_t eq_rank = eq_before + (before >> 16);
-    int64_t slot = out_base + (before & 0xffff) + min(ties_wanted, before >> 16);
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const bool take = is_gt(kk[j]) || (is_eq(kk[j]) && eq_rank < need_eq);
-      eq_rank += is_eq(kk[j]);
-      if (take && slot < a.k) out[slot] = list.Position(i0 + j);
-      slot += take;
-    }
-    out_base += (tile & 0xffff) + min(ties_wanted, tile >> 16);
-    eq_before += tile >> 16;
+    EmitRoundInOrder<kThreads>(
+        st, kk, need_eq, is_gt, is_eq,
+        [&](int j, int64_t slot) {
+          if (slot < a.k) out[slot] = list.Position(i0 + j);
+        },
+        sh.warp_sums, &sh.scan_total);
   }
   if (rank == cl - 1) {
     for (int64_t s = total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;

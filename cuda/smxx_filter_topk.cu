@@ -120,7 +120,7 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   });
   const uint32_t kth = sh.prefix;    // n > k valid keys: a full key >= 1
   const int32_t need_eq = sh.k_rem;  // ties at kth to keep, the first ones in buffer order
-  int32_t kept = 0, eq_seen = 0;
+  EmitState<int32_t> st = {0, 0};
   for (int32_t base = 0; base < n; base += kRound) {
     const int32_t i0 = base + int32_t(threadIdx.x) * kPer;
     uint32_t kk[kPer];
@@ -130,25 +130,12 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
       kk[j] = i0 + j < n ? keys[i0 + j] : kExcluded;
       pp[j] = i0 + j < n ? pos[i0 + j] : 0;
     }
-    int32_t gt = 0, eq = 0;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) gt += kk[j] > kth, eq += kk[j] == kth;
-    // One scan: counts below 2^16 per round (8192 entries). Every read of this round happens
-    // before its barriers and every write after; writes land below the round's end.
-    const int32_t before =
-        BlockExclusiveScan<kThreads>(gt | (eq << 16), sh.warp_sums, &sh.scan_total);
-    const int32_t round = sh.scan_total;
-    const int32_t ties_left = max(need_eq - eq_seen, 0);
-    int32_t eq_rank = eq_seen + (before >> 16);
-    int32_t slot = kept + (before & 0xffff) + min(ties_left, before >> 16);
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const bool take = kk[j] > kth || (kk[j] == kth && eq_rank < need_eq);
-      eq_rank += kk[j] == kth;
-      if (take) keys[slot] = kk[j], pos[slot] = pp[j], ++slot;
-    }
-    kept += (round & 0xffff) + min(ties_left, round >> 16);
-    eq_seen += round >> 16;
+    // In place: a round's slots land below its end, and its reads precede the scan's barriers.
+    EmitRoundInOrder<kThreads>(
+        st, kk, need_eq, [&](uint32_t key) { return key > kth; },
+        [&](uint32_t key) { return key == kth; },
+        [&](int j, int32_t slot) { keys[slot] = kk[j], pos[slot] = pp[j]; }, sh.warp_sums,
+        &sh.scan_total);
   }
   __syncthreads();
   return uint64_t(kth) + 1;

@@ -63,16 +63,6 @@ def test_filter_paths_equal_the_oracle(simt_topk, rng):
 
 # (what, the text of the source, its replacement): each breaks one path.
 MUTANTS = [
-    (
-        "a-tie-too-many",
-        "(kk[j] == kth && eq_rank < need_eq)",
-        "(kk[j] == kth && eq_rank <= need_eq)",
-    ),
-    (
-        "ties-not-counted-in-slots",
-        "int32_t slot = kept + (before & 0xffff) + min(ties_left, before >> 16);",
-        "int32_t slot = kept + (before & 0xffff);",
-    ),
     ("never-streamed-again", "if (count >= k || bar <= 1) break;", "break;"),
     ("buffer-overrun", "if (count + round > kCap) {", "if (count + round > kCap + kRound) {"),
     ("a-peer-not-gathered", "for (int c = 1; c < cl; ++c) {", "for (int c = 2; c < cl; ++c) {"),
@@ -90,24 +80,35 @@ def test_mutants_of_the_filter_select_are_caught(simt_topk, rng, tmp_path):
     assert not survived, f"mutants not caught: {survived}"
 
 
-# The digit search the three CUDA selects share (cuda/smxx_block_scan.cuh).
-DIGIT_MUTANTS = [
+# What the CUDA selects share (cuda/smxx_block_scan.cuh): the digit search and the in-order
+# emission.
+SHARED_MUTANTS = [
     ("digit-one-too-low", "k_rem <= above + c[j]) found", "k_rem < above + c[j]) found"),
     (
         "keys-above-miscounted",
         "found = {true, top - j, above, c[j]}",
         "found = {true, top - j, 0, c[j]}",
     ),
+    (
+        "a-tie-too-many",
+        "(is_eq(kk[j]) && eq_rank < need_eq)",
+        "(is_eq(kk[j]) && eq_rank <= need_eq)",
+    ),
+    (
+        "ties-not-counted-in-slots",
+        "Slot slot = st.emitted + (before & 0xffff) + min(ties_left, before >> 16);",
+        "Slot slot = st.emitted + (before & 0xffff);",
+    ),
 ]
 
 
-def test_mutants_of_the_shared_digit_search_are_caught(simt_topk, rng, tmp_path):
+def test_mutants_of_the_shared_search_and_emission_are_caught(simt_topk, rng, tmp_path):
     source = ROOT / "cuda" / "smxx_block_scan.cuh"
     survived = mutants_survived(
         simt_topk,
         tmp_path,
         source,
-        DIGIT_MUTANTS,
+        SHARED_MUTANTS,
         "filter_topk.cc",
         _check,
         int(rng.integers(1 << 30)),
