@@ -73,15 +73,13 @@ __device__ __forceinline__ DigitHit BlockFindDigit(const int32_t (&c)[kPer], int
 // and `put(j, slot)` writes entry j of this thread to its slot. One scan a round: both counts
 // packed in 16 bits (a round's stay below 2^16). Every thread calls it; entries are read
 // before its barriers and `put` writes after them. `st` carries the slots taken and the ties
-// seen to the next round (`Slot`: int32_t, or int64_t for slots past 2^31).
-template <class Slot>
+// seen to the next round.
 struct EmitState {
-  Slot emitted;
-  int32_t eq_seen;
+  int32_t emitted, eq_seen;
 };
 
-template <int kThreads, int kPer, class Slot, class IsGt, class IsEq, class Put>
-__device__ __forceinline__ void EmitRoundInOrder(EmitState<Slot>& st, const uint32_t (&kk)[kPer],
+template <int kThreads, int kPer, class IsGt, class IsEq, class Put>
+__device__ __forceinline__ void EmitRoundInOrder(EmitState& st, const uint32_t (&kk)[kPer],
                                                  int32_t need_eq, IsGt is_gt, IsEq is_eq, Put put,
                                                  int32_t* warp_sums, int32_t* total) {
   int32_t gt = 0, eq = 0;
@@ -91,7 +89,7 @@ __device__ __forceinline__ void EmitRoundInOrder(EmitState<Slot>& st, const uint
   const int32_t round = *total;
   const int32_t ties_left = max(need_eq - st.eq_seen, 0);
   int32_t eq_rank = st.eq_seen + (before >> 16);
-  Slot slot = st.emitted + (before & 0xffff) + min(ties_left, before >> 16);
+  int32_t slot = st.emitted + (before & 0xffff) + min(ties_left, before >> 16);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const bool take = is_gt(kk[j]) || (is_eq(kk[j]) && eq_rank < need_eq);

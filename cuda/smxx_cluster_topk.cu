@@ -256,14 +256,14 @@ __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row,
                                      const List& list, int32_t need_eq, IsGt is_gt, IsEq is_eq) {
   int32_t* out = a.out + row * int64_t(a.k);
   const int32_t total = sh.total;
-  EmitState<int64_t> st = {sh.out_base, sh.eq_before};  // this CTA's first slot and tie rank
+  EmitState st = {sh.out_base, sh.eq_before};  // this CTA's first slot and tie rank
   for (int64_t t0 = 0; t0 < list.len; t0 += kTile) {
     const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
     uint32_t kk[kPerThread];
     list.Round(a, t0, kk);
     EmitRoundInOrder<kThreads>(
         st, kk, need_eq, is_gt, is_eq,
-        [&](int j, int64_t slot) {
+        [&](int j, int32_t slot) {
           if (slot < a.k) out[slot] = list.Position(i0 + j);
         },
         sh.warp_sums, &sh.scan_total);

@@ -120,7 +120,7 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   });
   const uint32_t kth = sh.prefix;    // n > k valid keys: a full key >= 1
   const int32_t need_eq = sh.k_rem;  // ties at kth to keep, the first ones in buffer order
-  EmitState<int32_t> st = {0, 0};
+  EmitState st = {0, 0};
   for (int32_t base = 0; base < n; base += kRound) {
     const int32_t i0 = base + int32_t(threadIdx.x) * kPer;
     uint32_t kk[kPer];

@@ -96,8 +96,8 @@ SHARED_MUTANTS = [
     ),
     (
         "ties-not-counted-in-slots",
-        "Slot slot = st.emitted + (before & 0xffff) + min(ties_left, before >> 16);",
-        "Slot slot = st.emitted + (before & 0xffff);",
+        "int32_t slot = st.emitted + (before & 0xffff) + min(ties_left, before >> 16);",
+        "int32_t slot = st.emitted + (before & 0xffff);",
     ),
 ]
 
