@@ -4,14 +4,16 @@ made from shapes and a device record, on simulated devices (nothing patched, not
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
 import pytest
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, info
+from dsv41_jax import _ext, fused, info
 from dsv41_jax.plan import Device, LayerPlan, StepPlan, device_record
 from dsv41_jax.plan.layers import (
     TOPC_MIN_BLOCKS_PER_CANDIDATE,
@@ -201,3 +203,39 @@ def test_dcp_decisions():
     assert dcp_exchange("pmax", many, 2048) == "pmax"
     with pytest.raises(ValueError, match="exchange must be"):
         dcp_exchange("allgather", 1, 1)
+
+
+@needs_ext
+@pytest.mark.parametrize(
+    "batch,context,indexer",
+    [
+        (8, 131072, {}),
+        (1, 16384, {}),
+        (8, 131072, {"path": "mask"}),
+        (8, 131072, {"step_mode": "layers"}),
+        (8, 131072, {"step_mode": "ops"}),
+        (8, 131072, {"implementation": "reference"}),
+    ],
+)
+def test_decode_runs_the_plan_it_returns(simulated_h200, batch, context, indexer):
+    """The custom calls of `decode` lowered for CUDA (on a simulated H200) are the ones its
+    `plan` names: the one step call, else a call for each fused layer (the sparse consumers'
+    own), else none of them; and what it records for `dsv41_jax.info` is that plan."""
+    cfg = dj.IndexerConfig()
+    layers = (20, 24, 28, 32, 36)
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:], **indexer)
+    qs, cs, table = inputs(cfg, batch, context, layers)
+    sp = ix.plan(qs, cs, table)
+    lens = jax.ShapeDtypeStruct((batch,), jnp.int32)
+    step = jax.jit(lambda q, c, n, b: ix.decode(q, c, n, b).selections)
+    text = step.trace(qs, cs, lens, table).lower(lowering_platforms=("cuda",)).as_text()
+    calls = collections.Counter(re.findall(r"stablehlo\.custom_call @([\w$.]+)", text))
+    plans = [p for _, p in sp.layers if p.fused and not sp.one_call]
+    consumers = [p for p in plans if p.spec.role == "consumer"]
+    assert calls[fused.STEP] == int(sp.one_call)
+    assert calls[fused.PUBLISH] == len(plans) - len(consumers)
+    assert calls[fused.SPARSE_SELECT] == sum(p.route == "sparse" for p in consumers)
+    assert calls[fused.DENSE_SELECT] == sum(p.route != "sparse" for p in consumers)
+    choices = info.explain(lambda q, c, n, b: ix.decode(q, c, n, b), qs, cs, lens, table)
+    paths = [c.implementation for c in choices if c.op == "select: consumer path"]
+    assert [p.split(" ")[0] for p in paths] == routes(sp)
