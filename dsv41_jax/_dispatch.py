@@ -91,8 +91,8 @@ class Op:
             except NotImplementedError as e:
                 declined.append((plan.runs, f"{e} (the plan was made for {plan.device})"))
             else:
-                for name, why in declined:
-                    if len(plan.order) > 1:
+                if len(plan.order) > 1:  # a fallback past a faster one: logged
+                    for name, why in declined:
                         _log_fallback(self.name, name, why)
                 record(self.name, plan.runs, declined, plan)
                 return out

@@ -18,9 +18,9 @@ from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import mqa_logits, paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.logits.api import check_paged, check_ragged
-from dsv41_jax.ordering import every_block as every_block_ids
+from dsv41_jax.ordering import every_block
 from dsv41_jax.plan import check_algorithm
-from dsv41_jax.plan.layers import LayerPlan, LayerSpec, Path, every_block, plan_layer
+from dsv41_jax.plan.layers import LayerPlan, LayerSpec, Path, Role, every_block_table, plan_layer
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
 from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -90,10 +90,10 @@ def _publish_from_logits(
     all_blocks: bool | None = None,
 ) -> tuple[jax.Array, CandidateTable]:
     """A source layer's top-k and table from its logits; `all_blocks`: the plan's every-block
-    decision (`dsv41_jax.plan.layers.every_block` of the logits' width when None)."""
+    decision (`dsv41_jax.plan.layers.every_block_table` of the logits' width when None)."""
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     if all_blocks is None:
-        all_blocks = every_block(logits.shape[1], c, b)[0]
+        all_blocks = every_block_table(logits.shape[1], c, b)[0]
     indices = topk(
         logits,
         lens,
@@ -104,7 +104,7 @@ def _publish_from_logits(
     if all_blocks:
         # No row can have more than C blocks, so every block is a candidate: exactly what
         # select_candidate_blocks returns then (ascending ids, -1 padded).
-        selected = every_block_ids(jnp.minimum(lens, logits.shape[1]), c, b)
+        selected = every_block(jnp.minimum(lens, logits.shape[1]), c, b)
     else:
         scores = block_amax(logits, lens, block_size=b, implementation=implementation)
         selected = select_candidate_blocks(
@@ -158,14 +158,25 @@ def publish(
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     topk_algorithm = check_algorithm(topk_algorithm)
-    spec = LayerSpec.of("source", query, cache, block_table, config)
-    lp = plan_layer(spec, implementation=implementation, unfused=_unfused(fuse))
+    lp = _layer_plan("source", query, cache, block_table, config, implementation, fuse)
     return _publish(query, cache, context_lens, block_table, config, lp, topk_algorithm)
 
 
-def _unfused(fuse: bool) -> str | None:
-    """The reason a layer called with `fuse` runs op by op by request (None: it may fuse)."""
-    return None if _checks.boolean(fuse, "fuse") else "fuse=False, as asked"
+def _layer_plan(
+    role: Role,
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    block_table: jax.Array,
+    config: IndexerConfig,
+    implementation: Implementation,
+    fuse: bool,
+    path: Path = "auto",
+) -> LayerPlan:
+    """The plan of a layer called on its own (`publish`, `select`, `select_plain`): `fuse`
+    False runs it op by op by request."""
+    unfused = None if _checks.boolean(fuse, "fuse") else "fuse=False, as asked"
+    spec = LayerSpec.of(role, query, cache, block_table, config)
+    return plan_layer(spec, path=path, implementation=implementation, unfused=unfused)
 
 
 def _run_fused(
@@ -255,8 +266,7 @@ def select(
     block_table = _checks.array(block_table, "block_table")
     _check_table(table, query, config)
     topk_algorithm = check_algorithm(topk_algorithm)
-    spec = LayerSpec.of("consumer", query, cache, block_table, config)
-    lp = plan_layer(spec, path=path, implementation=implementation, unfused=_unfused(fuse))
+    lp = _layer_plan("consumer", query, cache, block_table, config, implementation, fuse, path)
     return _select(query, cache, context_lens, block_table, table, config, lp, topk_algorithm)
 
 
@@ -473,8 +483,7 @@ def select_plain(
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     topk_algorithm = check_algorithm(topk_algorithm)
-    spec = LayerSpec.of("plain", query, cache, block_table, config)
-    lp = plan_layer(spec, implementation=implementation, unfused=_unfused(fuse))
+    lp = _layer_plan("plain", query, cache, block_table, config, implementation, fuse)
     return _dense_select(
         query, cache, context_lens, block_table, config.index_topk, lp, topk_algorithm
     )

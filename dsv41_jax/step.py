@@ -108,11 +108,6 @@ class TwoLevelIndexer:
     step_mode: StepMode = dataclasses.field(default="graphs", metadata=_static)
 
     @property
-    def _unfused(self) -> str | None:
-        """Why this step's layers run op by op by request (None: they may fuse)."""
-        return "step_mode='ops', as asked" if self.step_mode == "ops" else None
-
-    @property
     def layers(self) -> tuple[int, ...]:
         """Every indexer layer this step runs, sorted."""
         return tuple(sorted(self._call_order))
@@ -156,7 +151,8 @@ class TwoLevelIndexer:
         cfg, impl = self.config, self.implementation
         table: CandidateTable | None
         if sp.one_call:
-            selections, table = self._one_call(sp, queries, caches, context_lens, block_table)
+            out, table = self._one_call(sp, queries, caches, context_lens, block_table)
+            selections = dict(zip(self._call_order, out, strict=True))
         else:
             selections, table = self._layer_by_layer(sp, queries, caches, context_lens, block_table)
         slots = None
@@ -188,12 +184,12 @@ class TwoLevelIndexer:
         block_table = _checks.array(block_table, "block_table")
         sp = self.plan(queries, caches, block_table)
         if sp.one_call:
-            stacked, _ = self._one_call(
+            (stacked,), _ = self._one_call(
                 sp, queries, caches, context_lens, block_table, stacked=True
             )
-            return stacked[self.layers[0]]
-        result = self.decode(queries, caches, context_lens, block_table)
-        return jnp.stack([result.selections[layer] for layer in self.layers])
+            return stacked
+        selections, _ = self._layer_by_layer(sp, queries, caches, context_lens, block_table)
+        return jnp.stack([selections[layer] for layer in self.layers])
 
     def plan(
         self,
@@ -303,10 +299,10 @@ class TwoLevelIndexer:
         context_lens: jax.Array,
         block_table: jax.Array,
         stacked: bool = False,
-    ) -> tuple[dict[int, jax.Array], CandidateTable]:
+    ) -> tuple[list[jax.Array], CandidateTable]:
         """Every layer as one custom call (`fused.decode_step`), as the plan `sp` says: the
-        layers' selections by layer id (with `stacked`, {first layer: one `[layers, rows, k]`
-        array in `self.layers` order}) and the table."""
+        layers' selections in `_call_order` (with `stacked`, one `[layers, rows, k]` array in
+        `self.layers` order) and the table."""
         layers = self._call_order
         for layer, lp in sp.layers:
             _run_fused(lp, queries[layer], caches[layer], context_lens, block_table)
@@ -316,7 +312,7 @@ class TwoLevelIndexer:
         ]
         qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
         slots = [self.layers.index(x) for x in layers] if stacked else None
-        out, table = fused.decode_step(
+        return fused.decode_step(
             qs,
             cs,
             roles,
@@ -328,9 +324,6 @@ class TwoLevelIndexer:
             self.topk_algorithm,
             self.step_mode,
         )
-        if stacked:
-            return {self.layers[0]: out[0]}, table
-        return dict(zip(layers, out, strict=True)), table
 
     def prefill(
         self,

@@ -9,7 +9,6 @@ import dataclasses
 import re
 
 import jax
-import jax.numpy as jnp
 import pytest
 
 import dsv41_jax as dj
@@ -25,7 +24,6 @@ from dsv41_jax.plan.layers import (
     plan_layer,
     plan_step,
 )
-from dsv41_jax.types import row_bytes
 
 CPU = info.DeviceFacts("cpu", "")
 SM78 = info.DeviceFacts("gpu", "9.0", (78, 39, 26, 19, 15, 13, 11, 9), 78)
@@ -34,25 +32,11 @@ MXFP4 = dj.IndexerConfig(cache_format="mxfp4")
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="needs the built CUDA extension")
 
 
-def inputs(cfg, batch, context, layers):
-    """Abstract queries and caches of `layers`, and the page table, of a decode step at `batch`
-    requests of `context` positions."""
-    sds = jax.ShapeDtypeStruct
-    pages = -(-context // cfg.page_size)
-    shape = (batch, cfg.next_n, cfg.num_heads)
-    if cfg.cache_format == "fp8":
-        values, scales = sds((*shape, cfg.head_dim), jnp.float8_e4m3fn), None
-    else:
-        values, scales = sds((*shape, cfg.head_dim // 2), jnp.uint8), sds((*shape, 4), jnp.uint8)
-    query = dj.QueryBundle(values, sds(shape, jnp.float32), scales, cfg.cache_format)
-    row = row_bytes(cfg.cache_format, cfg.head_dim)
-    data = sds((batch * pages, cfg.page_size, 1, row), jnp.uint8)
-    cache = dj.PagedIndexCache(data, cfg.cache_format)
-    return (
-        dict.fromkeys(layers, query),
-        dict.fromkeys(layers, cache),
-        sds((batch, pages), jnp.int32),
-    )
+def inputs(cfg, batch, context):
+    """Abstract queries and caches (layers 20-36), lengths and page table of a V4.1 decode step
+    at `batch` requests of `context` positions (what `info.decode_step` traces)."""
+    _, queries, caches, lens, table = info._decode_inputs(batch, context, cfg)
+    return queries, caches, lens, table
 
 
 def step(batch, context, device, config=None, **indexer):
@@ -61,7 +45,8 @@ def step(batch, context, device, config=None, **indexer):
     cfg = config or dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:], **indexer)
-    return ix.plan(*inputs(cfg, batch, context, layers), device=device)
+    queries, caches, _, table = inputs(cfg, batch, context)
+    return ix.plan(queries, caches, table, device=device)
 
 
 def routes(sp: StepPlan) -> list[str]:
@@ -224,9 +209,8 @@ def test_decode_runs_the_plan_it_returns(simulated_h200, batch, context, indexer
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:], **indexer)
-    qs, cs, table = inputs(cfg, batch, context, layers)
+    qs, cs, lens, table = inputs(cfg, batch, context)
     sp = ix.plan(qs, cs, table)
-    lens = jax.ShapeDtypeStruct((batch,), jnp.int32)
     step = jax.jit(lambda q, c, n, b: ix.decode(q, c, n, b).selections)
     text = step.trace(qs, cs, lens, table).lower(lowering_platforms=("cuda",)).as_text()
     calls = collections.Counter(re.findall(r"stablehlo\.custom_call @([\w$.]+)", text))

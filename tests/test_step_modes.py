@@ -111,7 +111,7 @@ def test_one_jitted_layer_traces_again_with_fuse(simulated_h200, layer):
 def test_explain_says_why_a_step_or_a_layer_runs_apart(simulated_h200):
     layers = info.explain(lambda *a: _indexer("layers").decode(*a), *_step_inputs())
     (step,) = [c for c in layers if c.op == "decode: step"]
-    assert step.implementation == "a custom call a layer"
+    assert step.implementation == "layer by layer"
     assert step.declined == (("one custom call", "step_mode='layers', as asked"),)
     assert {c.implementation for c in layers if c.op.endswith(": layer")} == {
         "fused (one custom call)"

@@ -211,7 +211,7 @@ def _route(
     return path, f"path={path!r}, as asked", ()
 
 
-def every_block(width: int, num_candidates: int, block_size: int) -> tuple[bool, str]:
+def every_block_table(width: int, num_candidates: int, block_size: int) -> tuple[bool, str]:
     """(whether, why) a source's table over logits rows of `width` is every block of each row:
     no row can have more than C blocks, so the top-C of the block scores would be every block
     (the block scores and their top-C, two kernels, are skipped)."""
@@ -273,7 +273,9 @@ def plan_layer(
     route, route_reason, declined = _route(spec, record_, path, impl)
     every, blocks_reason = False, "not a source layer"
     if spec.role == "source":
-        every, blocks_reason = every_block(spec.logits_width, spec.num_candidates, spec.block_size)
+        every, blocks_reason = every_block_table(
+            spec.logits_width, spec.num_candidates, spec.block_size
+        )
     why = fused_declines(spec, record_, impl, route, unfused)
     fused_reason = why if why is not None else "every op of the layer runs its FFI kernel"
     return LayerPlan(
@@ -320,7 +322,11 @@ class StepPlan:
     step_mode: StepMode
     one_call: bool
     one_call_reason: str
-    shared: bool
+
+    @property
+    def shared(self) -> bool:
+        """The lengths and DeepGEMM's schedule are computed once for the fused layers."""
+        return self.layers[0][1].fused
 
     def layer(self, layer_id: int) -> LayerPlan:
         """The plan of layer `layer_id` (KeyError when the step has no such layer)."""
@@ -335,9 +341,7 @@ class StepPlan:
         if self.one_call:
             record("decode: step", "one custom call (every layer fused)")
         elif self.shared:
-            record(
-                "decode: step", "a custom call a layer", [("one custom call", self.one_call_reason)]
-            )
+            record("decode: step", "layer by layer", [("one custom call", self.one_call_reason)])
 
     def decisions(self) -> tuple[tuple[str, str, str], ...]:
         """(decision, choice, reason) of the step's own decisions, for printing."""
@@ -390,7 +394,7 @@ def plan_step(
             if why is not None:
                 break
     reason = why if why is not None else "every layer runs fused"
-    return StepPlan(plans, mode, why is None, reason, first.fused)
+    return StepPlan(plans, mode, why is None, reason)
 
 
 def dcp_route(path: Path) -> tuple[Literal["mask", "sparse"], tuple[tuple[str, str], ...]]:
