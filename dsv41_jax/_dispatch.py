@@ -1,24 +1,29 @@
-"""One registry helper for every op's `implementation=` argument.
+"""One registry helper for every op's `implementation=` argument, and the plan of the ops
+whose only decisions are which implementation runs and which kernel family it takes.
 
-Each op owns an ordered table {name: function}, fastest first by the latest device numbers
-(stated beside each table); "reference" always works, so an implementation measured slower than
-it is ordered after it and runs only when named. `implementation=None` tries them in order: an
-implementation that cannot handle the inputs (no GPU, no extension, unsupported shape) raises
-NotImplementedError and the next one is tried, with one log line per (op, implementation,
-reason) so a slow path is never silent. The selection ops decide ahead instead: their plan
-(`dsv41_jax.plan`) names the implementation that runs from each one's `supports`
-(`Op.run_planned`).
+Each op owns an ordered table {name: implementation}, fastest first by the latest device
+numbers (stated beside each table); "reference" always works, so an implementation measured
+slower than it is ordered after it and runs only when named. Every call is planned before
+anything is traced: each implementation's `supports(device, *args)` says from shapes, dtypes,
+static arguments and the device record (`dsv41_jax.plan.device_record`) why it cannot take the
+call, the plan (`OpPlan`) runs the first of the order that can, and the ones passed over are
+logged once per (op, implementation, reason), so a slow path is never silent. The selection
+ops plan more (`dsv41_jax.plan.Plan`: the CUDA select too) and run it through `run_planned`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsv41_jax import _ext
 from dsv41_jax._ext import ExtensionUnavailable
+
+if TYPE_CHECKING:
+    from dsv41_jax.plan.device import Device
 
 logger = logging.getLogger("dsv41_jax")
 
@@ -26,7 +31,7 @@ Implementation = str | Sequence[str] | None
 KNOWN = frozenset({"ffi", "pallas", "reference"})  # every implementation name of every op
 _logged: set[tuple[str, str, str]] = set()
 # While `dsv41_jax.info.explain` traces a function: every op's choice, in call order.
-# (op, implementation, declined, plan): the plan (a `dsv41_jax.plan.Plan`) of ops that have one.
+# (op, implementation, declined, plan): the call's plan (an `OpPlan` or a `dsv41_jax.plan.Plan`).
 Choice = tuple[str, str, tuple[tuple[str, str], ...], Any]
 recording: contextvars.ContextVar[list[Choice] | None] = contextvars.ContextVar(
     "recording", default=None
@@ -37,57 +42,133 @@ def record(
     op: str, implementation: str, declined: Sequence[tuple[str, str]] = (), plan: Any = None
 ) -> None:
     """Note a dispatch decision for `dsv41_jax.info.explain` (nothing when it is not tracing);
-    `plan`: the call's `dsv41_jax.plan.Plan`, for ops that have one."""
+    `plan`: the call's plan, where it has one."""
     choices = recording.get()
     if choices is not None:
         choices.append((op, implementation, tuple(declined), plan))
 
 
-class Op:
-    """An op name and its implementations, fastest first (an op whose fastest implementation
-    depends on the shapes runs the one its plan names: `run_planned`, `dsv41_jax.plan`)."""
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    """One implementation of an op.
 
-    def __init__(self, name: str, **impls: Callable[..., Any]) -> None:
+    Attributes:
+      run: the function, called with the op's arguments (and `kernel=` where `kernel` is set).
+      supports: `supports(device, *args) -> str | None`, why it cannot take a call of these
+        arguments on `device` (a `dsv41_jax.plan.Device`), or None. It reads only shapes,
+        dtypes, static arguments and the record, so a call is planned before anything is
+        traced. None: it takes every call the op's checks let through (the references).
+      kernel: `kernel(device) -> str`, the kernel family it runs on `device` (e.g. "sm90" or
+        "sm100"): a plan decision, passed to `run` as `kernel=`.
+    """
+
+    run: Callable[..., Any]
+    supports: Callable[..., str | None] | None = None
+    kernel: Callable[[Any], str] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpPlan:
+    """The decisions of one call of an op without a plan of its own (the logits ops, block
+    scores, the candidate table, the page transform), each with its reason: a frozen, hashable
+    value made before anything is traced.
+
+    Attributes:
+      op: the op; device: the device record it read; implementation: the `implementation=`
+        asked for (None or a tuple of names).
+      order: the implementations to try, in order; runs: the first that supports the call
+        (None: none does); declined: (name, why) of those before it.
+      kernel: the kernel family `runs` takes on the device (None where it has one only).
+    """
+
+    op: str
+    device: Device
+    implementation: tuple[str, ...] | None
+    order: tuple[str, ...]
+    runs: str | None
+    declined: tuple[tuple[str, str], ...]
+    kernel: str | None = None
+
+    def decisions(self) -> tuple[tuple[str, str, str], ...]:
+        """(decision, choice, reason) of each decision, for printing."""
+        asked = self.implementation
+        order_reason = (
+            "fastest first (the op's table)"
+            if asked is None
+            else f"implementation={asked!r}, as asked"
+        )
+        why_runs = "; ".join(f"{n} declines: {why}" for n, why in self.declined)
+        out = [
+            ("implementations", ", ".join(self.order), order_reason),
+            ("runs", self.runs or "none", why_runs or f"the first of {', '.join(self.order)}"),
+        ]
+        if self.kernel is not None:
+            cc = self.device.compute_capability or "unknown"
+            out.append(("kernel", self.kernel, f"compute capability {cc}"))
+        return tuple(out)
+
+    def __str__(self) -> str:
+        lines = [f"plan: {self.op} on {self.device}"]
+        lines += [f"  {what}: {choice} ({why})" for what, choice, why in self.decisions()]
+        return "\n".join(lines)
+
+
+class Op:
+    """An op name and its implementations, fastest first (each an `Impl`, or a function that
+    takes every call). Calling it plans the call (`plan`) and runs what the plan names; an op
+    whose fastest implementation depends on more than that runs the one its own plan names
+    (`run_planned`, `dsv41_jax.plan`)."""
+
+    def __init__(self, name: str, **impls: Impl | Callable[..., Any]) -> None:
         assert set(impls) <= KNOWN, impls
         self.name = name
-        self.impls: dict[str, Callable[..., Any]] = dict(impls)
+        self.impls: dict[str, Impl] = {
+            n: i if isinstance(i, Impl) else Impl(i) for n, i in impls.items()
+        }
 
     def resolve(self, implementation: Implementation) -> tuple[str, ...]:
         """The implementation names to try, in order (`resolve_names`)."""
         return resolve_names(self.name, tuple(self.impls), implementation)
 
-    def __call__(self, implementation: Implementation, *args: Any, **kwargs: Any) -> Any:
-        return self.run(self.resolve(implementation), *args, **kwargs)
+    def plan(
+        self, implementation: Implementation, *args: Any, device: Device | None = None
+    ) -> OpPlan:
+        """The plan of a call with these arguments on `device` (None: the device the ops trace
+        for): the first implementation of the order whose `supports` takes it."""
+        # Imported here: the plan package imports the ops, which import this module.
+        from dsv41_jax.plan.device import device_record
 
-    def run(self, names: Sequence[str], *args: Any, **kwargs: Any) -> Any:
-        """Try the implementations `names` in order on the arguments; the first that does not
-        decline (NotImplementedError) returns."""
-        reasons = []
-        for n in names:
-            try:
-                out = self.impls[n](*args, **kwargs)
-            except NotImplementedError as e:
-                reasons.append((n, str(e)))
-                if len(names) > 1:
-                    _log_fallback(self.name, n, str(e))
-                continue
-            record(self.name, n, reasons)
-            return out
-        # ExtensionUnavailable (a NotImplementedError): "this path is not available here".
-        raise ExtensionUnavailable(
-            f"{self.name}: no implementation accepted the inputs "
-            f"({'; '.join(f'{n}: {why}' for n, why in reasons)})"
+        record = device_record() if device is None else device
+        order = self.resolve(implementation)
+        declined: list[tuple[str, str]] = []
+        runs = None
+        for name in order:
+            impl = self.impls[name]
+            why = None if impl.supports is None else impl.supports(record, *args)
+            if why is None:
+                runs = name
+                break
+            declined.append((name, why))
+        family = None if runs is None else self.impls[runs].kernel
+        kernel = None if family is None else family(record)
+        return OpPlan(
+            self.name, record, shared(implementation), order, runs, tuple(declined), kernel
         )
 
-    def run_planned(self, plan: Any, *args: Any, **kwargs: Any) -> Any:
-        """Run the implementation `plan.runs` (a `dsv41_jax.plan.Plan`: the first of its order
-        that supports the call), recording the plan and the implementations it passed over; an
-        ExtensionUnavailable naming each one's reason where none supports the call (or the one
-        planned declines: a plan made for another device than the one tracing)."""
+    def __call__(self, implementation: Implementation, *args: Any) -> Any:
+        p = self.plan(implementation, *args)
+        return self.run_planned(p, *args, **({} if p.kernel is None else {"kernel": p.kernel}))
+
+    def run_planned(self, plan: Any, *args: Any, **options: Any) -> Any:
+        """Run the implementation `plan.runs` (an `OpPlan` or a `dsv41_jax.plan.Plan`: the
+        first of its order that supports the call) with `options`, recording the plan and the
+        implementations it passed over; an ExtensionUnavailable naming each one's reason where
+        none supports the call (or the one planned declines: a plan made for another device
+        than the one tracing)."""
         declined = list(plan.declined)
         if plan.runs is not None:
             try:
-                out = self.impls[plan.runs](*args, **kwargs)
+                out = self.impls[plan.runs].run(*args, **options)
             except NotImplementedError as e:
                 declined.append((plan.runs, f"{e} (the plan was made for {plan.device})"))
             else:
@@ -96,6 +177,7 @@ class Op:
                         _log_fallback(self.name, name, why)
                 record(self.name, plan.runs, declined, plan)
                 return out
+        # ExtensionUnavailable (a NotImplementedError): "this path is not available here".
         raise ExtensionUnavailable(
             f"{self.name}: no implementation accepted the inputs "
             f"({'; '.join(f'{n}: {why}' for n, why in declined)})"

@@ -9,8 +9,12 @@ import functools
 import importlib
 from collections.abc import Iterator
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import jax
+
+if TYPE_CHECKING:
+    from dsv41_jax.plan.device import Device
 
 EXTENSION = "_dsv41_jax_ext"
 
@@ -225,6 +229,15 @@ def gpu_declines(op: str, archs: tuple[str, ...], backend: str, cc: str) -> str 
             f"{', '.join(archs)})"
         )
     return None
+
+
+def ffi_declines(device: Device, op: str, archs: tuple[str, ...] = PORTABLE) -> str | None:
+    """Why `op`'s FFI kernels, built for the compute capabilities `archs`, cannot run on
+    `device` (a `dsv41_jax.plan.Device` record: what `require_gpu` raises there), or None."""
+    why = gpu_declines(op, archs, device.backend, device.compute_capability)
+    if why is None and not device.limits:
+        why = f"{op}: the CUDA extension is not built (the device record holds none of its limits)"
+    return why
 
 
 def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:

@@ -1,9 +1,6 @@
-"""What the Pallas Mosaic GPU implementations share: the GPU gate and the dtype gate."""
+"""What the Pallas Mosaic GPU implementations share: the GPU gate."""
 
 from __future__ import annotations
-
-import jax
-import jax.numpy as jnp
 
 from dsv41_jax import _ext
 
@@ -13,8 +10,3 @@ def require_gpu(op: str) -> None:
     programs run on the CPU through `dsv41_jax._simt.Emulator`, for tests)."""
     if _ext.backend() != "gpu":
         raise NotImplementedError(f"{op} pallas: the Mosaic GPU kernel needs a CUDA GPU backend")
-
-
-def require_float32(x: jax.Array, op: str) -> None:
-    if x.dtype != jnp.float32:
-        raise NotImplementedError(f"{op} pallas: float32 scores only (got {x.dtype})")

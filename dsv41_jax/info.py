@@ -15,7 +15,7 @@ from dsv41_jax import _checks, _dispatch, _ext, status
 from dsv41_jax._ext import H200, DeviceFacts, simulated_device  # tracing as on another device
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
-from dsv41_jax.plan import Plan, StepPlan
+from dsv41_jax.plan import OpPlan, Plan, StepPlan
 from dsv41_jax.types import row_bytes
 
 __all__ = [
@@ -33,13 +33,14 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class Choice:
     """One dispatch decision: `op` took `implementation`; `declined` holds (name, reason) of
-    the implementations tried before it; `plan`: the call's `dsv41_jax.Plan` (its decisions
-    and their reasons) for the ops that have one (`topk`, `select_candidate_blocks`)."""
+    the implementations tried before it; `plan`: the call's plan (its decisions and their
+    reasons) for the ops (a `dsv41_jax.Plan` for `topk` and `select_candidate_blocks`, an
+    `OpPlan` for the others); None for a composite's own decisions."""
 
     op: str
     implementation: str
     declined: tuple[tuple[str, str], ...] = ()
-    plan: Plan | None = None
+    plan: Plan | OpPlan | None = None
 
     def __str__(self) -> str:
         why = "".join(f"\n    {name} declined: {reason}" for name, reason in self.declined)

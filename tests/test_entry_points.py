@@ -24,6 +24,7 @@ if jax.default_backend() == "gpu":
     pytest.skip("the CPU's view of the names (a GPU runs more of them)", allow_module_level=True)
 
 CFG = small_config()
+B = CFG.candidate_block_size
 NAMES = [
     None,
     "reference",
@@ -167,6 +168,18 @@ def _entry_points(rng):
         ),
         ("mqa_logits", ("ffi", "reference")): lambda i: dj.mqa_logits(
             q, keys, starts, ends, implementation=i
+        ),
+        ("sparse_paged_mqa_logits", ("ffi", "reference")): lambda i: (
+            dj.sparse_paged_mqa_logits(q, cache, table, lens, bt, block_size=B, implementation=i)
+        ),
+        ("block_amax", ("pallas", "reference")): lambda i: dj.block_amax(
+            scores, ends, implementation=i
+        ),
+        ("sort_candidate_blocks", ("ffi", "reference")): lambda i: dj.sort_candidate_blocks(
+            table.blocks, lens, bt, block_size=B, page_size=CFG.page_size, implementation=i
+        ),
+        ("logical_to_physical", ("ffi", "reference")): lambda i: dj.logical_to_physical(
+            table.blocks, bt, CFG.page_size, implementation=i
         ),
     }
     traced = {"dcp", "pcp"}  # they trace themselves (their inputs split over the mesh)

@@ -7,17 +7,21 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax._dispatch import Impl, Implementation, Op
 from dsv41_jax.blocks import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
 # Dispatch by measurement (H200, BENCHMARKS.md): block amax pallas 1.7 / 10.0 / 69.1 µs against
 # the XLA reference 3.5 / 14.0 / 98.7 at [8, 128K] / [64, 128K] / [64, 1M]; sort over [8, 2048]
 # ffi 4.0 µs, reference 34.2.
-BLOCK_AMAX = Op("block_amax", pallas=pallas_mgpu.block_amax, reference=reference.block_amax)
+BLOCK_AMAX = Op(
+    "block_amax",
+    pallas=Impl(pallas_mgpu.block_amax, pallas_mgpu.supports),
+    reference=reference.block_amax,
+)
 SORT_CANDIDATE_BLOCKS = Op(
     "sort_candidate_blocks",
-    ffi=ffi.sort_candidate_blocks,
+    ffi=Impl(ffi.sort_candidate_blocks, ffi.supports),
     reference=reference.sort_candidate_blocks,
 )
 

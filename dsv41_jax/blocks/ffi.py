@@ -7,9 +7,35 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _ext
+from dsv41_jax.plan.device import Device, device_record
 from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
+
+
+def supports(
+    device: Device,
+    selected: jax.Array,
+    lengths: jax.Array,
+    block_table: jax.Array,
+    block_size: int,
+    page_size: int,
+) -> str | None:
+    """Why `device` runs no counting sort for these inputs (None: it does). One CTA per row: a
+    shared-memory bitmap of the row's blocks, the table staged before it is written out; both
+    bound the shapes (limits defined by the kernel, read from the extension)."""
+    why = _ext.ffi_declines(device, TARGET)
+    if why is not None:
+        return why
+    rows, c = selected.shape
+    max_blocks, max_c = device.limit("sort_max_blocks"), device.limit("sort_max_candidates")
+    if rows == 0 or c == 0:  # no zero-size custom-call operands (see _ext.require_gpu)
+        return f"{TARGET}: empty inputs"
+    if -(-block_table.shape[1] * page_size // block_size) > max_blocks:
+        return f"{TARGET}: rows longer than {max_blocks} blocks"
+    if c > max_c:
+        return f"{TARGET}: more than {max_c} candidates per row"
+    return None
 
 
 def sort_candidate_blocks(
@@ -20,16 +46,10 @@ def sort_candidate_blocks(
     page_size: int,
 ) -> CandidateTable:
     _ext.require_gpu(TARGET)
+    why = supports(device_record(), selected, lengths, block_table, block_size, page_size)
+    if why is not None:
+        raise NotImplementedError(why)
     rows, c = selected.shape
-    if rows == 0 or c == 0:  # no zero-size custom-call operands (see _ext.require_gpu)
-        raise NotImplementedError(f"{TARGET}: empty inputs")
-    # One CTA per row: a shared-memory bitmap of the row's blocks, the table staged before it is
-    # written out; both bound the shapes (limits defined by the kernel, read from the extension).
-    max_blocks, max_c = _ext.limit("sort_max_blocks"), _ext.limit("sort_max_candidates")
-    if -(-block_table.shape[1] * page_size // block_size) > max_blocks:
-        raise NotImplementedError(f"{TARGET}: rows longer than {max_blocks} blocks")
-    if c > max_c:
-        raise NotImplementedError(f"{TARGET}: more than {max_c} candidates per row")
     i32 = jnp.int32
     out = (
         jax.ShapeDtypeStruct((rows, c), i32),

@@ -1,28 +1,51 @@
 """`implementation="pallas"` of block_amax: the SIMT program of `dsv41_jax.blocks.mgpu_amax` in a
 Mosaic GPU kernel (`plgpu.kernel` of 1024 threads, a block a thread), any Hopper GPU.
 
-What it takes: float32 scores, rows of any length, any block size; not ragged rows (`starts`).
-`emulate=True` runs the same program on the CPU emulator (tests only: numpy in and out).
+What it takes (`supports`): float32 scores, rows of any length, any block size; not ragged rows
+(`starts`). `emulate=True` runs the same program on the CPU emulator (tests only: numpy in and
+out).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import _checks, _mgpu
+from dsv41_jax import _checks
 from dsv41_jax.blocks import mgpu_amax
+from dsv41_jax.plan.device import Device, device_record
+
+
+def supports(
+    device: Device,
+    scores: jax.Array,
+    lengths: jax.Array,
+    block_size: int,
+    starts: jax.Array | None,
+    pin_newest: bool,
+) -> str | None:
+    """Why the Mosaic GPU kernel cannot take these inputs on `device` (None: it can)."""
+    if device.backend != "gpu":
+        return "block_amax pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
+    if starts is not None:
+        return "block_amax pallas: rows with starts (prefill) not supported"
+    if scores.dtype != jnp.float32:
+        return f"block_amax pallas: float32 scores only (got {scores.dtype})"
+    rows, n = scores.shape
+    if rows * n >= 2**31:
+        return "block_amax pallas: rows x columns must stay below 2^31"
+    return None
 
 
 def block_amax(scores, lengths, block_size, starts, pin_newest, *, emulate: bool = False):
-    if not emulate:
-        _mgpu.require_gpu("block_amax")
-    if starts is not None:
-        raise NotImplementedError("block_amax pallas: rows with starts (prefill) not supported")
-    _mgpu.require_float32(scores, "block_amax")
+    device = device_record()
+    if emulate:  # the emulator runs on any backend
+        device = Device("gpu")
+    why = supports(device, scores, lengths, block_size, starts, pin_newest)
+    if why is not None:
+        raise NotImplementedError(why)
     rows, n = scores.shape
-    if rows * n >= 2**31:
-        raise NotImplementedError("block_amax pallas: rows x columns must stay below 2^31")
     spec = mgpu_amax.AmaxSpec(n, block_size, pin_newest)
     if rows == 0 or n == 0:
         return jnp.full((rows, spec.row_blocks), -jnp.inf, jnp.float32)

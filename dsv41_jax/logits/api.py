@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax._dispatch import Impl, Implementation, Op
 from dsv41_jax.logits import ffi, reference
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
@@ -16,14 +16,21 @@ from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBun
 # floor (paged, bs 8-64 x 128K) and 1.2-1.4x the FP8 FLOP floor (ragged prefill); the lax.map
 # references are 100-700x slower (e.g. ragged 4K tokens: 101 µs against 51 ms).
 PAGED_MQA_LOGITS = Op(
-    "paged_mqa_logits", ffi=ffi.paged_mqa_logits, reference=reference.paged_mqa_logits
+    "paged_mqa_logits",
+    ffi=Impl(ffi.paged_mqa_logits, ffi.paged_supports, ffi.kernel_family),
+    reference=reference.paged_mqa_logits,
 )
 SPARSE_PAGED_MQA_LOGITS = Op(
     "sparse_paged_mqa_logits",
-    ffi=ffi.sparse_paged_mqa_logits,  # SM90: the project's kernel; SM100 compile-verified only
+    # SM90: the project's kernel; SM100 compile-verified only
+    ffi=Impl(ffi.sparse_paged_mqa_logits, ffi.sparse_supports, ffi.kernel_family),
     reference=reference.sparse_paged_mqa_logits,
 )
-MQA_LOGITS = Op("mqa_logits", ffi=ffi.mqa_logits, reference=reference.mqa_logits)
+MQA_LOGITS = Op(
+    "mqa_logits",
+    ffi=Impl(ffi.mqa_logits, ffi.ragged_supports, ffi.kernel_family),
+    reference=reference.mqa_logits,
+)
 
 
 def logits_width(max_pages: int, page_size: int) -> int:

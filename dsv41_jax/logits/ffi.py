@@ -1,19 +1,24 @@
 """`implementation="ffi"` of the logits ops: DeepGEMM's kernels through XLA FFI.
 
-paged_mqa_logits, by the GPU:
+Which kernel family runs is the plan's decision (`kernel_family`: "sm90" or "sm100", by the device
+record's compute capability), and what each family takes is its `*_supports` function, read by
+the plan before anything is traced (`dsv41_jax._dispatch.OpPlan`):
+
+paged_mqa_logits:
 - SM90 (DeepGEMM's FP8 paged kernel): fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1
   or 2, `num_columns` a multiple of 256 covering the page table (the kernel writes whole
   256-position splits).
 - SM100 (DeepGEMM's unified MXFP4 paged kernel, COMPILE-VERIFIED ONLY: no Blackwell machine has
   run it here): mxfp4 cache, head_dim 128, page 64 or 128, 32 heads; bf16 weights and logits
   inside the kernel, returned as float32.
-Anything else raises NotImplementedError, so `implementation=None` falls back (with a log line).
 Columns at or past a row's length are left as the kernel wrote them (unspecified): no
-selection op reads them. Positions on invalid page ids are NaN, as in the reference.
+selection op reads them. Positions on invalid page ids are NaN, as in the reference. Called
+directly, each function raises NotImplementedError for inputs its kernel does not take.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import jax
@@ -21,21 +26,42 @@ import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext
 from dsv41_jax.rows import clamp_lengths, prefill_ranges, row_block_table, row_lengths
-from dsv41_jax.types import KeyBuffer, PagedIndexCache, QueryBundle
+from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 if TYPE_CHECKING:
     from dsv41_jax.plan.device import Device
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
 SM100_TARGET = "dsv41_sm100_paged_mqa_logits"
+SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
+SM90_SPARSE_TARGET = "dsv41_sm90_sparse_logits"
+RAGGED_TARGET = "dsv41_sm90_mqa_logits"
+SM100_RAGGED_TARGET = "dsv41_sm100_mqa_logits"
+Checks = Sequence[tuple[bool, str]]
 
 
-def _decline(target: str, checks) -> None:
-    """NotImplementedError naming the target and the first unsupported input of `checks`
-    ((bad, why) pairs), so `implementation=None` moves on to the next implementation."""
-    for bad, why in checks:
-        if bad:
-            raise NotImplementedError(f"{target}: {why}")
+def kernel_family(device: Device) -> str:
+    """The kernel family the logits ops run on `device`: "sm100" on compute capability 10.0,
+    else "sm90" (on any other GPU the `*_supports` functions decline first)."""
+    return "sm100" if device.compute_capability in _ext.SM100 else "sm90"
+
+
+def _first(target: str, checks: Checks) -> str | None:
+    """The first unsupported input of `checks` ((bad, why) pairs), named with its target."""
+    return next((f"{target}: {why}" for bad, why in checks if bad), None)
+
+
+def _here() -> Device:
+    """The record of the device the ops trace for."""
+    from dsv41_jax.plan.device import device_record  # the plan package imports this module
+
+    return device_record()
+
+
+def _require(why: str | None) -> None:
+    """NotImplementedError with `why` (a `*_supports` answer) unless it is None."""
+    if why is not None:
+        raise NotImplementedError(why)
 
 
 def _sm100_query(query: QueryBundle):
@@ -50,19 +76,40 @@ def _sm100_query(query: QueryBundle):
     )
 
 
+def paged_supports(
+    device: Device,
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    context_lens: jax.Array,
+    block_table: jax.Array,
+    num_columns: int,
+) -> str | None:
+    """Why `device` runs no paged logits kernel for these inputs (None: it does)."""
+    why = _ext.ffi_declines(device, f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
+    if why is not None:
+        return why
+    if kernel_family(device) == "sm100":
+        return _first(SM100_TARGET, _sm100_paged_unsupported(device, query, cache, block_table))
+    why = sm90_paged_declines(query, cache, block_table.shape[1], num_columns)
+    return None if why is None else f"{TARGET}: {why}"
+
+
 def paged_mqa_logits(
     query: QueryBundle,
     cache: PagedIndexCache,
     context_lens: jax.Array,
     block_table: jax.Array,
     num_columns: int,
+    *,
+    kernel: str | None = None,
 ) -> jax.Array:
+    """The paged logits through `kernel` ("sm90" or "sm100", the plan's; None: this device's)."""
     _ext.require_gpu(f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
-    if _on_sm100():
+    here = _here()
+    _require(paged_supports(here, query, cache, context_lens, block_table, num_columns))
+    if (kernel or kernel_family(here)) == "sm100":
         return paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     max_pages = block_table.shape[1]
-    if why := sm90_paged_declines(query, cache, max_pages, num_columns):
-        raise NotImplementedError(f"{TARGET}: {why}")
     # The kernel trusts lengths: clamp them to the page table so nothing is read past it.
     lens = clamp_lengths(context_lens, max_pages * 64)
     out = (
@@ -92,25 +139,24 @@ def sm90_paged_declines(query, cache, max_pages: int, num_columns: int) -> str |
     return next((why for bad, why in checks if bad), None)
 
 
+def _sm100_paged_unsupported(device: Device, query, cache, block_table) -> Checks:
+    max_pages, p = block_table.shape[1], cache.page_size
+    max_rows = device.limit("sm100_max_rows")
+    return [
+        (cache.format != "mxfp4", "needs the mxfp4 cache (SM100 has no fp8 dense kernel here)"),
+        (cache.head_dim != 128 or p not in (64, 128), "needs head_dim 128 and page 64 or 128"),
+        (query.num_heads != 32, "needs 32 heads"),
+        (query.num_rows > max_rows, f"needs at most {max_rows} query rows"),
+        (query.num_rows == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
+    ]
+
+
 def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns):
     """Blackwell: DeepGEMM's SM100 paged kernel (MXFP4), COMPILE-VERIFIED ONLY. The kernel reads
     a page id outside the cache as TMA's zero fill; those visible positions are set to NaN here,
-    in the same pass that widens its bf16 logits to float32."""
+    in the same pass that widens its bf16 logits to float32. The caller has checked the inputs
+    (`paged_supports`)."""
     max_pages, p = block_table.shape[1], cache.page_size
-    max_rows = _ext.limit("sm100_max_rows")
-    _decline(
-        SM100_TARGET,
-        [
-            (cache.format != "mxfp4", "needs the mxfp4 cache (SM100 has no fp8 dense kernel here)"),
-            (cache.head_dim != 128 or p not in (64, 128), "needs head_dim 128 and page 64 or 128"),
-            (query.num_heads != 32, "needs 32 heads"),
-            (query.num_rows > max_rows, f"needs at most {max_rows} query rows"),
-            (
-                query.num_rows == 0 or max_pages == 0 or cache.num_pages == 0,
-                "needs non-empty inputs",
-            ),
-        ],
-    )
     rows, n = query.num_rows, query.next_n
     lens = row_lengths(context_lens, n, min(max_pages * p, num_columns))
     bt = row_block_table(block_table, n)
@@ -134,19 +180,7 @@ def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     return jnp.where(bad, jnp.nan, logits[:, :num_columns].astype(jnp.float32))
 
 
-SPARSE_TARGET = "dsv41_sm100_paged_sparse_mqa_logits"
-SM90_SPARSE_TARGET = "dsv41_sm90_sparse_logits"
-
-
-def _on_sm100() -> bool:
-    return _ext.compute_capability() in _ext.SM100
-
-
-def _on_sm90() -> bool:
-    return _ext.compute_capability() in _ext.SM90
-
-
-def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> list[tuple[bool, str]]:
+def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> Checks:
     c = num_candidates
     return [
         (cache.format != "fp8", "needs the fp8 cache"),
@@ -159,7 +193,7 @@ def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> list[t
     ]
 
 
-def _sm100_sparse_unsupported(query, cache, num_candidates, block_size) -> list[tuple[bool, str]]:
+def _sm100_sparse_unsupported(query, cache, num_candidates, block_size) -> Checks:
     return [
         (cache.format != "mxfp4", "needs the mxfp4 cache (the fp8 path wants MXFP8 scales)"),
         (cache.head_dim != 128 or cache.page_size not in (64, 128), "needs D 128, page 64/128"),
@@ -198,10 +232,36 @@ def sparse_kernel_declines(
     return "; ".join(reasons) if reasons else None
 
 
-def sparse_paged_mqa_logits(query, cache, table, row_lens, row_block_table, block_size):
-    """The sparse logits kernel of this GPU: SM90 (fp8 cache) or SM100 (mxfp4 cache)."""
-    _ext.require_gpu(SPARSE_TARGET, _ext.SM90 + _ext.SM100)
-    if _on_sm90():
+def sparse_supports(
+    device: Device,
+    query: QueryBundle,
+    cache: PagedIndexCache,
+    table: CandidateTable,
+    row_lens: jax.Array,
+    row_block_table: jax.Array,
+    block_size: int,
+) -> str | None:
+    """Why `device` runs no sparse logits kernel for these inputs (None: it does)."""
+    why = _ext.ffi_declines(
+        device, f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100
+    )
+    if why is not None:
+        return why
+    c = table.num_candidates
+    if kernel_family(device) == "sm100":
+        return _first(SPARSE_TARGET, _sm100_sparse_unsupported(query, cache, c, block_size))
+    return _first(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(query, cache, c, block_size))
+
+
+def sparse_paged_mqa_logits(
+    query, cache, table, row_lens, row_block_table, block_size, *, kernel: str | None = None
+):
+    """The sparse logits through `kernel` ("sm90": fp8 cache, "sm100": mxfp4; the plan's; None:
+    this device's)."""
+    _ext.require_gpu(f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100)
+    here = _here()
+    _require(sparse_supports(here, query, cache, table, row_lens, row_block_table, block_size))
+    if (kernel or kernel_family(here)) == "sm90":
         return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
     return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
 
@@ -213,7 +273,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
     float32 `[rows, C·B]`, columns past `valid_lens` unspecified; blocks on pages outside the
     cache (or padding slots) read as NaN."""
     rows, c = table.physical.shape
-    _decline(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(query, cache, c, block_size))
+    _require(_first(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(query, cache, c, block_size)))
     out = jax.ShapeDtypeStruct((rows, c * block_size), jnp.float32)
     return jax.ffi.ffi_call(SM90_SPARSE_TARGET, out, vmap_method="sequential")(
         query.values,
@@ -227,9 +287,9 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
 def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size):
     """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
     `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
-    machine). The caller has checked the device (`_ext.require_gpu(..., SM90 + SM100)`)."""
+    machine). The caller has checked the device (`sparse_supports`)."""
     c = table.num_candidates
-    _decline(SPARSE_TARGET, _sm100_sparse_unsupported(query, cache, c, block_size))
+    _require(_first(SPARSE_TARGET, _sm100_sparse_unsupported(query, cache, c, block_size)))
     rows = query.num_rows
     meta_bytes, work_bytes = _ext.extension().sm100_sparse_workspace_bytes(rows)
     # Consecutive rows of one request (speculative rows) share a KV pass in DeepGEMM's schedule.
@@ -250,36 +310,56 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
     return logits
 
 
-RAGGED_TARGET = "dsv41_sm90_mqa_logits"
-SM100_RAGGED_TARGET = "dsv41_sm100_mqa_logits"
-
-
-def mqa_logits(
-    query: QueryBundle, keys: KeyBuffer, starts: jax.Array, ends: jax.Array, relative: bool
-) -> jax.Array:
-    """Ragged prefill logits through DeepGEMM's kernels, which write the relative layout: SM90
-    `sm90_fp8_mqa_logits` (fp8 keys, 32 or 64 heads) or SM100 `sm100_mqa_logits` (MXFP4 keys,
-    32 heads, bf16 inside the kernel; COMPILE-VERIFIED ONLY). The handlers clamp the ranges and
-    write -inf past each row's range. `relative=False` moves every row to its absolute columns
-    in one more XLA pass."""
-    _ext.require_gpu(f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
-    sm100 = _on_sm100()
-    target = SM100_RAGGED_TARGET if sm100 else RAGGED_TARGET
-    unsupported = [
+def ragged_supports(
+    device: Device,
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    relative: bool,
+) -> str | None:
+    """Why `device` runs no prefill logits kernel for these inputs (None: it does)."""
+    why = _ext.ffi_declines(
+        device, f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100
+    )
+    if why is not None:
+        return why
+    checks = [
         (keys.head_dim != 128, "needs head_dim 128"),
         (keys.num_tokens >= 2**31, "needs fewer than 2^31 keys"),
     ]
-    if sm100:
-        unsupported += [
+    if kernel_family(device) == "sm100":
+        checks += [
             (keys.format != "mxfp4", "needs mxfp4 keys"),
             (query.num_heads != 32, "needs 32 heads"),
         ]
-    else:
-        unsupported += [
-            (keys.format != "fp8", "needs fp8 keys"),
-            (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
-        ]
-    _decline(target, unsupported)
+        return _first(SM100_RAGGED_TARGET, checks)
+    checks += [
+        (keys.format != "fp8", "needs fp8 keys"),
+        (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
+    ]
+    return _first(RAGGED_TARGET, checks)
+
+
+def mqa_logits(
+    query: QueryBundle,
+    keys: KeyBuffer,
+    starts: jax.Array,
+    ends: jax.Array,
+    relative: bool,
+    *,
+    kernel: str | None = None,
+) -> jax.Array:
+    """Ragged prefill logits through DeepGEMM's kernels, which write the relative layout: SM90
+    `sm90_fp8_mqa_logits` (fp8 keys, 32 or 64 heads) or SM100 `sm100_mqa_logits` (MXFP4 keys,
+    32 heads, bf16 inside the kernel; COMPILE-VERIFIED ONLY), by `kernel` (the plan's; None:
+    this device's). The handlers clamp the ranges and write -inf past each row's range.
+    `relative=False` moves every row to its absolute columns in one more XLA pass."""
+    _ext.require_gpu(f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
+    here = _here()
+    _require(ragged_supports(here, query, keys, starts, ends, relative))
+    sm100 = (kernel or kernel_family(here)) == "sm100"
+    target = SM100_RAGGED_TARGET if sm100 else RAGGED_TARGET
     rows, n = query.num_rows, keys.num_tokens
     if rows == 0 or n == 0:  # never hand XLA a zero-size custom-call operand
         return jnp.full((rows, n), -jnp.inf, jnp.float32)

@@ -4,6 +4,9 @@ arguments and a device record read once (`device_record`):
 - `ops`: the selection ops' plan (`plan(...)` -> `Plan`): which implementation `topk` and
   `select_candidate_blocks` try first, and which CUDA select their `ffi` implementation and the
   fused layers run.
+- `OpPlan` (`dsv41_jax._dispatch`): the plan of the other ops (the logits ops, block scores,
+  the candidate table, the page transform): which implementation runs, by each one's
+  `supports`, and which kernel family (SM90 or SM100) it takes.
 - `layers`: the indexer layers' and the decode step's plans (`plan_layer` -> `LayerPlan`,
   `plan_step` -> `StepPlan`, `TwoLevelIndexer.plan`): each consumer's path, the source's
   every-block table, one custom call a layer or a step, and DCP's consumer path and exchange.
@@ -13,6 +16,7 @@ arguments. The implementations keep only what they can run (their `declines`) an
 the plan says.
 """
 
+from dsv41_jax._dispatch import OpPlan
 from dsv41_jax.plan.device import Device, device_record, ffi_declines, no_cuda_select
 from dsv41_jax.plan.layers import LayerPlan, LayerSpec, StepPlan, plan_layer, plan_step
 from dsv41_jax.plan.ops import (
@@ -41,6 +45,7 @@ __all__ = [
     "LayerPlan",
     "LayerSpec",
     "Op",
+    "OpPlan",
     "Plan",
     "Spec",
     "StepPlan",

@@ -7,7 +7,9 @@ import dataclasses
 import functools
 
 from dsv41_jax import _ext
-from dsv41_jax._ext import DeviceFacts
+from dsv41_jax._ext import DeviceFacts, ffi_declines
+
+__all__ = ["Device", "device_record", "ffi_declines", "no_cuda_select"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +73,3 @@ def no_cuda_select(device: Device) -> str | None:
     if not device.limits:
         return "no CUDA select: the CUDA extension is not built"
     return None
-
-
-def ffi_declines(device: Device, op: str, archs: tuple[str, ...] = _ext.PORTABLE) -> str | None:
-    """Why `op`'s FFI kernels, built for the compute capabilities `archs`, cannot run on
-    `device` (what `_ext.require_gpu` raises there), or None."""
-    why = _ext.gpu_declines(op, archs, device.backend, device.compute_capability)
-    if why is None and not device.limits:
-        why = f"{op}: the CUDA extension is not built (the device record holds none of its limits)"
-    return why

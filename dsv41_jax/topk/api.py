@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 
 from dsv41_jax import _checks
-from dsv41_jax._dispatch import Implementation, Op
+from dsv41_jax._dispatch import Impl, Implementation, Op
 from dsv41_jax.plan import Plan, Spec, resolve
 from dsv41_jax.topk import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
@@ -21,7 +21,9 @@ SELECT_CANDIDATE_BLOCKS = Op(
     reference=reference.select_candidate_blocks,
 )
 LOGICAL_TO_PHYSICAL = Op(
-    "logical_to_physical", ffi=ffi.logical_to_physical, reference=reference.logical_to_physical
+    "logical_to_physical",
+    ffi=Impl(ffi.logical_to_physical, ffi.supports_page_transform),
+    reference=reference.logical_to_physical,
 )
 
 

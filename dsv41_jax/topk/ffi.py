@@ -10,9 +10,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext
-from dsv41_jax.plan import Op, Spec, device_record, ffi_declines, select_declines
+from dsv41_jax.plan import Device, Op, Spec, device_record, ffi_declines, select_declines
 
 TARGET = "dsv41_logical_to_physical"
+
+
+def supports_page_transform(
+    device: Device, indices: jax.Array, block_table: jax.Array, page_size: int
+) -> str | None:
+    """Why `device` runs no page transform kernel (None: it does; any shapes)."""
+    return ffi_declines(device, TARGET)
 
 
 def logical_to_physical(indices: jax.Array, block_table: jax.Array, page_size: int) -> jax.Array:
