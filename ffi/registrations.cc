@@ -10,6 +10,7 @@
 
 #include "sm100_paged_sparse_mqa_logits.h"
 #include "sm90_paged_mqa_logits.h"
+#include "sm90_sparse_logits.h"
 #include "sm90_sparse_select.h"
 #include "smxx_cluster_topk.cuh"
 #include "smxx_filter_topk.cuh"
@@ -57,6 +58,10 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   // Limits the Python wrappers size buffers and decline by: read from here, never mirrored.
   pybind11::dict limits;
   limits["sm90_schedule_rows"] = dsv41::kSm90ScheduleRows;
+  limits["sm90_max_batch"] = dsv41::kSm90MaxBatch;
+  limits["sm90_sparse_max_rows"] = dsv41::kSm90SparseMaxRows;
+  limits["sm100_sparse_candidates"] = static_cast<int64_t>(dsv41::kMaxSparseBlocks);
+  limits["sm100_sparse_block"] = static_cast<int64_t>(dsv41::kSparseBlock);
   limits["mqa_row_padding"] = dsv41::kMqaRowPadding;
   limits["sm100_num_sms"] = static_cast<int64_t>(dsv41::kSm100SMs);
   limits["sm100_logits_split"] = static_cast<int64_t>(dsv41::kSm100LogitsSplit);

@@ -94,8 +94,8 @@ bool ScheduleForSMs(cudaStream_t stream, uint32_t batch, uint32_t next_n, const 
     LaunchSchedule<256, kNumSMs>(stream, batch, next_n, lens, schedule);
   else if (batch <= 512)
     LaunchSchedule<512, kNumSMs>(stream, batch, next_n, lens, schedule);
-  else if (batch <= 1024)
-    LaunchSchedule<1024, kNumSMs>(stream, batch, next_n, lens, schedule);
+  else if (batch <= kSm90MaxBatch)
+    LaunchSchedule<kSm90MaxBatch, kNumSMs>(stream, batch, next_n, lens, schedule);
   else
     return false;
   return true;
@@ -122,7 +122,8 @@ ffi::Error LaunchSm90Schedule(const char* op, cudaStream_t stream, int64_t batch
       scheduled = ScheduleForSMs<78>(stream, batch, next_n, lens, schedule);
       break;
   }
-  if (!scheduled) return InvalidArgument(op, "batch above 1024 requests");
+  if (!scheduled)
+    return InvalidArgument(op, "batch above " + std::to_string(kSm90MaxBatch) + " requests");
   return LastCudaError(op);
 }
 
@@ -151,7 +152,8 @@ ffi::ErrorOr<Sm90PagedLogits> Sm90PagedLogitsOf(const char* op, const ffi::AnyBu
                            "inconsistent shapes (logits columns must cover the page table "
                            "and be a multiple of 256)");
   }
-  if (batch > 1024) return InvalidArgument(op, "batch above 1024 requests");
+  if (batch > kSm90MaxBatch)
+    return InvalidArgument(op, "batch above " + std::to_string(kSm90MaxBatch) + " requests");
   if (batch > 0 && (kd[0] == 0 || bd[1] == 0))
     return InvalidArgument(op, "empty cache or page table");
   return Sm90PagedLogits{q.untyped_data(),

@@ -11,6 +11,8 @@ namespace dsv41 {
 
 // Rows of the schedule workspace result ([rows, 2] int32): one per SM plus one, for up to 256 SMs.
 inline constexpr int64_t kSm90ScheduleRows = 257;
+// Requests of one call: the largest schedule instantiated (DeepGEMM's, per SM count).
+inline constexpr int64_t kSm90MaxBatch = 1024;
 
 // One paged-logits call: fp8 q [batch, next_n, heads, 128], weights [batch, next_n, heads], the
 // cache [num_pages, 64, 1, 132], block_table [batch, max_pages], logits [batch * next_n, cols].

@@ -23,8 +23,12 @@ struct Sm90SparseLogits {
   int64_t rows, heads, num_pages, c;
 };
 
+// Rows of one call: one grid row each (gridDim.y).
+inline constexpr int64_t kSm90SparseMaxRows = 65535;
+
 // The call over these buffers, or InvalidArgument (naming `op`) for shapes the kernel lacks:
-// 32 or 64 heads, head_dim 128, 64-token pages, c a positive multiple of 8, at most 65535 rows.
+// 32 or 64 heads, head_dim 128, 64-token pages, c a positive multiple of 8, at most
+// kSm90SparseMaxRows rows.
 ffi::ErrorOr<Sm90SparseLogits> Sm90SparseLogitsOf(const char* op, const ffi::AnyBuffer& q,
                                                   const Buffer<ffi::F32>& weights,
                                                   const Buffer<ffi::U8>& kv,

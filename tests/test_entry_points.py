@@ -169,8 +169,8 @@ def _entry_points(rng):
         ("mqa_logits", ("ffi", "reference")): lambda i: dj.mqa_logits(
             q, keys, starts, ends, implementation=i
         ),
-        ("sparse_paged_mqa_logits", ("ffi", "reference")): lambda i: (
-            dj.sparse_paged_mqa_logits(q, cache, table, lens, bt, block_size=B, implementation=i)
+        ("sparse_paged_mqa_logits", ("ffi", "reference")): lambda i: dj.sparse_paged_mqa_logits(
+            q, cache, table, lens, bt, block_size=B, implementation=i
         ),
         ("block_amax", ("pallas", "reference")): lambda i: dj.block_amax(
             scores, ends, implementation=i

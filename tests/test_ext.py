@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from devices import SM100
 
 import dsv41_jax
 from dsv41_jax import _ext
 
-SM100 = _ext.DeviceFacts("gpu", "10.0")  # a Blackwell part as the dispatch sees it
 needs_ext = pytest.mark.skipif(
     not _ext.available(),
     reason="the CUDA extension is not built (installed without nvcc >= 12.9, or with "
@@ -402,6 +402,10 @@ def test_limits_come_from_the_extension():
     limits = _ext.extension().LIMITS
     assert set(limits) == {
         "sm90_schedule_rows",
+        "sm90_max_batch",
+        "sm90_sparse_max_rows",
+        "sm100_sparse_candidates",
+        "sm100_sparse_block",
         "mqa_row_padding",
         "sm100_num_sms",
         "sm100_logits_split",

@@ -148,6 +148,30 @@ def test_select_sparse_equals_mask(rng, heads, next_n):
     np.testing.assert_array_equal(auto, mask)
 
 
+def test_more_rows_than_a_dense_call_takes_sparse_equals_mask(rng):
+    """1,400 query rows (700 requests x next_n 2): past the 1,024 requests of one dense call's
+    schedule, inside the sparse kernel's grid (`sm90_sparse_max_rows`). Both consumer forms
+    (logits then select, and on chip) equal the mask path; the logits are bitwise the dense
+    logits at the published positions."""
+    batch, next_n, pages, c = 700, 2, 4, 8
+    cfg = config(32, next_n, c, k=16)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    q = query(rng, batch, next_n, 32, 128)
+    ctx = jnp.asarray(lengths(rng, batch, pages * 64, c))
+    _, table = dj.publish(q, cache, ctx, bt, cfg)
+    assert device_record().limit("sm90_sparse_max_rows") >= batch * next_n
+    poison_device_memory()
+    sparse_logits = np.asarray(
+        dj.sparse_paged_mqa_logits(q, cache, table, ctx, bt, block_size=8, implementation="ffi")
+    )
+    want, vis = dense_at_table(np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt)), table)
+    np.testing.assert_array_equal(sparse_logits.view(np.uint32)[vis], want.view(np.uint32)[vis])
+    mask = np.asarray(dj.select(q, cache, ctx, bt, table, cfg, path="mask"))
+    for algorithm in ("onchip", "short"):
+        got = dj.select(q, cache, ctx, bt, table, cfg, path="sparse", topk_algorithm=algorithm)
+        np.testing.assert_array_equal(np.asarray(got), mask, err_msg=algorithm)
+
+
 def test_select_at_v41_shape_sparse_equals_mask(rng):
     """V4.1's defaults (k 512, C 2048, B 8) at bs 4 × 64K and one short row."""
     cfg = dj.IndexerConfig()

@@ -8,6 +8,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
+from devices import SM80
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, info
@@ -179,12 +180,11 @@ def test_a_simulated_device_is_what_the_dispatch_reads_and_only_inside():
     short select's occupancy) for its block only, nested blocks included; anything else than
     DeviceFacts is refused."""
     real = (_ext.backend(), _ext.compute_capability())
-    sm80 = info.DeviceFacts("gpu", "8.0", (4, 2))
     with info.simulated_device(info.H200) as facts:
         assert facts is info.H200
         assert (_ext.backend(), _ext.compute_capability()) == ("gpu", "9.0")
         assert _ext.short_topk_max_clusters(1) == 132 and _ext.short_topk_max_clusters(9) == 0
-        with info.simulated_device(sm80):
+        with info.simulated_device(SM80):
             assert _ext.compute_capability() == "8.0" and _ext.short_topk_max_clusters(2) == 2
         assert _ext.compute_capability() == "9.0"
     assert (_ext.backend(), _ext.compute_capability()) == real

@@ -10,6 +10,7 @@ import re
 
 import jax
 import pytest
+from devices import CPU, SM78, SM100
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, fused, info
@@ -25,9 +26,6 @@ from dsv41_jax.plan.layers import (
     plan_step,
 )
 
-CPU = info.DeviceFacts("cpu", "")
-SM78 = info.DeviceFacts("gpu", "9.0", (78, 39, 26, 19, 15, 13, 11, 9), 78)
-SM100 = info.DeviceFacts("gpu", "10.0", (), 148)
 MXFP4 = dj.IndexerConfig(cache_format="mxfp4")
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="needs the built CUDA extension")
 

@@ -6,22 +6,18 @@ that (`dsv41_jax.info.explain` shows it)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from devices import SM80, SM100
 from factories import packed_keys, paged_cache, query
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, info
+from dsv41_jax import info
 from dsv41_jax.blocks.api import BLOCK_AMAX, SORT_CANDIDATE_BLOCKS
 from dsv41_jax.logits.api import MQA_LOGITS, PAGED_MQA_LOGITS
 from dsv41_jax.plan import OpPlan, device_record
-
-SM100 = _ext.DeviceFacts("gpu", "10.0")  # a Blackwell part as the dispatch sees it
-SM80 = dataclasses.replace(info.H200, compute_capability="8.0")
 
 
 def paged_inputs(fmt="fp8", heads=32, next_n=1):

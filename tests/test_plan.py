@@ -7,17 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from devices import CPU, SM78, SM114
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, info
 from dsv41_jax.plan import Device, Plan, Spec, device_record, short_max_n
 
 F32, BF16 = jnp.float32, jnp.bfloat16
-CPU = info.DeviceFacts("cpu", "")
-# Simulated SM90 parts other than the H200's 132 SMs: the same kernels, fewer clusters of the
-# short-row select at once (clusters of 1, 2, ... 8 CTAs).
-SM114 = info.DeviceFacts("gpu", "9.0", (114, 57, 38, 28, 22, 19, 16, 14), 114)
-SM78 = info.DeviceFacts("gpu", "9.0", (78, 39, 26, 19, 15, 13, 11, 9), 78)
 needs_ext = pytest.mark.skipif(not _ext.available(), reason="needs the built CUDA extension")
 
 

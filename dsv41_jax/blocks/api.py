@@ -11,9 +11,9 @@ from dsv41_jax._dispatch import Impl, Implementation, Op
 from dsv41_jax.blocks import ffi, pallas_mgpu, reference
 from dsv41_jax.types import CandidateTable
 
-# Dispatch by measurement (H200, BENCHMARKS.md): block amax pallas 1.7 / 10.0 / 69.1 µs against
-# the XLA reference 3.5 / 14.0 / 98.7 at [8, 128K] / [64, 128K] / [64, 1M]; sort over [8, 2048]
-# ffi 4.0 µs, reference 34.2.
+# Dispatch by measurement (H200, BENCHMARKS.md, the block_amax and sort rows): the Pallas block
+# amax is faster than the XLA reference at [8, 128K], [64, 128K] and [64, 1M]; the CUDA sort is
+# several times faster than the reference at [8, 2048].
 BLOCK_AMAX = Op(
     "block_amax",
     pallas=Impl(pallas_mgpu.block_amax, pallas_mgpu.supports),

@@ -12,9 +12,9 @@ from dsv41_jax.logits import ffi, reference
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
-# Dispatch by measurement (H200, BENCHMARKS.md): DeepGEMM's kernels run at 1.1-1.5x the byte
-# floor (paged, bs 8-64 x 128K) and 1.2-1.4x the FP8 FLOP floor (ragged prefill); the lax.map
-# references are 100-700x slower (e.g. ragged 4K tokens: 101 µs against 51 ms).
+# Dispatch by measurement (H200, BENCHMARKS.md, the logits rows): DeepGEMM's kernels run near
+# the byte floor (paged) and the FP8 FLOP floor (ragged prefill); the lax.map references are
+# two to three orders of magnitude slower.
 PAGED_MQA_LOGITS = Op(
     "paged_mqa_logits",
     ffi=Impl(ffi.paged_mqa_logits, ffi.paged_supports, ffi.kernel_family),

@@ -90,7 +90,7 @@ def paged_supports(
         return why
     if kernel_family(device) == "sm100":
         return _first(SM100_TARGET, _sm100_paged_unsupported(device, query, cache, block_table))
-    why = sm90_paged_declines(query, cache, block_table.shape[1], num_columns)
+    why = sm90_paged_declines(device, query, cache, block_table.shape[1], num_columns)
     return None if why is None else f"{TARGET}: {why}"
 
 
@@ -122,8 +122,12 @@ def paged_mqa_logits(
     return logits
 
 
-def sm90_paged_declines(query, cache, max_pages: int, num_columns: int) -> str | None:
-    """Why DeepGEMM's SM90 paged kernel cannot score these inputs (None: it can)."""
+def sm90_paged_declines(
+    device: Device, query, cache, max_pages: int, num_columns: int
+) -> str | None:
+    """Why DeepGEMM's SM90 paged kernel cannot score these inputs (None: it can); `device`
+    holds the extension's limits."""
+    max_batch = device.limit("sm90_max_batch")
     checks = [
         (cache.format != "fp8", "needs the fp8 cache"),
         (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
@@ -133,7 +137,7 @@ def sm90_paged_declines(query, cache, max_pages: int, num_columns: int) -> str |
             num_columns % 256 or num_columns < max_pages * 64,
             "needs num_columns a multiple of 256 covering the page table",
         ),
-        (query.batch > 1024, "needs at most 1024 requests"),
+        (query.batch > max_batch, f"needs at most {max_batch} requests"),
         (query.batch == 0 or max_pages == 0 or cache.num_pages == 0, "needs non-empty inputs"),
     ]
     return next((why for bad, why in checks if bad), None)
@@ -180,31 +184,35 @@ def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     return jnp.where(bad, jnp.nan, logits[:, :num_columns].astype(jnp.float32))
 
 
-def _sm90_sparse_unsupported(query, cache, num_candidates, block_size) -> Checks:
-    c = num_candidates
+def _sm90_sparse_unsupported(device: Device, query, cache, num_candidates, block_size) -> Checks:
+    c, max_rows = num_candidates, device.limit("sm90_sparse_max_rows")
     return [
         (cache.format != "fp8", "needs the fp8 cache"),
         (cache.head_dim != 128 or cache.page_size != 64, "needs head_dim 128 and page_size 64"),
         (block_size != 8, "needs candidate blocks of 8"),
         (query.num_heads not in (32, 64), "needs 32 or 64 heads"),
         (c % 8 or c == 0, "needs C a positive multiple of 8 (whole 64-position tiles)"),
-        (query.num_rows > 1024, "needs at most 1024 query rows"),
+        (query.num_rows > max_rows, f"needs at most {max_rows} query rows"),
         (query.num_rows == 0 or cache.num_pages == 0, "needs non-empty inputs"),
     ]
 
 
-def _sm100_sparse_unsupported(query, cache, num_candidates, block_size) -> Checks:
+def _sm100_sparse_unsupported(device: Device, query, cache, num_candidates, block_size) -> Checks:
+    c, b = device.limit("sm100_sparse_candidates"), device.limit("sm100_sparse_block")
     return [
         (cache.format != "mxfp4", "needs the mxfp4 cache (the fp8 path wants MXFP8 scales)"),
         (cache.head_dim != 128 or cache.page_size not in (64, 128), "needs D 128, page 64/128"),
         (query.num_heads != 32, "needs 32 heads"),
-        (num_candidates != 2048 or block_size != 8, "needs C 2048 blocks of 8"),
+        (num_candidates != c or block_size != b, f"needs C {c} blocks of {b}"),
     ]
 
 
-def sm90_sparse_declines(query, cache, num_candidates: int, block_size: int) -> str | None:
-    """Why the SM90 sparse logits kernel cannot take these inputs."""
-    checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
+def sm90_sparse_declines(
+    device: Device, query, cache, num_candidates: int, block_size: int
+) -> str | None:
+    """Why the SM90 sparse logits kernel cannot take these inputs (`device` holds the
+    extension's limits)."""
+    checks = _sm90_sparse_unsupported(device, query, cache, num_candidates, block_size)
     return "; ".join(why for bad, why in checks if bad) or None
 
 
@@ -220,9 +228,9 @@ def sparse_kernel_declines(
         return "JAX does not run on a CUDA GPU"
     cc = device.compute_capability
     if cc in _ext.SM90:
-        checks = _sm90_sparse_unsupported(query, cache, num_candidates, block_size)
+        checks = _sm90_sparse_unsupported(device, query, cache, num_candidates, block_size)
     elif cc in _ext.SM100:
-        checks = _sm100_sparse_unsupported(query, cache, num_candidates, block_size)
+        checks = _sm100_sparse_unsupported(device, query, cache, num_candidates, block_size)
     else:
         return (
             f"no sparse kernel for compute capability {cc or 'unknown'} "
@@ -249,8 +257,8 @@ def sparse_supports(
         return why
     c = table.num_candidates
     if kernel_family(device) == "sm100":
-        return _first(SPARSE_TARGET, _sm100_sparse_unsupported(query, cache, c, block_size))
-    return _first(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(query, cache, c, block_size))
+        return _first(SPARSE_TARGET, _sm100_sparse_unsupported(device, query, cache, c, block_size))
+    return _first(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(device, query, cache, c, block_size))
 
 
 def sparse_paged_mqa_logits(
@@ -273,7 +281,8 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
     float32 `[rows, C·B]`, columns past `valid_lens` unspecified; blocks on pages outside the
     cache (or padding slots) read as NaN."""
     rows, c = table.physical.shape
-    _require(_first(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(query, cache, c, block_size)))
+    checks = _sm90_sparse_unsupported(_here(), query, cache, c, block_size)
+    _require(_first(SM90_SPARSE_TARGET, checks))
     out = jax.ShapeDtypeStruct((rows, c * block_size), jnp.float32)
     return jax.ffi.ffi_call(SM90_SPARSE_TARGET, out, vmap_method="sequential")(
         query.values,
@@ -289,7 +298,8 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
     `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
     machine). The caller has checked the device (`sparse_supports`)."""
     c = table.num_candidates
-    _require(_first(SPARSE_TARGET, _sm100_sparse_unsupported(query, cache, c, block_size)))
+    checks = _sm100_sparse_unsupported(_here(), query, cache, c, block_size)
+    _require(_first(SPARSE_TARGET, checks))
     rows = query.num_rows
     meta_bytes, work_bytes = _ext.extension().sm100_sparse_workspace_bytes(rows)
     # Consecutive rows of one request (speculative rows) share a KV pass in DeepGEMM's schedule.

@@ -181,7 +181,7 @@ def _route(
         return "dense", "a plain layer selects over its whole context", ()
     c, b = spec.num_candidates, spec.block_size
     # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
-    # mask path (the H200 at 16K positions: sparse 143 us at bs 64, mask 75), and a table this
+    # mask path (measured faster on the H200 at 16K positions, bs 64), and a table this
     # step published holds every block, so the dense top-k is the answer, without the mask.
     fits = spec.capacity <= c * b
     if path == "auto" and fits and spec.own_table:
@@ -241,11 +241,11 @@ def fused_declines(
     why = ffi_declines(device, "the fused layers", _ext.SM90)
     if why is None:
         why = logits_ffi.sm90_paged_declines(
-            spec.query, spec.cache, spec.max_pages, spec.logits_width
+            device, spec.query, spec.cache, spec.max_pages, spec.logits_width
         )
     if why is None and route == "sparse":
         why = logits_ffi.sm90_sparse_declines(
-            spec.query, spec.cache, spec.num_candidates, spec.block_size
+            device, spec.query, spec.cache, spec.num_candidates, spec.block_size
         )
     return why
 
@@ -410,10 +410,9 @@ def dcp_route(path: Path) -> tuple[Literal["mask", "sparse"], tuple[tuple[str, s
 
 
 # dcp_publish's exchange="auto": the top-C exchange once rows hold at least this many blocks per
-# candidate. Measured on 2 H200s (bs 64, C 2048, publish + select): at 16K blocks per row (128K
-# positions) "pmax" was faster (664 vs 770 us: the merge's sort costs more than the all-reduce
-# it saves); at 128K blocks (1M positions) "topc" was (3296 vs 3446 us; the collectives alone
-# 32 vs 159 us).
+# candidate. Measured on 2 H200s (bs 64, C 2048, publish + select; BENCHMARKS.md, the DCP rows):
+# at 16K blocks per row (128K positions) "pmax" is faster (the merge's sort costs more than the
+# all-reduce it saves); at 128K blocks (1M positions) "topc" is.
 TOPC_MIN_BLOCKS_PER_CANDIDATE = 32
 
 

@@ -230,10 +230,10 @@ def check_algorithm(topk_algorithm: str | None) -> str | None:
 
 def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     """The order of `implementation=None`, by measurement (H200, BENCHMARKS.md): the Pallas select
-    first where it is the fastest (rows it holds in one CTA, up to 16,384 columns: 0.79-0.90x the
-    CUDA select's time, candidate selection too; masked rows it gathers: 0.45-0.62x), else the
-    CUDA selects (top-k k=512 [8, 128K] ffi 15.9 us, pallas 16.3; [64, 1M] 151 against 277),
-    then the XLA reference (hundreds of us)."""
+    first where it is the fastest (rows it holds in one CTA, up to 16,384 columns: less than the
+    CUDA select's time, candidate selection too, and the masked rows it gathers), else the CUDA
+    selects (the rows topk k=512 [8, 128K] and [64, 1M]), then the XLA reference (hundreds of
+    µs)."""
     # Imported here: the topk package imports this module.
     from dsv41_jax.topk import mgpu_select, pallas_mgpu
 
