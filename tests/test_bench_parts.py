@@ -113,6 +113,24 @@ def test_check_result():
         timing.check_result([x], [x, x], "fewer arrays")
 
 
+def test_check_result_of_logits_by_similarity():
+    """Logits of two differently compiled programs: close where the want is finite, equal
+    (-inf, NaN) elsewhere; selections (integers) stay bitwise."""
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal((4, 64)).astype(np.float32)
+    want[0, 5:], want[1, 3] = -np.inf, np.nan
+    near = want * np.float32(1 + 1e-7)
+    timing.check_result(near, want, "logits", similar=5e-6)
+    with pytest.raises(timing.WrongResult):
+        timing.check_result(near, want, "logits")  # not bitwise
+    for bad in (want * 1.01 + 0.5, np.where(np.isinf(want), 0.0, near)):
+        with pytest.raises(timing.WrongResult):
+            timing.check_result(bad.astype(np.float32), want, "logits", similar=5e-6)
+    off_by_one = np.arange(6, dtype=np.int32)
+    with pytest.raises(timing.WrongResult):
+        timing.check_result(off_by_one + 1, off_by_one, "a selection", similar=5e-6)
+
+
 def test_timer_carries_the_runs_breakdown(monkeypatch):
     """A Timer hands its breakdown list to every timing (None without --breakdown), and checks
     a result before timing it."""

@@ -32,9 +32,14 @@ def bench_sort(timer: Timer, rng, bw) -> list[Row]:
                 )
             )
         floor = bs * c * 4 * 3 / (bw * 1e3)  # read ids, write blocks + physical
+        reference = jax.jit(lambda *a: dj.sort_candidate_blocks(*a, implementation="reference"))
+        want = reference(*sets[0])
         for impl in ("ffi", "reference"):
             t = timer.jax_us(
-                lambda *a, impl=impl: dj.sort_candidate_blocks(*a, implementation=impl), sets
+                lambda *a, impl=impl: dj.sort_candidate_blocks(*a, implementation=impl),
+                sets,
+                want=want,
+                what=f"sort_candidate_blocks [{bs}, {c}] {impl}",
             )
             rows.append(Row("sort_candidate_blocks", f"[{bs}, {c}]", impl, t, floor))
         tsel = [torch.from_numpy(np.asarray(s[0])).cuda() for s in sets]

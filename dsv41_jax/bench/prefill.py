@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import testing
+from dsv41_jax.bench.logits import SIMILAR
 from dsv41_jax.bench.table import Row
 from dsv41_jax.bench.timing import Timer
 
@@ -18,7 +19,12 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
     """Ragged prefill of one causal request of T tokens (row i sees keys [0, i + 1)), 32 heads,
     in chunks of at most 32K query rows (chunked prefill; the sum over chunks is reported): the
     logits (floor: the causal FLOPs at the FP8 peak), the top-k over them (floor: the visible
-    logits read once) and the whole publish_prefill. The reference logits only at 4K."""
+    logits read once) and the whole publish_prefill. The reference logits only at 4K.
+
+    Every row is checked before it is timed: at 4K the logits against the reference's
+    (similarity) and both selects against the reference top-k (exact); past it the forced filter
+    select against the default one (two exact selects agree bitwise); publish_prefill's top-k
+    against the default select over the same logits (the kernel is deterministic)."""
     import dsv41_jax as dj
     from dsv41_jax.topk import ffi as topk_ffi
 
@@ -37,17 +43,33 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
             starts = jnp.zeros((n,), jnp.int32)
             ends = jnp.arange(r0 + 1, r0 + n + 1, dtype=jnp.int32)
             args = (q, keys, starts, ends)
-            total["logits"] += timer.jax_us(f, [args], calls=1)
-            if t <= 4096 and not quick:
-                total["reference"] += timer.jax_us(
-                    lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference"),
-                    [args],
-                    calls=1,
-                )
-            logits = f(*args)
-            total["topk"] += timer.jax_us(
-                lambda x, m: dj.topk(x, m, cfg.index_topk), [(logits, ends)], calls=1
+            small = t <= 4096  # the references run here
+            ref_logits = jax.jit(
+                lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference")
             )
+            total["logits"] += timer.jax_us(
+                f,
+                [args],
+                calls=1,
+                want=ref_logits(*args) if small else None,
+                what=f"mqa_logits {shape}",
+                similar=SIMILAR,
+            )
+            if small and not quick:
+                total["reference"] += timer.jax_us(ref_logits, [args], calls=1)
+            logits = f(*args)
+            want_top = None
+            if small:
+                want_top = dj.topk(logits, ends, cfg.index_topk, implementation="reference")
+            top = timer.jax_us(
+                lambda x, m: dj.topk(x, m, cfg.index_topk),
+                [(logits, ends)],
+                calls=1,
+                want=want_top,
+                what=f"topk {shape}",
+            )
+            total["topk"] += top
+            default_top = jax.jit(lambda x, m: dj.topk(x, m, cfg.index_topk))(logits, ends)
             # The filter-first select forced (the dispatch takes the short-row select for rows
             # of at most 128K keys).
             total["filter"] += timer.jax_us(
@@ -63,11 +85,19 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
                 ),
                 [(logits, ends)],
                 calls=1,
+                want=default_top,
+                what=f"topk {shape} filter",
             )
             del logits
             total["publish"] += timer.jax_us(
-                lambda *a: dj.publish_prefill(*a, cfg), [args], calls=1
+                lambda *a: dj.publish_prefill(*a, cfg),
+                [args],
+                calls=1,
+                want=default_top,
+                what=f"publish_prefill {shape}",
+                pick=lambda result: result[0],
             )
+            del default_top
         floor = 2.0 * 32 * 128 * t * (t + 1) / 2 / (FP8_DENSE_TFLOPS * 1e6)
         top_floor = 4.0 * t * (t + 1) / 2 / (bw * 1e3)
         rows.append(

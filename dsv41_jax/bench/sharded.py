@@ -38,21 +38,23 @@ def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
 
         def row_step(q0, q1, c0, c1, lens, bt):
             top, table = sharding.publish_row_sharded(q0, c0, lens, bt, cfg, mesh=mesh, axis="x")
-            return top, sharding.select_row_sharded(
-                q1, c1, lens, bt, table, cfg, mesh=mesh, axis="x"
-            )
+            sel = sharding.select_row_sharded(q1, c1, lens, bt, table, cfg, mesh=mesh, axis="x")
+            return top, table, sel
+
+        def one_gpu_step(q0, q1, c0, c1, lens, bt):
+            top, table = dj.publish(q0, c0, lens, bt, cfg)
+            return top, table, dj.select(q1, c1, lens, bt, table, cfg)
 
         args = [(qs[0], qs[1], caches[0], caches[1], lens, bt)]
         floor = (bs * ctx * 132 / w + bs * cfg.candidate_positions * 132 / w) / (bw * 1e3)
-        rows.append(
-            Row(
-                "row-sharded publish + select",
-                shape,
-                "auto path",
-                timer.jax_us(row_step, args),
-                floor,
-            )
+        t = timer.jax_us(
+            row_step,
+            args,
+            # Checked against one GPU's publish + select: each row's kernels are the same.
+            want=jax.jit(one_gpu_step)(*args[0]),
+            what=f"row-sharded {shape}",
         )
+        rows.append(Row("row-sharded publish + select", shape, "auto path", t, floor))
         del caches
         # DCP: each GPU holds ctx / W positions of every request (interleave 1); the publishing
         # and the consuming layer have their own queries and caches (identical operands would
@@ -77,6 +79,8 @@ def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
         )
         glens = jnp.full((bs,), ctx, jnp.int32)
         q0, q1 = (jax.tree.map(lambda x: x[:bs], q) for q in qs)
+        # Both exchanges are exact: the second is checked against the first's selections.
+        want = None
         for exchange in ("topc", "pmax"):
 
             @functools.partial(
@@ -95,7 +99,10 @@ def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
                 return top, table.blocks, sel
 
             floor = 2 * bs * local_ctx * 132 / (bw * 1e3)
-            t = timer.jax_us(dcp_step, [(q0, q1, *stacked, tables, glens)])
+            dcp_args = [(q0, q1, *stacked, tables, glens)]
+            t = timer.jax_us(dcp_step, dcp_args, want=want, what=f"DCP {shape} {exchange}")
+            if want is None:
+                want = jax.jit(dcp_step)(*dcp_args[0])
             rows.append(Row("DCP publish + select", shape, f"exchange={exchange}", t, floor))
         # The collectives alone: the pmax of every block maximum vs the top-C all-gather.
         nb = ctx // 8

@@ -164,17 +164,32 @@ def bench_step(timer: Timer, rng, bw, quick: bool, shapes=None) -> list[Row]:
         _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(
             qs[0], caches[0], lens, bt
         )
+        # The layers' selections are checked against the reference top-k over the same (FFI,
+        # deterministic) logits: the source's over every position, a consumer's in the table.
+        k = cfg.index_topk
+        source_logits = jax.jit(dj.paged_mqa_logits)(qs[0], caches[0], lens, bt)
+        want_source = dj.topk(source_logits, lens, k, implementation="reference")
+        consumer_logits = jax.jit(dj.paged_mqa_logits)(qs[1], caches[1], lens, bt)
+        want_consumer = dj.topk(
+            consumer_logits, lens, k, candidates=table, implementation="reference"
+        )
+        del source_logits, consumer_logits
         for algorithm in STEP_ALGORITHMS:
             label = "default" if algorithm is None else f"{algorithm} top-k forced"
             t = timer.jax_us(
                 lambda q, c, n, b, f=algorithm: dj.publish(q, c, n, b, cfg, topk_algorithm=f),
                 [(qs[0], caches[0], lens, bt)],
+                want=want_source,
+                what=f"publish {shape} {label}",
+                pick=lambda result: result[0],
             )
             rows.append(Row("publish (layer 20)", shape, label, t, bs * ctx * 132 / (bw * 1e3)))
             for path in ("auto", "sparse", "mask") if algorithm is None else ("sparse", "mask"):
                 t = timer.jax_us(
                     lambda *a, p=path, f=algorithm: dj.select(*a, cfg, path=p, topk_algorithm=f),
                     [(qs[1], caches[1], lens, bt, table), (qs[2], caches[2], lens, bt, table)],
+                    want=want_consumer,
+                    what=f"select {shape} {path} {algorithm}",
                 )
                 sel_floor = bs * cfg.candidate_positions * 132 / (bw * 1e3)
                 rows.append(

@@ -97,12 +97,30 @@ class WrongResult(AssertionError):
     not timed."""
 
 
-def check_result(got: object, want: object, what: str) -> None:
+def similarity_gap(x: np.ndarray, y: np.ndarray) -> float:
+    """DeepGEMM's measure of two logit arrays: 1 - 2·Σxy / Σ(x² + y²) (0: equal)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    return float(1 - 2 * (x * y).sum() / max((x * x + y * y).sum(), 1e-30))
+
+
+def _matches(got: np.ndarray, want: np.ndarray, similar: float | None) -> bool:
+    if similar is None or not np.issubdtype(want.dtype, np.floating):
+        return np.array_equal(got, want)
+    if got.shape != want.shape:
+        return False
+    finite = np.isfinite(want)
+    same_elsewhere = np.array_equal(got[~finite], want[~finite], equal_nan=True)
+    return same_elsewhere and similarity_gap(got[finite], want[finite]) < similar
+
+
+def check_result(got: object, want: object, what: str, similar: float | None = None) -> None:
     """Raise WrongResult unless the pytrees `got` and `want` hold equal arrays (selections are
-    exact, so equal means bitwise)."""
+    exact, so equal means bitwise). `similar`: floats of two differently compiled programs
+    (logits) are compared by `similarity_gap` below it where `want` is finite, and must equal
+    it elsewhere (-inf, NaN)."""
     g, w = jax.tree.leaves(got), jax.tree.leaves(want)
     if len(g) != len(w) or not all(
-        np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(g, w)
+        _matches(np.asarray(a), np.asarray(b), similar) for a, b in zip(g, w)
     ):
         raise WrongResult(f"{what}: the result differs from what it is checked against")
 
@@ -120,13 +138,14 @@ def jax_time_us(
     what: str = "",
     pick: Callable[[object], object] = whole,
     breakdown: list[str] | None = None,
+    similar: float | None = None,
 ) -> float:
     """Kernel time per call of jit(fn) over `arg_sets`; with `want` (what `pick` of its result
     on `arg_sets[0]` must be, e.g. the reference's), the result is checked first
-    (WrongResult). `breakdown`: as `kernel_time_us`'s."""
+    (WrongResult; `similar`: as `check_result`'s). `breakdown`: as `kernel_time_us`'s."""
     f = jax.jit(fn)
     if want is not None:
-        check_result(pick(f(*arg_sets[0])), want, what)
+        check_result(pick(f(*arg_sets[0])), want, what, similar)
     return kernel_time_us(lambda i: f(*arg_sets[i % len(arg_sets)]), calls, breakdown=breakdown)
 
 
@@ -148,8 +167,8 @@ class Timer:
         calls: int = 20,
         **check: Any,
     ) -> float:
-        """`jax_time_us(fn, arg_sets, calls, **check)` (`check`: its want / what / pick), its
-        kernels added to this run's breakdown."""
+        """`jax_time_us(fn, arg_sets, calls, **check)` (`check`: its want / what / pick /
+        similar), its kernels added to this run's breakdown."""
         return jax_time_us(fn, arg_sets, calls, breakdown=self.breakdown, **check)
 
 
