@@ -27,12 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _ext
-from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
-from dsv41_jax.plan import Op, Spec, device_record, resolve
-from dsv41_jax.plan import sparse_select as sparse_select_plan
 from dsv41_jax.plan.layers import StepMode
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
@@ -66,29 +63,9 @@ def schedule(lens: jax.Array, next_n: int) -> jax.Array:
     return jax.ffi.ffi_call(SCHEDULE, out, vmap_method="sequential")(lens, next_n=np.int32(next_n))
 
 
-def _select_attr(algorithm: str) -> np.int32:
-    return np.int32(_ext.limit(f"select_{algorithm}"))
-
-
-def _select(
-    scores, k: int, members, block_size: int, topk_algorithm: str | None, op: Op = "topk"
-) -> str:
-    """The CUDA select of a fused layer's `op` (the plan's, recorded with it for
-    `dsv41_jax.info.explain`)."""
-    plan = resolve(Spec.of(op, scores, k, None, members, block_size), "ffi", topk_algorithm)
-    assert plan.select is not None, plan  # the fused layers run on an SM90 GPU with the extension
-    record(f"fused {op}: CUDA select", plan.select, plan=plan)
-    return plan.select
-
-
-def _sparse_select(logits, k: int, block_size: int, topk_algorithm: str | None) -> str:
-    """The select of a fused sparse consumer (`dsv41_jax.plan.sparse_select`)."""
-    rows, columns = logits.shape
-    device = device_record()
-    select, why = sparse_select_plan(columns, k, block_size, rows, device, topk_algorithm)
-    assert select is not None, why
-    record("fused sparse select", select)
-    return select
+def _select_attr(select: str) -> np.int32:
+    """A CUDA select's name as the handlers' `select` attribute."""
+    return np.int32(_ext.limit(f"select_{select}"))
 
 
 def _logits_shape(query: QueryBundle, cache: PagedIndexCache, block_table) -> jax.ShapeDtypeStruct:
@@ -104,12 +81,13 @@ def dense_select(
     k: int,
     members: jax.Array | None = None,
     block_size: int = 8,
-    topk_algorithm: str | None = None,
+    *,
+    select: str,
 ) -> jax.Array:
     """The top-k of a layer's dense logits (inside `members`' blocks when given): int32
-    `[rows, k]`. `topk_algorithm`: as in `dsv41_jax.topk`."""
+    `[rows, k]`, through the CUDA select `select` (the layer plan's,
+    `dsv41_jax.plan.layers.LayerPlan.selects`)."""
     logits = _logits_shape(query, cache, block_table)
-    algorithm = _select(logits, k, members, block_size, topk_algorithm)
     has_members = members is not None
     if members is None:  # a dummy column, never read
         members = jnp.zeros((query.num_rows, 1), jnp.int32)
@@ -124,7 +102,7 @@ def dense_select(
         shared.schedule,
         _checks.int32(members),
         k=np.int32(k),
-        select=_select_attr(algorithm),
+        select=_select_attr(select),
         block_size=np.int32(block_size),
         has_members=has_members,
     )
@@ -136,20 +114,18 @@ def _publish_workspaces(
     logits: jax.ShapeDtypeStruct,
     config: IndexerConfig,
     all_blocks: bool,
-    topk_algorithm: str | None,
 ):
-    """(block-score workspace, top-C workspace, select_c) of a publish over these logits: when
-    the table is every block of each row (`all_blocks`, the plan's decision), the two
-    workspaces are `[1, 1]` placeholders (no block scores, no top-C)."""
+    """(block-score workspace, top-C workspace) of a publish over these logits: when the
+    table is every block of each row (`all_blocks`, the plan's decision), `[1, 1]`
+    placeholders (no block scores, no top-C)."""
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     if all_blocks:
-        one = jax.ShapeDtypeStruct((1, 1), jnp.float32), jax.ShapeDtypeStruct((1, 1), jnp.int32)
-        return *one, "short"  # select_c unused
+        return jax.ShapeDtypeStruct((1, 1), jnp.float32), jax.ShapeDtypeStruct((1, 1), jnp.int32)
     nb = -(-logits.shape[1] // b)
-    scores = jax.ShapeDtypeStruct((rows, nb), jnp.float32)
-    selected = jax.ShapeDtypeStruct((rows, c), jnp.int32)
-    select_c = _select(scores, c, None, b, topk_algorithm, "select_candidate_blocks")
-    return scores, selected, select_c
+    return (
+        jax.ShapeDtypeStruct((rows, nb), jnp.float32),
+        jax.ShapeDtypeStruct((rows, c), jnp.int32),
+    )
 
 
 def _table_shapes(rows: int, c: int) -> tuple[jax.ShapeDtypeStruct, ...]:
@@ -170,16 +146,17 @@ def publish(
     shared: Shared,
     config: IndexerConfig,
     all_blocks: bool,
-    topk_algorithm: str | None = None,
+    select: str,
+    select_c: str | None,
 ) -> tuple[jax.Array, CandidateTable]:
     """The candidate source layer: its top-k and the published table (see indexer.publish);
-    `all_blocks`: the table is every block of each row (the plan's decision)."""
+    `all_blocks`: the table is every block of each row; `select`, `select_c`: the CUDA selects
+    of its top-k and of the top-C blocks (None with `all_blocks`). The layer plan's decisions
+    (`dsv41_jax.plan.layers.LayerPlan`)."""
     rows, k = query.num_rows, config.index_topk
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     logits = _logits_shape(query, cache, block_table)
-    scores_ws, selected_ws, select_c = _publish_workspaces(
-        rows, logits, config, all_blocks, topk_algorithm
-    )
+    scores_ws, selected_ws = _publish_workspaces(rows, logits, config, all_blocks)
     all_selected = every_block(shared.rows, c, b) if all_blocks else jnp.zeros((1, 1), jnp.int32)
     out = (
         jax.ShapeDtypeStruct((rows, k), jnp.int32),
@@ -200,8 +177,8 @@ def publish(
         shared.schedule,
         all_selected,
         k=np.int32(k),
-        select=_select_attr(_select(logits, k, None, b, topk_algorithm)),
-        select_c=_select_attr(select_c),
+        select=_select_attr(select),
+        select_c=_select_attr(select_c or "short"),  # unused with all_blocks
         block_size=np.int32(b),
         page_size=np.int32(cache.page_size),
         all_blocks=all_blocks,
@@ -237,9 +214,11 @@ def sparse_select(
     table: CandidateTable,
     shared: SparseShared,
     k: int,
-    topk_algorithm: str | None = None,
+    select: str,
 ) -> jax.Array:
-    """A consumer's top-k over its candidate blocks only (the sparse row), as positions."""
+    """A consumer's top-k over its candidate blocks only (the sparse row), as positions,
+    through `select` ("onchip", or a CUDA select after the sparse logits: the layer plan's,
+    `dsv41_jax.plan.sparse_select`)."""
     rows, c = table.physical.shape
     b = table.block_size
     logits, columns = _sparse_workspaces(rows, c, b, k)
@@ -252,7 +231,7 @@ def sparse_select(
         _checks.int32(table.blocks),
         shared.lens,
         k=np.int32(k),
-        select=_select_attr(_sparse_select(logits, k, b, topk_algorithm)),
+        select=_select_attr(select),
         block_size=np.int32(b),
     )
     return positions
@@ -270,8 +249,9 @@ def decode_step(
     block_table,
     config: IndexerConfig,
     all_blocks: bool,
+    selects: Sequence[str],
+    select_c: str | None,
     slots: Sequence[int] | None = None,
-    topk_algorithm: str | None = None,
     mode: StepMode = "graphs",
 ) -> tuple[list[jax.Array], CandidateTable]:
     """Every layer of a decode step as one custom call (ffi/sm90_decode_step.cu): layer 0 the
@@ -281,19 +261,19 @@ def decode_step(
     the lengths clamped as `Shared` does, in the call: bitwise their results, with no XLA
     kernel beside the call. Returns every layer's top-k and the source's table; with `slots`,
     the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`.
-    `all_blocks`: the source's table is every block of each row (the plan's decision).
-    `topk_algorithm`: as in `dsv41_jax.topk`, for every layer's select. `mode`: "graphs"
+    `all_blocks`: the source's table is every block of each row; `selects`: each layer's
+    top-k select, `select_c`: the source's top-C select (None with `all_blocks`): the layer
+    plans' decisions (`dsv41_jax.plan.layers`). `mode`: "graphs"
     (replayed as a cached CUDA graph), "direct" or "traced" (`dsv41_jax.plan.layers.StepMode`)."""
     assert mode in ("graphs", "direct", "traced"), mode
     assert roles and roles[0] == "source" and "source" not in roles[1:], roles
+    assert len(selects) == len(roles), (selects, roles)
     query, cache = queries[0], caches[0]
     rows, k, next_n = query.num_rows, config.index_topk, query.next_n
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     batch, max_pages = block_table.shape
     logits = _logits_shape(query, cache, block_table)
-    scores, selected, select_c = _publish_workspaces(
-        rows, logits, config, all_blocks, topk_algorithm
-    )
+    scores, selected = _publish_workspaces(rows, logits, config, all_blocks)
     i32, f32 = jnp.int32, jnp.float32
 
     def ws(shape, dtype=i32, used=True):  # a workspace result, [1, ...] when unused
@@ -304,13 +284,6 @@ def decode_step(
         sparse_logits, columns = _sparse_workspaces(rows, c, b, k)
     else:
         sparse_logits, columns = ws((1, 1), f32), ws((1, 1))
-    members = jax.ShapeDtypeStruct((rows, c), i32)
-    selects = [
-        _sparse_select(sparse_logits, k, b, topk_algorithm)
-        if role == "sparse"
-        else _select(logits, k, members if role == "mask" else None, b, topk_algorithm)
-        for role in roles
-    ]
     schedule = ws((_ext.limit("sm90_schedule_rows"), 2))
     out = (
         *_table_shapes(rows, c),
@@ -341,7 +314,7 @@ def decode_step(
         roles=np.array([_ROLES[r] for r in roles], np.int32),
         selects=np.array([_ext.limit(f"select_{s}") for s in selects], np.int32),
         k=np.int32(k),
-        select_c=_select_attr(select_c),
+        select_c=_select_attr(select_c or "short"),  # unused with all_blocks
         block_size=np.int32(b),
         page_size=np.int32(cache.page_size),
         all_blocks=all_blocks,

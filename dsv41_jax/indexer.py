@@ -158,7 +158,9 @@ def publish(
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     topk_algorithm = check_algorithm(topk_algorithm)
-    lp = _layer_plan("source", query, cache, block_table, config, implementation, fuse)
+    lp = _layer_plan(
+        "source", query, cache, block_table, config, implementation, fuse, topk_algorithm
+    )
     return _publish(query, cache, context_lens, block_table, config, lp, topk_algorithm)
 
 
@@ -170,13 +172,20 @@ def _layer_plan(
     config: IndexerConfig,
     implementation: Implementation,
     fuse: bool,
+    topk_algorithm: str | None,
     path: Path = "auto",
 ) -> LayerPlan:
     """The plan of a layer called on its own (`publish`, `select`, `select_plain`): `fuse`
     False runs it op by op by request."""
     unfused = None if _checks.boolean(fuse, "fuse") else "fuse=False, as asked"
     spec = LayerSpec.of(role, query, cache, block_table, config)
-    return plan_layer(spec, path=path, implementation=implementation, unfused=unfused)
+    return plan_layer(
+        spec,
+        path=path,
+        implementation=implementation,
+        unfused=unfused,
+        topk_algorithm=topk_algorithm,
+    )
 
 
 def _run_fused(
@@ -209,7 +218,14 @@ def _publish(
     if _run_fused(lp, query, cache, context_lens, block_table):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.publish(
-            query, cache, block_table, share, config, lp.every_block, topk_algorithm
+            query,
+            cache,
+            block_table,
+            share,
+            config,
+            lp.every_block,
+            lp.top_select,
+            lp.blocks_select,
         )
     impl = lp.implementation
     logits = paged_mqa_logits(query, cache, context_lens, block_table, implementation=impl)
@@ -266,7 +282,9 @@ def select(
     block_table = _checks.array(block_table, "block_table")
     _check_table(table, query, config)
     topk_algorithm = check_algorithm(topk_algorithm)
-    lp = _layer_plan("consumer", query, cache, block_table, config, implementation, fuse, path)
+    lp = _layer_plan(
+        "consumer", query, cache, block_table, config, implementation, fuse, topk_algorithm, path
+    )
     return _select(query, cache, context_lens, block_table, table, config, lp, topk_algorithm)
 
 
@@ -309,10 +327,10 @@ def _select(
     if _run_fused(lp, query, cache, context_lens, block_table):
         if lp.route == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
-            return fused.sparse_select(query, cache, table, sparse_share, k, topk_algorithm)
+            return fused.sparse_select(query, cache, table, sparse_share, k, lp.top_select)
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
         return fused.dense_select(
-            query, cache, block_table, share, k, table.blocks, b, topk_algorithm
+            query, cache, block_table, share, k, table.blocks, b, select=lp.top_select
         )
     if lp.route == "mask":
         logits = paged_mqa_logits(
@@ -456,9 +474,7 @@ def _dense_select(
     `_select`)."""
     if _run_fused(lp, query, cache, context_lens, block_table):
         share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
-        return fused.dense_select(
-            query, cache, block_table, share, k, topk_algorithm=topk_algorithm
-        )
+        return fused.dense_select(query, cache, block_table, share, k, select=lp.top_select)
     impl = lp.implementation
     logits = paged_mqa_logits(query, cache, context_lens, block_table, implementation=impl)
     lens = row_lengths(context_lens, query.next_n, _capacity(block_table, cache))
@@ -483,7 +499,9 @@ def select_plain(
     context_lens = _checks.array(context_lens, "context_lens")
     block_table = _checks.array(block_table, "block_table")
     topk_algorithm = check_algorithm(topk_algorithm)
-    lp = _layer_plan("plain", query, cache, block_table, config, implementation, fuse)
+    lp = _layer_plan(
+        "plain", query, cache, block_table, config, implementation, fuse, topk_algorithm
+    )
     return _dense_select(
         query, cache, context_lens, block_table, config.index_topk, lp, topk_algorithm
     )

@@ -229,6 +229,7 @@ class TwoLevelIndexer:
             path=self.path,
             implementation=self.implementation,
             step_mode=self.step_mode,
+            topk_algorithm=self.topk_algorithm,
         )
 
     def _layer_by_layer(
@@ -320,8 +321,9 @@ class TwoLevelIndexer:
             block_table,
             self.config,
             sp.layers[0][1].every_block,
+            [lp.top_select for _, lp in sp.layers],
+            sp.layers[0][1].blocks_select,
             slots,
-            self.topk_algorithm,
             self.step_mode,
         )
 

@@ -322,12 +322,14 @@ def test_onchip_select_on_any_slots_equals_reference(rng, heads, next_n, batch, 
     device = device_record()
     poison_device_memory()
     assert sparse_select(cols, k, 8, rows, device, "onchip")[0] == "onchip"
-    got = np.asarray(fused.sparse_select(q, cache, table, shared, k, topk_algorithm="onchip"))
+    got = np.asarray(fused.sparse_select(q, cache, table, shared, k, "onchip"))
     np.testing.assert_array_equal(got, want)
     assert sparse_select(cols, k, 8, rows, device, "short")[0] == "short"  # logits, then select
-    two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k, topk_algorithm="short"))
+    two_pass = np.asarray(fused.sparse_select(q, cache, table, shared, k, "short"))
     np.testing.assert_array_equal(two_pass, want)
-    default = np.asarray(fused.sparse_select(q, cache, table, shared, k))
+    default = np.asarray(
+        fused.sparse_select(q, cache, table, shared, k, sparse_select(cols, k, 8, rows, device)[0])
+    )
     np.testing.assert_array_equal(default, want)
 
 

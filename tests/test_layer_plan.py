@@ -218,6 +218,51 @@ def test_decode_runs_the_plan_it_returns(simulated_h200, batch, context, indexer
     assert calls[fused.PUBLISH] == len(plans) - len(consumers)
     assert calls[fused.SPARSE_SELECT] == sum(p.route == "sparse" for p in consumers)
     assert calls[fused.DENSE_SELECT] == sum(p.route != "sparse" for p in consumers)
+    assert lowered_selects(text) == planned_selects(sp)
     choices = info.explain(lambda q, c, n, b: ix.decode(q, c, n, b), qs, cs, lens, table)
     paths = [c.implementation for c in choices if c.op == "select: consumer path"]
     assert [p.split(" ")[0] for p in paths] == routes(sp)
+
+
+def planned_selects(sp: StepPlan) -> list[tuple[str, list[int]]]:
+    """(target, select attributes) of the fused calls the step plan `sp` names, in order."""
+    code = {s: _ext.limit(f"select_{s}") for s in ("cluster", "filter", "short", "onchip")}
+    fused_layers = [p for _, p in sp.layers if p.fused]
+    if sp.one_call:
+        top = [code[p.top_select] for p in fused_layers]
+        return [(fused.STEP, [*top, code[fused_layers[0].blocks_select or "short"]])]
+    out = []
+    for p in fused_layers:
+        if p.spec.role == "source":
+            out.append((fused.PUBLISH, [code[p.top_select], code[p.blocks_select or "short"]]))
+        else:
+            target = fused.SPARSE_SELECT if p.route == "sparse" else fused.DENSE_SELECT
+            out.append((target, [code[p.top_select]]))
+    return out
+
+
+def lowered_selects(text: str) -> list[tuple[str, list[int]]]:
+    """(target, select attributes) of the fused calls in lowered StableHLO `text`, in order:
+    `selects` (each layer's) then `select_c` of the step call, `select` then `select_c` of the
+    others."""
+    targets = {fused.STEP, fused.PUBLISH, fused.SPARSE_SELECT, fused.DENSE_SELECT}
+    attr = re.compile(
+        r"(select\w*) = (?:dense<\[?([-\d, ]+)\]?> : tensor<(\d+)xi32>|(-?\d+) : i32)"
+    )
+    out = []
+    for target, config in re.findall(r"custom_call @(\w+).*?backend_config = \{([^}]*)\}", text):
+        if target not in targets:
+            continue
+        found = {name: (listed, n, one) for name, listed, n, one in attr.findall(config)}
+        values = []
+        for name in ("selects", "select", "select_c"):
+            if name not in found:
+                continue
+            listed, n, one = found[name]
+            if one:
+                values.append(int(one))
+            else:  # a dense array, printed as one value when every element is equal
+                items = [int(x) for x in listed.split(",")]
+                values += items if len(items) == int(n) else items * int(n)
+        out.append((target, values))
+    return out

@@ -294,9 +294,10 @@ def test_explain_shows_the_fused_layers_selects_on_a_simulated_h200(simulated_h2
     choices = info.decode_step(batch=8, context=131072)
     (top,) = {str(c) for c in choices if c.op == "fused topk: CUDA select"}
     assert "short (the short-row select: the 8 rows' clusters of 8 CTAs run at once" in top
-    (blocks,) = {c.implementation for c in choices if c.op.startswith("fused select_cand")}
+    (blocks,) = {c.implementation for c in choices if c.op == "fused candidate blocks: CUDA select"}
     assert blocks == "short"
-    assert {c.implementation for c in choices if c.op == "fused sparse select"} == {"onchip"}
+    sparse = {c.implementation for c in choices if c.op == "fused sparse topk: CUDA select"}
+    assert sparse == {"onchip"}
 
 
 def test_the_plan_names_the_implementation_that_runs():

@@ -19,6 +19,7 @@ from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.plan.device import Device, device_record, ffi_declines
+from dsv41_jax.plan.ops import Spec, check_algorithm, cuda_select, sparse_select
 
 Role = Literal["source", "consumer", "plain"]
 Route = Literal["dense", "mask", "sparse"]
@@ -111,6 +112,21 @@ class LayerSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class SelectPlan:
+    """A CUDA select a fused layer runs: `what` it selects ("topk": the top-k of the dense
+    logits, "masked topk": inside the table's blocks, "candidate blocks": the top-C of the block
+    scores, "sparse topk": over the sparse row), the `select` and why."""
+
+    what: str
+    select: str
+    reason: str
+
+    def decisions(self) -> tuple[tuple[str, str, str], ...]:
+        """(decision, choice, reason), for printing (`dsv41_jax.info.Choice`)."""
+        return (("CUDA select", self.select, self.reason),)
+
+
+@dataclasses.dataclass(frozen=True)
 class LayerPlan:
     """The decisions of one layer, each with its reason.
 
@@ -124,6 +140,9 @@ class LayerPlan:
         their top-C; blocks_reason: why (or why not).
       fused: the layer runs as one custom call (`dsv41_jax.fused`); fused_reason: why not (or
         what it takes).
+      topk_algorithm: the CUDA select asked for (None: the policy's).
+      selects: (fused layers) the CUDA selects the layer's call runs, in its order (an op by
+        op layer's selection ops plan their own calls).
     """
 
     spec: LayerSpec
@@ -137,6 +156,8 @@ class LayerPlan:
     blocks_reason: str
     fused: bool
     fused_reason: str
+    topk_algorithm: str | None = None
+    selects: tuple[SelectPlan, ...] = ()
 
     @property
     def op(self) -> str:
@@ -152,7 +173,20 @@ class LayerPlan:
             choice = "every block" if self.every_block else "the top-C blocks"
             out.append(("candidate blocks", choice, self.blocks_reason))
         out.append(("layer", FUSED if self.fused else UNFUSED, self.fused_reason))
+        out += [(f"CUDA select, {s.what}", s.select, s.reason) for s in self.selects]
         return tuple(out)
+
+    @property
+    def top_select(self) -> str:
+        """The select of the fused layer's top-k (ValueError when the layer is not fused)."""
+        if not self.selects:
+            raise ValueError(f"the layer runs op by op; its ops plan their selects ({self})")
+        return self.selects[0].select
+
+    @property
+    def blocks_select(self) -> str | None:
+        """The select of the fused source's top-C blocks (None: it runs none)."""
+        return next((s.select for s in self.selects if s.what == "candidate blocks"), None)
 
     def record(self) -> None:
         """Note the decisions for `dsv41_jax.info.explain` (nothing when it is not tracing)."""
@@ -161,6 +195,8 @@ class LayerPlan:
             record("select: consumer path", label, self.declined)
         if self.fused:
             record(f"{self.op}: layer", FUSED)
+            for s in self.selects:
+                record(f"fused {s.what}: CUDA select", s.select, plan=s)
         else:
             record(f"{self.op}: layer", UNFUSED, [("fused", self.fused_reason)])
 
@@ -222,6 +258,37 @@ def every_block_table(width: int, num_candidates: int, block_size: int) -> tuple
     return False, f"rows of {width} logits hold {nb} > C = {c} blocks of {b}"
 
 
+def layer_selects(
+    spec: LayerSpec,
+    device: Device,
+    route: Route,
+    every_block: bool,
+    topk_algorithm: str | None,
+) -> tuple[SelectPlan, ...]:
+    """The CUDA selects of a fused layer taking `route`, in the order its call runs them (the
+    selection ops' policy, `dsv41_jax.plan.ops`, over the layer's shapes): the source's top-k
+    and (unless its table is every block) top-C of the block scores, a consumer's top-k over
+    its dense row, inside the table's blocks, or over the sparse row."""
+    rows, width = spec.query.num_rows, spec.logits_width
+    k, c, b = spec.k, spec.num_candidates, spec.block_size
+    if route == "sparse":
+        select, why = sparse_select(c * b, k, b, rows, device, topk_algorithm)
+        assert select is not None, why  # a fused layer runs on a GPU with the extension
+        return (SelectPlan("sparse topk", select, why),)
+    mask = c if spec.role == "consumer" and route == "mask" else None
+    what = "topk" if mask is None else "masked topk"
+    specs = [(what, Spec("topk", rows, width, "float32", k, mask_blocks=mask, block_size=b))]
+    if spec.role == "source" and not every_block:
+        blocks = Spec("select_candidate_blocks", rows, -(-width // b), "float32", c, block_size=b)
+        specs.append(("candidate blocks", blocks))
+    out = []
+    for what, s in specs:
+        select, why = cuda_select(s, device, topk_algorithm)
+        assert select is not None, why
+        out.append(SelectPlan(what, select, why))
+    return tuple(out)
+
+
 def fused_declines(
     spec: LayerSpec,
     device: Device,
@@ -257,10 +324,11 @@ def plan_layer(
     path: Path = "auto",
     implementation: _dispatch.Implementation = None,
     unfused: str | None = None,
+    topk_algorithm: str | None = None,
 ) -> LayerPlan:
     """The plan of one layer on `device` (None: the device the ops trace for). `path`: the
-    consumer path asked for; `implementation`: as in `publish`; `unfused`: why the caller runs
-    the layer op by op (None: it may fuse).
+    consumer path asked for; `implementation`, `topk_algorithm`: as in `publish`; `unfused`:
+    why the caller runs the layer op by op (None: it may fuse).
 
     Raises:
       ValueError: an unknown path or implementation name; `path="sparse"` on a GPU without a
@@ -276,8 +344,10 @@ def plan_layer(
         every, blocks_reason = every_block_table(
             spec.logits_width, spec.num_candidates, spec.block_size
         )
+    forced = check_algorithm(topk_algorithm)
     why = fused_declines(spec, record_, impl, route, unfused)
     fused_reason = why if why is not None else "every op of the layer runs its FFI kernel"
+    selects = () if why is not None else layer_selects(spec, record_, route, every, forced)
     return LayerPlan(
         spec,
         record_,
@@ -290,6 +360,8 @@ def plan_layer(
         blocks_reason,
         why is None,
         fused_reason,
+        forced,
+        selects,
     )
 
 
@@ -365,6 +437,7 @@ def plan_step(
     path: Path = "auto",
     implementation: _dispatch.Implementation = None,
     step_mode: StepMode = "graphs",
+    topk_algorithm: str | None = None,
 ) -> StepPlan:
     """The plan of a decode step over `layers` ((layer id, spec) in the order the step runs
     them: the source first where there is one); the rest as in `plan_layer` and
@@ -373,7 +446,17 @@ def plan_step(
     mode = check_step_mode(step_mode)
     unfused = "step_mode='ops', as asked" if mode == "ops" else None
     plans = tuple(
-        (i, plan_layer(s, record_, path=path, implementation=implementation, unfused=unfused))
+        (
+            i,
+            plan_layer(
+                s,
+                record_,
+                path=path,
+                implementation=implementation,
+                unfused=unfused,
+                topk_algorithm=topk_algorithm,
+            ),
+        )
         for i, s in layers
     )
     first = plans[0][1]
