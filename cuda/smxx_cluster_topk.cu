@@ -13,6 +13,7 @@
 #include "smxx_block_scan.cuh"
 #include "smxx_cluster_topk.cuh"
 #include "smxx_phase_stamps.cuh"
+#include "smxx_radix_digit.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
@@ -21,7 +22,6 @@ namespace dsv41 {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kBins = 256;
 constexpr int kPerThread = 8;                 // consecutive elements per thread per round
 constexpr int kTile = kThreads * kPerThread;  // elements per round (one load batch)
 constexpr int kWarps = kThreads / 32;
@@ -31,12 +31,11 @@ constexpr int kMaxCluster = 16;
 constexpr size_t kMaxTopkSmem = 200 * 1024;  // set once by PrepareClusterTopk (not under capture)
 
 struct Shared {
-  uint32_t warp_hist[kWarps][kBins];  // per-warp histograms: contention stays inside a warp
-  uint32_t hist[2][kBins];  // this CTA's histogram, read by the cluster; double-buffered by pass
+  uint32_t warp_hist[kWarps][kRadixBins];  // per-warp histograms: contention stays inside a warp
+  uint32_t hist[2][kRadixBins];  // this CTA's sum, read by the cluster; double-buffered by pass
   int32_t warp_sums[kThreads / 32];
   int32_t scan_total;
-  uint32_t prefix, mask;
-  int64_t k_rem, need_eq;
+  RadixState radix;
   int32_t counts[2];  // this CTA's (gt, eq), read by the cluster for the emission offsets
   int32_t out_base, eq_before, total;  // this CTA's first output slot and tie rank; row total
 };
@@ -108,69 +107,46 @@ __device__ __forceinline__ void CacheChunk(const TopkArgs& a, const List& list) 
   __syncthreads();
 }
 
-// One 8-bit radix pass: the cluster's histogram of the keys under the current prefix, then the
-// bucket holding the k_rem-th largest (sh.prefix / mask / k_rem / need_eq). Returns true once
-// the selection is complete (pass 0 found at most k keys: all taken).
+// One 8-bit radix pass of the cluster's keys (RadixDigitStep: per-warp histograms, each CTA's
+// sum summed over the cluster through distributed shared memory). Returns true once the
+// selection is complete (pass 0 found at most k keys: all taken).
 template <class List>
 __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& cluster, int cl,
                                           const TopkArgs& a, const List& list, int pass) {
-  const int shift = 24 - 8 * pass;
-  const uint32_t prefix = sh.prefix, mask = sh.mask;
-  const int64_t k_rem = sh.k_rem;  // read before the barrier below; written after it
-  for (int b = threadIdx.x; b < kWarps * kBins; b += kThreads) (&sh.warp_hist[0][0])[b] = 0;
-  __syncthreads();
-  uint32_t* my_hist = sh.warp_hist[threadIdx.x / 32];
-  for (int64_t base = 0; base < list.len; base += kTile) {
-    uint32_t kk[kPerThread];
-    list.Round(a, base, kk);
+  auto for_keys = [&](auto add) {
+    for (int64_t base = 0; base < list.len; base += kTile) {
+      uint32_t kk[kPerThread];
+      list.Round(a, base, kk);
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      if (kk[j] != kExcluded && (kk[j] & mask) == prefix) {
-        atomicAdd(&my_hist[(kk[j] >> shift) & 0xff], 1u);
+      for (int j = 0; j < kPerThread; ++j) add(kk[j]);
+    }
+  };
+  auto cluster_sum = [&](int bin, int32_t sum) {
+    uint32_t* mine = sh.hist[pass & 1];
+    if (threadIdx.x < kRadixBins) mine[bin] = uint32_t(sum);
+    DSV41_STAMP(2 + 2 * pass);
+    cluster.sync();  // every CTA's histogram is complete
+    int32_t count = 0;
+    if (threadIdx.x < kRadixBins) {
+      // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
+      for (int c0 = 0; c0 < cl; c0 += 8) {
+        uint32_t part[8];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          part[c] = c0 + c < cl ? cluster.map_shared_rank(mine, c0 + c)[bin] : 0u;
+        }
+#pragma unroll
+        for (int c = 0; c < 8; ++c) count += int32_t(part[c]);
       }
     }
-  }
-  __syncthreads();
-  for (int b = threadIdx.x; b < kBins; b += kThreads) {
-    uint32_t sum = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += sh.warp_hist[w][b];
-    sh.hist[pass & 1][b] = sum;
-  }
-  DSV41_STAMP(2 + 2 * pass);
-  cluster.sync();  // every CTA's histogram is complete
-  int32_t count[1] = {0};
-  const int bin = kBins - 1 - int(threadIdx.x);  // thread t looks at bin 255 - t
-  if (threadIdx.x < kBins) {
-    // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
-    for (int c0 = 0; c0 < cl; c0 += 8) {
-      uint32_t part[8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        part[c] = c0 + c < cl ? cluster.map_shared_rank(sh.hist[pass & 1], c0 + c)[bin] : 0u;
-      }
-#pragma unroll
-      for (int c = 0; c < 8; ++c) count[0] += int32_t(part[c]);
-    }
-  }
-  const DigitHit d = BlockFindDigit<kThreads>(count, bin, k_rem, sh.warp_sums, &sh.scan_total);
-  const int64_t valid = sh.scan_total;  // keys matching the prefix, cluster-wide
-  if (pass == 0 && valid <= k_rem) {
-    if (threadIdx.x == 0) {  // at most k valid keys: all selected (mask 0 makes all "ties")
-      sh.need_eq = valid;
-      sh.k_rem = 0;
-    }
-  } else if (d.hit) {
-    sh.prefix = prefix | (uint32_t(bin) << shift);
-    sh.mask = mask | (0xffu << shift);
-    sh.k_rem = k_rem - d.above;  // still needed from this bin
-    sh.need_eq = k_rem - d.above;
-  }
+    return count;
+  };
+  const bool all = RadixDigitStep<kThreads>(sh.radix, sh.warp_hist, pass, for_keys, cluster_sum,
+                                            sh.warp_sums, &sh.scan_total);
   // No second cluster barrier: the next pass writes the other histogram buffer, and this one
   // is rewritten only after the next pass's barrier, which every peer reaches after reading it.
-  __syncthreads();
   DSV41_STAMP(3 + 2 * pass);
-  return sh.k_rem == 0;  // uniform across the cluster (same totals everywhere)
+  return all;  // uniform across the cluster (same totals everywhere)
 }
 
 // After pass 0: keep, in position order, this CTA's keys in or above the chosen top-byte bucket,
@@ -179,7 +155,7 @@ __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& c
 // to the kept pairs when they fit (else it keeps reading the chunk from global memory).
 template <class List>
 __device__ __forceinline__ void CompactToBucket(Shared& sh, const TopkArgs& a, List& list) {
-  const uint32_t first = sh.prefix >> 24;
+  const uint32_t first = sh.radix.prefix >> 24;
   int64_t kept = 0;
   for (int64_t base = 0; base < list.mine; base += kTile) {
     uint32_t kk[kPerThread];
@@ -255,7 +231,6 @@ template <class List, class IsGt, class IsEq>
 __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row, int cl, int rank,
                                      const List& list, int32_t need_eq, IsGt is_gt, IsEq is_eq) {
   int32_t* out = a.out + row * int64_t(a.k);
-  const int32_t total = sh.total;
   EmitState st = {sh.out_base, sh.eq_before};  // this CTA's first slot and tie rank
   for (int64_t t0 = 0; t0 < list.len; t0 += kTile) {
     const int64_t i0 = t0 + int64_t(threadIdx.x) * kPerThread;
@@ -269,7 +244,7 @@ __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row,
         sh.warp_sums, &sh.scan_total);
   }
   if (rank == cl - 1) {
-    for (int64_t s = total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;
+    for (int32_t s = sh.total + threadIdx.x; s < a.k; s += kThreads) out[s] = -1;
   }
 }
 
@@ -300,19 +275,13 @@ __global__ void __launch_bounds__(kThreads, 2) ClusterTopkKernel(TopkArgs a, int
   DSV41_STAMP(1);
 
   // ---- four radix passes for the k-th largest key
-  if (threadIdx.x == 0) {
-    sh.prefix = 0;
-    sh.mask = 0;
-    sh.k_rem = a.k;
-    sh.need_eq = 0;
-  }
-  __syncthreads();
+  if (threadIdx.x == 0) sh.radix = {0, 0, a.k, 0};  // read after the first pass's barrier
   for (int pass = 0; pass < 4; ++pass) {
     if (RadixPass(sh, cluster, cl, a, list, pass)) break;
     if (pass == 0 && (!list.cached || list.mine <= kCompacted)) CompactToBucket(sh, a, list);
   }
-  const uint32_t prefix = sh.prefix, mask = sh.mask;
-  const int32_t need_eq = int32_t(sh.need_eq);
+  const uint32_t prefix = sh.radix.prefix, mask = sh.radix.mask;
+  const int32_t need_eq = sh.radix.k_rem;  // all taken: k, at least the valid keys
   auto is_gt = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) > prefix; };
   auto is_eq = [&](uint32_t kk) { return kk != kExcluded && (kk & mask) == prefix; };
 

@@ -25,6 +25,7 @@
 #include "smxx_filter_topk.cuh"
 #include "smxx_launch.cuh"
 #include "smxx_phase_stamps.cuh"
+#include "smxx_radix_digit.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
@@ -36,23 +37,20 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPer = 8;                  // consecutive elements per thread per round
 constexpr int kRound = kThreads * kPer;  // 8192 elements per round
-constexpr int kBins = 256;
-constexpr int kHists = 8;          // histogram copies (warp w adds to copy w % 8)
-constexpr int kSample = kThreads;  // one sampled key per thread
-constexpr int kMaxCluster = 8;     // portable cluster size: one CTA per SM fits a GPC
+constexpr int kHists = 8;                // histogram copies (warp w adds to copy w % 8)
+constexpr int kSample = kThreads;        // one sampled key per thread
+constexpr int kMaxCluster = 8;           // portable cluster size: one CTA per SM fits a GPC
 constexpr int64_t kCap = kFilterCapacity;
 static_assert(kFilterMaxK + kRound <= kCap, "a cut buffer plus one round must fit");
 using topk::kExcluded;
 
 struct Shared {
-  uint32_t hist[kHists][kBins];
+  uint32_t hist[kHists][kRadixBins];
   int32_t warp_sums[kWarps];
   int32_t scan_total;
-  uint32_t prefix, mask;  // the selected key's known top bits
-  int32_t k_rem;          // keys equal to it (under the mask) still to take
-  int32_t all;            // at most k keys: all taken
-  int32_t count;          // pairs in the buffer (read by the cluster's first CTA)
-  int32_t total;          // the cluster's pairs (try_uncut)
+  RadixState radix;  // RadixSelect's result
+  int32_t count;     // pairs in the buffer (read by the cluster's first CTA)
+  int32_t total;     // the cluster's pairs (try_uncut)
 };
 
 // The rank in a strided sample of kSample keys of the entry bar for a chunk of `mine` keys
@@ -76,39 +74,17 @@ __device__ __forceinline__ bool TryUncut(int64_t chunk, int32_t k, int cl) {
 }
 
 // The k-th largest of the keys that `for_keys` hands each thread (kExcluded skipped), to its top
-// 8 * `passes` bits: sh.prefix / sh.mask, and sh.k_rem of the keys equal to it under the mask
-// are needed; sh.all = 1 when there are at most k keys. All threads call it.
+// 8 * `passes` bits: sh.radix (RadixState). All threads call it.
 template <class ForKeys>
 __device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys) {
   __syncthreads();  // every thread has read the previous selection's results
-  if (threadIdx.x == 0) sh.prefix = 0, sh.mask = 0, sh.k_rem = k, sh.all = 0;
+  if (threadIdx.x == 0) sh.radix = {0, 0, k, 0};
+  auto block_sum = [](int, int32_t sum) { return sum; };  // one CTA: its copies' sum
   for (int pass = 0; pass < passes; ++pass) {
-    const int shift = 24 - 8 * pass;
-    for (int i = threadIdx.x; i < kHists * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
-    __syncthreads();
-    const uint32_t prefix = sh.prefix, mask = sh.mask;
-    const int32_t k_rem = sh.k_rem;
-    uint32_t* h = sh.hist[(threadIdx.x / 32) % kHists];
-    for_keys([&](uint32_t key) {
-      if (key != kExcluded && (key & mask) == prefix) atomicAdd(&h[(key >> shift) & 0xff], 1u);
-    });
-    __syncthreads();
-    int32_t count[1] = {0};
-    const int bin = kBins - 1 - int(threadIdx.x);  // thread t holds bin 255 - t
-    if (threadIdx.x < kBins) {
-#pragma unroll
-      for (int c = 0; c < kHists; ++c) count[0] += int32_t(sh.hist[c][bin]);
+    if (RadixDigitStep<kThreads>(sh.radix, sh.hist, pass, for_keys, block_sum, sh.warp_sums,
+                                 &sh.scan_total)) {
+      break;  // at most k keys
     }
-    const DigitHit d = BlockFindDigit<kThreads>(count, bin, k_rem, sh.warp_sums, &sh.scan_total);
-    if (pass == 0 && sh.scan_total <= k_rem) {
-      if (threadIdx.x == 0) sh.all = 1;
-    } else if (d.hit) {
-      sh.prefix = prefix | (uint32_t(bin) << shift);
-      sh.mask = mask | (0xffu << shift);
-      sh.k_rem = k_rem - d.above;
-    }
-    __syncthreads();
-    if (sh.all) break;  // uniform
   }
 }
 
@@ -118,8 +94,8 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   RadixSelect(sh, k, 4, [&](auto add) {
     for (int32_t i = threadIdx.x; i < n; i += kThreads) add(keys[i]);
   });
-  const uint32_t kth = sh.prefix;    // n > k valid keys: a full key >= 1
-  const int32_t need_eq = sh.k_rem;  // ties at kth to keep, the first ones in buffer order
+  const uint32_t kth = sh.radix.prefix;    // n > k valid keys: a full key >= 1
+  const int32_t need_eq = sh.radix.k_rem;  // ties at kth to keep, the first ones in buffer order
   EmitState st = {0, 0};
   for (int32_t base = 0; base < n; base += kRound) {
     const int32_t i0 = base + int32_t(threadIdx.x) * kPer;
@@ -161,7 +137,7 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
   if (const int64_t rank_wanted = SampleRank(mine, k)) {
     const uint32_t key = src.KeyAt(a, int64_t(threadIdx.x) * mine / kSample);  // < mine
     RadixSelect(sh, int32_t(rank_wanted), 2, [&](auto add) { add(key); });
-    if (!sh.all) sampled_bar = max(uint64_t(sh.prefix), uint64_t(1));
+    if (!sh.radix.all) sampled_bar = max(uint64_t(sh.radix.prefix), uint64_t(1));
   }
   DSV41_STAMP(1);
 

@@ -5,12 +5,14 @@ top k first), rows of 2 chunks with k = 4096 (no bar: the buffer is cut to its t
 streaming and the bar rises), keys ascending with position, ties at the k-th key across chunks,
 and rows whose large keys sit exactly where the sample looks (the bar lets fewer than k
 through: the chunk is streamed again), against the oracle; and mutants of those paths, each of
-which the rows catch. (tests/test_topk.py runs the select at every width through the public
-op.)"""
+which the rows catch; and mutants of the radix digit step it shares with the cluster select,
+each of which both selects' rows catch. (tests/test_topk.py runs the select at every width
+through the public op.)"""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from selection import ROOT, emulate_equals_oracle, mutants_survived
 
 SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
@@ -112,5 +114,50 @@ def test_mutants_of_the_shared_search_and_emission_are_caught(simt_topk, rng, tm
         "filter_topk.cc",
         _check,
         int(rng.integers(1 << 30)),
+    )
+    assert not survived, f"mutants not caught: {survived}"
+
+
+# The radix digit step of the filter-first and cluster selects (cuda/smxx_radix_digit.cuh): each
+# mutant must fail both selects' rows. The cluster's: rows of 40000 over a cluster of CTAs whose
+# histograms are summed through distributed shared memory (spread keys, ties at the k-th key
+# across CTAs, fewer valid keys than k: all taken), one cut inside a chunk.
+DIGIT_MUTANTS = [
+    (
+        "a-copy-not-summed",
+        "for (int c = 0; c < kCopies; ++c) sum += hist[c][bin];",
+        "for (int c = 1; c < kCopies; ++c) sum += hist[c][bin];",
+    ),
+    ("keys-past-the-prefix-counted", "(key & mask) == prefix)", "(key & mask) >= prefix)"),
+    ("keys-above-the-bin-still-needed", "st.k_rem = k_rem - d.above;", "st.k_rem = k_rem;"),
+]
+
+
+def _check_cluster(exe, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, k = 40000, 512
+    spread = rng.standard_normal(n).astype(np.float32)
+    ties = rng.standard_normal(n).astype(np.float32)
+    ties[rng.choice(n, 3 * k, replace=False)] = 9.0
+    few = np.full(n, np.nan, np.float32)
+    few[rng.choice(n, 300, replace=False)] = rng.standard_normal(300)
+    lens = np.full(3, n, np.int32)
+    lens[0] -= 1234
+    emulate_equals_oracle(exe, "cluster", np.stack([spread, ties, few]), lens, k, "cluster:")
+
+
+def test_cluster_rows_equal_the_oracle(simt_topk, rng):
+    _check_cluster(simt_topk, int(rng.integers(1 << 30)))
+
+
+@pytest.mark.parametrize(
+    "rebuild,check",
+    [("filter_topk.cc", _check), ("cluster_topk.cc", _check_cluster)],
+    ids=["filter", "cluster"],
+)
+def test_mutants_of_the_shared_digit_step_are_caught(simt_topk, rng, tmp_path, rebuild, check):
+    source = ROOT / "cuda" / "smxx_radix_digit.cuh"
+    survived = mutants_survived(
+        simt_topk, tmp_path, source, DIGIT_MUTANTS, rebuild, check, int(rng.integers(1 << 30))
     )
     assert not survived, f"mutants not caught: {survived}"
