@@ -513,8 +513,8 @@ def assert_same_outcome(got, want, what):
 
 
 def forced_selects(choices) -> set:
-    """The forced select of every planned op among `info.explain`'s choices."""
-    return {c.plan.topk_algorithm for c in choices if c.plan is not None}
+    """The forced select of every selection op's plan among `info.explain`'s choices."""
+    return {c.plan.topk_algorithm for c in choices if isinstance(c.plan, dj.Plan)}
 
 
 def dcp_inputs(rng, w=2, interleave=1):
