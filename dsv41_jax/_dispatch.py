@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dsv41_jax import _ext
+from dsv41_jax import _ext, status
 from dsv41_jax._ext import ExtensionUnavailable
 
 if TYPE_CHECKING:
@@ -60,11 +60,13 @@ class Impl:
         traced. None: it takes every call the op's checks let through (the references).
       kernel: `kernel(device) -> str`, the kernel family it runs on `device` (e.g. "sm90" or
         "sm100"): a plan decision, passed to `run` as `kernel=`.
+      status: (kernel family, `dsv41_jax.status` record name) of each family.
     """
 
     run: Callable[..., Any]
     supports: Callable[..., str | None] | None = None
     kernel: Callable[[Any], str] | None = None
+    status: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +80,8 @@ class OpPlan:
         asked for (None or a tuple of names).
       order: the implementations to try, in order; runs: the first that supports the call
         (None: none does); declined: (name, why) of those before it.
-      kernel: the kernel family `runs` takes on the device (None where it has one only).
+      kernel: the kernel family `runs` takes on the device (None where it has one only);
+        kernel_status: where that family has been verified (`dsv41_jax.status`).
     """
 
     op: str
@@ -88,6 +91,7 @@ class OpPlan:
     runs: str | None
     declined: tuple[tuple[str, str], ...]
     kernel: str | None = None
+    kernel_status: str | None = None
 
     def decisions(self) -> tuple[tuple[str, str, str], ...]:
         """(decision, choice, reason) of each decision, for printing."""
@@ -104,7 +108,10 @@ class OpPlan:
         ]
         if self.kernel is not None:
             cc = self.device.compute_capability or "unknown"
-            out.append(("kernel", self.kernel, f"compute capability {cc}"))
+            why = f"compute capability {cc}"
+            if self.kernel_status is not None:
+                why += f"; {self.kernel_status}"
+            out.append(("kernel", self.kernel, why))
         return tuple(out)
 
     def __str__(self) -> str:
@@ -151,12 +158,29 @@ class Op:
             declined.append((name, why))
         family = None if runs is None else self.impls[runs].kernel
         kernel = None if family is None else family(record)
+        verified = None
+        if runs is not None and kernel is not None:
+            key = dict(self.impls[runs].status).get(kernel)
+            verified = None if key is None else str(status.of(key))
         return OpPlan(
-            self.name, record, shared(implementation), order, runs, tuple(declined), kernel
+            self.name,
+            record,
+            shared(implementation),
+            order,
+            runs,
+            tuple(declined),
+            kernel,
+            verified,
         )
 
     def __call__(self, implementation: Implementation, *args: Any) -> Any:
         p = self.plan(implementation, *args)
+        if p.kernel_status is not None and not p.kernel_status.startswith("verified"):
+            _log_once(
+                logging.WARNING,
+                (self.name, p.kernel or "", p.kernel_status),
+                "%s: running the %s kernel, %s in this project",
+            )
         return self.run_planned(p, *args, **({} if p.kernel is None else {"kernel": p.kernel}))
 
     def run_planned(self, plan: Any, *args: Any, **options: Any) -> Any:
@@ -208,13 +232,17 @@ def resolve_names(op: str, names: Sequence[str], implementation: Implementation)
 
 
 def _log_fallback(op: str, impl: str, reason: str) -> None:
-    key = (op, impl, reason)
-    if key in _logged:
-        return
-    _logged.add(key)
     # On a GPU a skipped kernel means a slow path: say so loudly. On CPU it is the expected path.
     level = logging.WARNING if _ext.backend() == "gpu" else logging.INFO
-    logger.log(level, "%s: skipping implementation %r (%s)", op, impl, reason)
+    _log_once(level, (op, repr(impl), reason), "%s: skipping implementation %s (%s)")
+
+
+def _log_once(level: int, args: tuple[str, str, str], message: str) -> None:
+    """Log `message % args` once per `args` in the process."""
+    if args in _logged:
+        return
+    _logged.add(args)
+    logger.log(level, message, *args)
 
 
 def shared(implementation: Implementation) -> tuple[str, ...] | None:

@@ -107,7 +107,8 @@ def device() -> dict[str, object]:
     if facts["backend"] == "gpu" and _ext.available():
         _ext.register_ffi_targets()
         facts["short_topk_clusters_at_once"] = {
-            c: _ext.short_topk_max_clusters(c) for c in range(1, 9)
+            c: _ext.short_topk_max_clusters(c)
+            for c in range(1, _ext.limit("short_topk_max_cluster") + 1)
         }
     return facts
 

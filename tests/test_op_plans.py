@@ -14,7 +14,7 @@ from devices import SM80, SM100
 from factories import packed_keys, paged_cache, query
 
 import dsv41_jax as dj
-from dsv41_jax import info
+from dsv41_jax import _dispatch, info
 from dsv41_jax.blocks.api import BLOCK_AMAX, SORT_CANDIDATE_BLOCKS
 from dsv41_jax.logits.api import MQA_LOGITS, PAGED_MQA_LOGITS
 from dsv41_jax.plan import OpPlan, device_record
@@ -125,3 +125,27 @@ def test_on_the_cpu_every_op_runs_the_reference_and_says_why():
     assert c.declined == (
         ("pallas", "block_amax pallas: the Mosaic GPU kernel needs a CUDA GPU backend"),
     )
+
+
+def test_the_kernel_familys_status_is_in_the_plan_and_an_unverified_one_warns(
+    simulate, caplog, monkeypatch
+):
+    """The plan reads where the kernel family it picks has been verified (`dsv41_jax.status`);
+    running one never verified in this project logs a WARNING once."""
+    import logging
+
+    simulate(info.H200)
+    q, cache, lens, bt = paged_inputs()
+    p = PAGED_MQA_LOGITS.plan(None, q, cache, lens, bt, 256)
+    assert p.kernel_status == "verified on H200"
+    assert "kernel: sm90 (compute capability 9.0; verified on H200)" in str(p)
+    simulate(SM100)
+    q, cache, lens, bt = paged_inputs("mxfp4")
+    p = PAGED_MQA_LOGITS.plan(None, q, cache, lens, bt, 256)
+    assert p.kernel_status == "compile-verified only"
+    monkeypatch.setattr(_dispatch, "_logged", set())  # what this process has logged so far
+    with caplog.at_level(logging.WARNING, logger="dsv41_jax"):
+        for _ in range(2):
+            jax.eval_shape(lambda: dj.paged_mqa_logits(q, cache, lens, bt, num_columns=256))
+    warned = [r for r in caplog.records if "running the sm100 kernel" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"

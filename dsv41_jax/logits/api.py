@@ -17,18 +17,33 @@ from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBun
 # two to three orders of magnitude slower.
 PAGED_MQA_LOGITS = Op(
     "paged_mqa_logits",
-    ffi=Impl(ffi.paged_mqa_logits, ffi.paged_supports, ffi.kernel_family),
+    ffi=Impl(
+        ffi.paged_mqa_logits,
+        ffi.paged_supports,
+        ffi.kernel_family,
+        (("sm90", "sm90 paged logits"), ("sm100", "sm100 paged logits")),
+    ),
     reference=reference.paged_mqa_logits,
 )
 SPARSE_PAGED_MQA_LOGITS = Op(
     "sparse_paged_mqa_logits",
     # SM90: the project's kernel; SM100 compile-verified only
-    ffi=Impl(ffi.sparse_paged_mqa_logits, ffi.sparse_supports, ffi.kernel_family),
+    ffi=Impl(
+        ffi.sparse_paged_mqa_logits,
+        ffi.sparse_supports,
+        ffi.kernel_family,
+        (("sm90", "sm90 sparse logits"), ("sm100", "sm100 sparse logits")),
+    ),
     reference=reference.sparse_paged_mqa_logits,
 )
 MQA_LOGITS = Op(
     "mqa_logits",
-    ffi=Impl(ffi.mqa_logits, ffi.ragged_supports, ffi.kernel_family),
+    ffi=Impl(
+        ffi.mqa_logits,
+        ffi.ragged_supports,
+        ffi.kernel_family,
+        (("sm90", "sm90 prefill logits"), ("sm100", "sm100 prefill logits")),
+    ),
     reference=reference.mqa_logits,
 )
 
