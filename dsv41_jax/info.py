@@ -15,7 +15,7 @@ from dsv41_jax import _checks, _dispatch, _ext, status
 from dsv41_jax._ext import H200, DeviceFacts, simulated_device  # tracing as on another device
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
-from dsv41_jax.plan import OpPlan, Plan, StepPlan
+from dsv41_jax.plan import Decision, OpPlan, Plan, StepPlan
 from dsv41_jax.types import row_bytes
 
 __all__ = [
@@ -34,13 +34,14 @@ __all__ = [
 class Choice:
     """One dispatch decision: `op` took `implementation`; `declined` holds (name, reason) of
     the implementations tried before it; `plan`: the call's plan (its decisions and their
-    reasons) for the ops (a `dsv41_jax.Plan` for `topk` and `select_candidate_blocks`, an
-    `OpPlan` for the others); None for a composite's own decisions."""
+    reasons): a `dsv41_jax.Plan` for `topk` and `select_candidate_blocks`, an `OpPlan` for the
+    other ops, a `Decision` for a fused layer's select and the sharded entry points' choices;
+    None for the other decisions of a composite."""
 
     op: str
     implementation: str
     declined: tuple[tuple[str, str], ...] = ()
-    plan: Plan | OpPlan | None = None
+    plan: Plan | OpPlan | Decision | None = None
 
     def __str__(self) -> str:
         why = "".join(f"\n    {name} declined: {reason}" for name, reason in self.declined)

@@ -16,14 +16,18 @@ import dsv41_jax as dj
 from dsv41_jax import _ext, fused, info
 from dsv41_jax.plan import Device, LayerPlan, StepPlan, device_record
 from dsv41_jax.plan.layers import (
-    TOPC_MIN_BLOCKS_PER_CANDIDATE,
     CacheShape,
+    Decision,
     LayerSpec,
     QueryShape,
-    dcp_exchange,
-    dcp_route,
     plan_layer,
     plan_step,
+)
+from dsv41_jax.plan.sharded import (
+    TOPC_MIN_BLOCKS_PER_CANDIDATE,
+    dcp_exchange,
+    dcp_route,
+    row_sharding,
 )
 
 MXFP4 = dj.IndexerConfig(cache_format="mxfp4")
@@ -175,17 +179,31 @@ def test_plans_are_values():
         assert info.decode_step_plan(8, 131072) == a
 
 
-def test_dcp_decisions():
-    assert dcp_route("mask") == ("mask", ())
-    assert dcp_route("sparse") == ("sparse", ())
-    route, declined = dcp_route("auto")
-    assert route == "mask" and "run on host devices only" in declined[0][1]
+def test_sharded_decisions():
+    assert dcp_route("mask") == Decision("consumer path", "mask", "path='mask', as asked")
+    assert dcp_route("sparse").choice == "sparse"
+    auto = dcp_route("auto")
+    assert (
+        auto.choice == "mask" and auto.reason == "the DCP sparse path is run on host devices only"
+    )
+    with pytest.raises(ValueError, match="path must be"):
+        dcp_route("dense")
     many = TOPC_MIN_BLOCKS_PER_CANDIDATE * 2048
-    assert dcp_exchange("auto", many, 2048) == "topc"
-    assert dcp_exchange("auto", many - 1, 2048) == "pmax"
-    assert dcp_exchange("pmax", many, 2048) == "pmax"
+    assert dcp_exchange("auto", many, 2048).choice == "topc"
+    assert dcp_exchange("auto", many - 1, 2048).choice == "pmax"
+    assert "rows of 65535 blocks < 32 x C = 65536" in str(
+        dcp_exchange("auto", many - 1, 2048).reason
+    )
+    assert dcp_exchange("pmax", many, 2048) == Decision(
+        "exchange", "pmax", "exchange='pmax', as asked"
+    )
     with pytest.raises(ValueError, match="exchange must be"):
         dcp_exchange("allgather", 1, 1)
+    assert row_sharding(8, 2) == Decision("row sharding", "rows", "4 requests a device")
+    assert (
+        row_sharding(8, 3).choice == "replicated" and "do not divide" in row_sharding(8, 3).reason
+    )
+    assert row_sharding(8, 1).choice == "replicated"
 
 
 @needs_ext

@@ -109,6 +109,19 @@ def test_row_sharding_fallback_returns_replicated_outputs(rng):
     sel = sharding.select_row_sharded(q, cache, ctx, bt, table, CFG, mesh=mesh, axis="x")
     for out in jax.tree.leaves((top, table, sel)):
         assert out.sharding.is_fully_replicated and len(out.sharding.device_set) == 2
+    from dsv41_jax import info
+
+    # Shapes no other test traces: jit's cache would hide the inner trace from `explain`.
+    for batch, want in (
+        (5, "5 requests do not divide over 2 devices"),
+        (10, "5 requests a device"),
+    ):
+        q, cache, ctx, bt = row_inputs(rng, batch)
+        choices = info.explain(
+            lambda *a: sharding.publish_row_sharded(*a, CFG, mesh=mesh, axis="x"), q, cache, ctx, bt
+        )
+        [split] = [c for c in choices if c.op == "row sharding"]
+        assert split.plan is not None and split.plan.reason == want, split
 
 
 # ----------------------------------------------------------------------------- DCP
@@ -182,6 +195,9 @@ def test_dcp_auto_path_follows_the_status(rng, monkeypatch, verified):
     )
     [path] = [c for c in choices if c.op == "dcp_select: consumer path"]
     assert path.implementation == ("sparse" if verified else "mask")
+    assert path.plan is not None and path.plan.choice == path.implementation
+    [exchange] = [c for c in choices if c.op == "dcp_publish: exchange"]
+    assert exchange.plan is not None and "blocks <" in exchange.plan.reason  # short rows: pmax
     want = () if verified else (("sparse", "the DCP sparse path is run on host devices only"),)
     assert path.declined == want
 

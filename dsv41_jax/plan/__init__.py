@@ -9,7 +9,9 @@ arguments and a device record read once (`device_record`):
   `supports`, and which kernel family (SM90 or SM100) it takes.
 - `layers`: the indexer layers' and the decode step's plans (`plan_layer` -> `LayerPlan`,
   `plan_step` -> `StepPlan`, `TwoLevelIndexer.plan`): each consumer's path, the source's
-  every-block table, one custom call a layer or a step, and DCP's consumer path and exchange.
+  every-block table, one custom call a layer or a step, and each fused layer's CUDA selects
+  (`Decision`s).
+- `sharded`: row sharding's split and DCP's consumer path and exchange, each a `Decision`.
 
 Plans are frozen, hashable values: they can be printed, compared and passed as static
 arguments. The implementations keep only what they can run (their `declines`) and run what
@@ -18,7 +20,7 @@ the plan says.
 
 from dsv41_jax._dispatch import OpPlan
 from dsv41_jax.plan.device import Device, device_record, ffi_declines, no_cuda_select
-from dsv41_jax.plan.layers import LayerPlan, LayerSpec, StepPlan, plan_layer, plan_step
+from dsv41_jax.plan.layers import Decision, LayerPlan, LayerSpec, StepPlan, plan_layer, plan_step
 from dsv41_jax.plan.ops import (
     IMPLEMENTATIONS,
     ONCHIP,
@@ -41,6 +43,7 @@ __all__ = [
     "ONCHIP",
     "OPS",
     "SELECTS",
+    "Decision",
     "Device",
     "LayerPlan",
     "LayerSpec",

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from dsv41_jax import _dispatch, _ext, status
+from dsv41_jax import _dispatch, _ext
 from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
@@ -112,18 +112,19 @@ class LayerSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class SelectPlan:
-    """A CUDA select a fused layer runs: `what` it selects ("topk": the top-k of the dense
-    logits, "masked topk": inside the table's blocks, "candidate blocks": the top-C of the block
-    scores, "sparse topk": over the sparse row), the `select` and why."""
+class Decision:
+    """One decision and its reason, for the decisions that are a single choice: a fused
+    layer's CUDA select (`what`: "topk" over the dense logits, "masked topk" inside the table's
+    blocks, "candidate blocks" the top-C of the block scores, "sparse topk" over the sparse
+    row), and the sharded entry points' (`dsv41_jax.plan.sharded`)."""
 
     what: str
-    select: str
+    choice: str
     reason: str
 
     def decisions(self) -> tuple[tuple[str, str, str], ...]:
         """(decision, choice, reason), for printing (`dsv41_jax.info.Choice`)."""
-        return (("CUDA select", self.select, self.reason),)
+        return ((self.what, self.choice, self.reason),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +142,8 @@ class LayerPlan:
       fused: the layer runs as one custom call (`dsv41_jax.fused`); fused_reason: why not (or
         what it takes).
       topk_algorithm: the CUDA select asked for (None: the policy's).
-      selects: (fused layers) the CUDA selects the layer's call runs, in its order (an op by
-        op layer's selection ops plan their own calls).
+      selects: (fused layers) the CUDA selects the layer's call runs, in its order, as
+        Decisions (an op by op layer's selection ops plan their own calls).
     """
 
     spec: LayerSpec
@@ -157,7 +158,7 @@ class LayerPlan:
     fused: bool
     fused_reason: str
     topk_algorithm: str | None = None
-    selects: tuple[SelectPlan, ...] = ()
+    selects: tuple[Decision, ...] = ()
 
     @property
     def op(self) -> str:
@@ -173,7 +174,7 @@ class LayerPlan:
             choice = "every block" if self.every_block else "the top-C blocks"
             out.append(("candidate blocks", choice, self.blocks_reason))
         out.append(("layer", FUSED if self.fused else UNFUSED, self.fused_reason))
-        out += [(f"CUDA select, {s.what}", s.select, s.reason) for s in self.selects]
+        out += [(f"CUDA select, {s.what}", s.choice, s.reason) for s in self.selects]
         return tuple(out)
 
     @property
@@ -181,12 +182,12 @@ class LayerPlan:
         """The select of the fused layer's top-k (ValueError when the layer is not fused)."""
         if not self.selects:
             raise ValueError(f"the layer runs op by op; its ops plan their selects ({self})")
-        return self.selects[0].select
+        return self.selects[0].choice
 
     @property
     def blocks_select(self) -> str | None:
         """The select of the fused source's top-C blocks (None: it runs none)."""
-        return next((s.select for s in self.selects if s.what == "candidate blocks"), None)
+        return next((s.choice for s in self.selects if s.what == "candidate blocks"), None)
 
     def record(self) -> None:
         """Note the decisions for `dsv41_jax.info.explain` (nothing when it is not tracing)."""
@@ -196,7 +197,7 @@ class LayerPlan:
         if self.fused:
             record(f"{self.op}: layer", FUSED)
             for s in self.selects:
-                record(f"fused {s.what}: CUDA select", s.select, plan=s)
+                record(f"fused {s.what}: CUDA select", s.choice, plan=s)
         else:
             record(f"{self.op}: layer", UNFUSED, [("fused", self.fused_reason)])
 
@@ -264,7 +265,7 @@ def layer_selects(
     route: Route,
     every_block: bool,
     topk_algorithm: str | None,
-) -> tuple[SelectPlan, ...]:
+) -> tuple[Decision, ...]:
     """The CUDA selects of a fused layer taking `route`, in the order its call runs them (the
     selection ops' policy, `dsv41_jax.plan.ops`, over the layer's shapes): the source's top-k
     and (unless its table is every block) top-C of the block scores, a consumer's top-k over
@@ -274,7 +275,7 @@ def layer_selects(
     if route == "sparse":
         select, why = sparse_select(c * b, k, b, rows, device, topk_algorithm)
         assert select is not None, why  # a fused layer runs on a GPU with the extension
-        return (SelectPlan("sparse topk", select, why),)
+        return (Decision("sparse topk", select, why),)
     mask = c if spec.role == "consumer" and route == "mask" else None
     what = "topk" if mask is None else "masked topk"
     specs = [(what, Spec("topk", rows, width, "float32", k, mask_blocks=mask, block_size=b))]
@@ -285,7 +286,7 @@ def layer_selects(
     for what, s in specs:
         select, why = cuda_select(s, device, topk_algorithm)
         assert select is not None, why
-        out.append(SelectPlan(what, select, why))
+        out.append(Decision(what, select, why))
     return tuple(out)
 
 
@@ -478,33 +479,3 @@ def plan_step(
                 break
     reason = why if why is not None else "every layer runs fused"
     return StepPlan(plans, mode, why is None, reason)
-
-
-def dcp_route(path: Path) -> tuple[Literal["mask", "sparse"], tuple[tuple[str, str], ...]]:
-    """(route, declined) of `dcp_select(path=...)`: "auto" takes the sparse path once
-    `dsv41_jax.status` records the DCP sparse path as device-verified, the mask path until
-    then."""
-    if path != "auto":
-        return path, ()
-    sparse = status.of("dcp sparse path")
-    if sparse.device_verified:
-        return "sparse", ()
-    return "mask", (("sparse", f"the DCP sparse path is {sparse}"),)
-
-
-# dcp_publish's exchange="auto": the top-C exchange once rows hold at least this many blocks per
-# candidate. Measured on 2 H200s (bs 64, C 2048, publish + select; BENCHMARKS.md, the DCP rows):
-# at 16K blocks per row (128K positions) "pmax" is faster (the merge's sort costs more than the
-# all-reduce it saves); at 128K blocks (1M positions) "topc" is.
-TOPC_MIN_BLOCKS_PER_CANDIDATE = 32
-
-
-def dcp_exchange(exchange: str, num_blocks: int, num_candidates: int) -> Literal["topc", "pmax"]:
-    """The candidate exchange of `dcp_publish`: "topc" or "pmax" as asked, and for "auto"
-    "topc" where rows hold at least TOPC_MIN_BLOCKS_PER_CANDIDATE · C blocks, else "pmax"."""
-    if exchange not in ("auto", "topc", "pmax"):
-        raise ValueError(f"exchange must be 'auto', 'topc' or 'pmax', got {exchange!r}")
-    if exchange != "auto":
-        return "topc" if exchange == "topc" else "pmax"
-    many = num_blocks >= TOPC_MIN_BLOCKS_PER_CANDIDATE * num_candidates
-    return "topc" if many else "pmax"

@@ -24,7 +24,7 @@ from dsv41_jax.indexer import _check_paged_config, _check_table
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
 from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
 from dsv41_jax.plan import check_algorithm
-from dsv41_jax.plan.layers import PATHS, dcp_exchange, dcp_route
+from dsv41_jax.plan.sharded import dcp_exchange, dcp_route
 from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.sharding._axis import bound_axis
 from dsv41_jax.sharding._dcp_local import local_table
@@ -237,8 +237,9 @@ def dcp_publish(
         local_max = jnp.full((vals.shape[0], nb), -jnp.inf, vals.dtype)
         local_max = local_max.at[:, gblock].max(vals, mode="drop")
     c = config.candidate_topk_blocks
-    agreed = dcp_exchange(exchange, nb, c)
-    record("dcp_publish: exchange", agreed)
+    decided = dcp_exchange(exchange, nb, c)
+    agreed = decided.choice
+    record("dcp_publish: exchange", agreed, plan=decided)
     if agreed == "pmax":
         global_max = lax.pmax(local_max, axis)
         newest = num_blocks(global_rows, b) - 1
@@ -300,8 +301,7 @@ def dcp_select(
     bitwise. `implementation`, `topk_algorithm`: as in `dcp_publish`.
     """
     interleave = _checks.positive_int(interleave, "interleave")
-    if path not in PATHS:
-        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    decided = dcp_route(path)  # checked before anything is traced
     implementation = shared(implementation)
     topk_algorithm = check_algorithm(topk_algorithm)
     _check_paged_config(config, query, cache)
@@ -311,8 +311,9 @@ def dcp_select(
         query, cache, block_table, global_context_lens, axis, interleave, "dcp_select"
     )
     rows_query, k = rows_as_requests(query), config.index_topk
-    route, declined = dcp_route(path)
-    record("dcp_select: consumer path", route, declined)
+    route = decided.choice
+    declined = (("sparse", decided.reason),) if path == "auto" and route == "mask" else ()
+    record("dcp_select: consumer path", route, declined, plan=decided)
     if route == "sparse":
         local = local_table(
             table,

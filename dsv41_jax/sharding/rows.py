@@ -14,10 +14,11 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dsv41_jax._dispatch import Implementation, shared
+from dsv41_jax._dispatch import Implementation, record, shared
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import _check_paged_config, _check_table, publish, select
 from dsv41_jax.plan import check_algorithm
+from dsv41_jax.plan.sharded import row_sharding
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
 logger = logging.getLogger("dsv41_jax")
@@ -36,7 +37,9 @@ def _row_sharded(
             f"axis {axis!r} is not one of the mesh's axis names {mesh.axis_names}{hint}"
         )
     world = mesh.shape[axis]
-    if world == 1 or batch % world:
+    decided = row_sharding(batch, world)
+    record("row sharding", decided.choice, plan=decided)
+    if decided.choice == "replicated":
         if world > 1:
             logger.warning(
                 "row sharding: %d requests do not divide over %d devices of axis %r; "
