@@ -186,7 +186,7 @@ def dcp_publish(
         top-C (block max, global id) pairs and re-selects (W·C pairs per row); "pmax" all-reduces
         every global block maximum (`ceil(L / B)` floats per row). Both are exact. "auto" takes
         "topc" when rows hold at least `TOPC_MIN_BLOCKS_PER_CANDIDATE`·C blocks
-        (`dsv41_jax.plan.layers`), else "pmax".
+        (`dsv41_jax.plan.sharded`), else "pmax".
       implementation, topk_algorithm: as in `publish` (a single name is a preference every op
         shares: an op without it runs its own order).
 
