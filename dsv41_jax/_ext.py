@@ -242,8 +242,9 @@ def ffi_declines(device: Device, op: str, archs: tuple[str, ...] = PORTABLE) -> 
 
 def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:
     """Raise ExtensionUnavailable unless the extension is built, JAX runs on a CUDA GPU and the
-    extension holds machine code for its compute capability (`archs`), checked at trace time so
-    that `implementation=None` declines to the next implementation instead of failing at run time.
+    extension holds machine code for its compute capability (`archs`), checked at trace time (a
+    wrapper called directly, or run by a plan made for another device, fails here and not at run
+    time; the plans read the same checks ahead, `ffi_declines`); then register the targets.
 
     Wrappers never pass a zero-size operand to a custom call (they return early or decline):
     XLA's GPU compile of such a call inside an eager `jax.shard_map` over several GPUs crashes

@@ -113,7 +113,8 @@ ffi::ErrorOr<Sm90SparseLogits> Sm90SparseLogitsOf(const char* op, const ffi::Any
   }
   if (rows > kSm90SparseMaxRows || c * kBlock > (int64_t(1) << 30) ||
       kd[0] > (int64_t(1) << 31) - 1) {
-    return InvalidArgument(op, "at most 65535 rows, 2^30 columns and 2^31 - 1 pages");
+    return InvalidArgument(op, "at most " + std::to_string(kSm90SparseMaxRows) +
+                                   " rows, 2^30 columns and 2^31 - 1 pages");
   }
   if (rows > 0 && kd[0] == 0) return InvalidArgument(op, "empty cache");
   return Sm90SparseLogits{q.untyped_data(),

@@ -130,7 +130,7 @@ def onchip():
         )
         qr = q if r == 6 else dj.QueryBundle(q.values[:1, :1], q.weights[:1, :1])
         out = fused_layers.sparse_select(
-            qr, cache, table, fused_layers.SparseShared.of(table), k, topk_algorithm="onchip"
+            qr, cache, table, fused_layers.SparseShared.of(table), k, "onchip"
         )
         total += int(out.sum())
     return total

@@ -126,6 +126,10 @@ def test_check_result_of_logits_by_similarity():
     for bad in (want * 1.01 + 0.5, np.where(np.isinf(want), 0.0, near)):
         with pytest.raises(timing.WrongResult):
             timing.check_result(bad.astype(np.float32), want, "logits", similar=5e-6)
+    invisible = np.full((2, 3), -np.inf, np.float32)  # no finite entry: compared exactly
+    timing.check_result(invisible, invisible, "rows of length 0", similar=5e-6)
+    with pytest.raises(timing.WrongResult):
+        timing.check_result(np.zeros_like(invisible), invisible, "rows of length 0", similar=5e-6)
     off_by_one = np.arange(6, dtype=np.int32)
     with pytest.raises(timing.WrongResult):
         timing.check_result(off_by_one + 1, off_by_one, "a selection", similar=5e-6)

@@ -148,11 +148,11 @@ def test_select_sparse_equals_mask(rng, heads, next_n):
     np.testing.assert_array_equal(auto, mask)
 
 
-def test_more_rows_than_a_dense_call_takes_sparse_equals_mask(rng):
-    """1,400 query rows (700 requests x next_n 2): past the 1,024 requests of one dense call's
-    schedule, inside the sparse kernel's grid (`sm90_sparse_max_rows`). Both consumer forms
-    (logits then select, and on chip) equal the mask path; the logits are bitwise the dense
-    logits at the published positions."""
+def test_more_than_1024_sparse_rows_equal_mask(rng):
+    """1,400 query rows (700 requests x next_n 2), past the 1,024 rows the sparse path once
+    took, inside the sparse kernel's grid (`sm90_sparse_max_rows`). Both consumer forms (logits
+    then select, and on chip) equal the mask path, and "auto" takes the sparse one; the logits
+    are bitwise the dense logits at the published positions."""
     batch, next_n, pages, c = 700, 2, 4, 8
     cfg = config(32, next_n, c, k=16)
     cache, bt = paged_cache(rng, batch, pages, 64, 128)
@@ -170,6 +170,8 @@ def test_more_rows_than_a_dense_call_takes_sparse_equals_mask(rng):
     for algorithm in ("onchip", "short"):
         got = dj.select(q, cache, ctx, bt, table, cfg, path="sparse", topk_algorithm=algorithm)
         np.testing.assert_array_equal(np.asarray(got), mask, err_msg=algorithm)
+    choices = dj.info.explain(lambda *a: dj.select(*a, cfg), q, cache, ctx, bt, table)
+    assert [c.implementation for c in choices if c.op == "select: consumer path"] == ["sparse"]
 
 
 def test_select_at_v41_shape_sparse_equals_mask(rng):

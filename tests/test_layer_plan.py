@@ -90,6 +90,31 @@ def test_the_v41_step_on_a_cpu():
 
 
 @needs_ext
+@pytest.mark.parametrize("forced", ["short", "filter", "cluster", "onchip"])
+def test_a_forced_select_reaches_every_fused_layer(forced):
+    """`topk_algorithm` is a field of each layer's plan: every fused select is the forced one
+    wherever it takes the call ("onchip" only the sparse consumers'; the others take the
+    logits-then-select form with it), the policy's where it declines."""
+    sp = step(8, 131072, info.H200, topk_algorithm=forced)
+    for _, p in sp.layers:
+        assert p.topk_algorithm == forced and p.selects, p
+        for s in p.selects:
+            if forced == "onchip" and s.what != "sparse topk":
+                assert s.choice != "onchip" and "declines" in s.reason, s
+            else:
+                assert s.choice == forced, s
+                assert forced == "onchip" or "as asked" in s.reason, s
+
+
+@needs_ext
+def test_more_rows_than_one_dense_call_still_take_the_sparse_path():
+    """1,400 query rows (700 requests x next_n 2): the sparse kernels take them
+    (`sm90_sparse_max_rows`), so "auto" does."""
+    sp = step(700, 131072, info.H200, dj.IndexerConfig(next_n=2))
+    assert routes(sp) == ["sparse"] * 4
+
+
+@needs_ext
 def test_sm100_takes_the_sparse_path_with_mxfp4_and_runs_no_fused_layer():
     sp = step(8, 131072, SM100, MXFP4)
     assert routes(sp) == ["sparse"] * 4  # DeepGEMM's SM100 sparse kernel

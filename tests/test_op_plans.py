@@ -55,8 +55,9 @@ def test_paged_logits_plan_names_the_kernel_family(
     else:
         [(name, why)] = c.declined
         assert name == "ffi" and declined in why
-    assert isinstance(c.plan, OpPlan) and hash(c.plan) == hash(c.plan)
-    assert c.plan.device == device_record()
+    assert isinstance(c.plan, OpPlan) and c.plan.device == device_record()
+    again = PAGED_MQA_LOGITS.plan(None, q, cache, lens, bt, 256)
+    assert again == c.plan and hash(again) == hash(c.plan)  # a value: equal plans, equal hashes
 
 
 @pytest.mark.parametrize("sm100", [False, True])
@@ -149,3 +150,17 @@ def test_the_kernel_familys_status_is_in_the_plan_and_an_unverified_one_warns(
             jax.eval_shape(lambda: dj.paged_mqa_logits(q, cache, lens, bt, num_columns=256))
     warned = [r for r in caplog.records if "running the sm100 kernel" in r.getMessage()]
     assert len(warned) == 1 and warned[0].levelname == "WARNING"
+
+
+def test_a_kernel_family_the_device_lacks_is_refused(simulate):
+    """The logits wrappers run the plan's kernel family only on a device of that family."""
+    from dsv41_jax.logits import ffi as logits_ffi
+
+    simulate(SM100)
+    q, cache, lens, bt = paged_inputs("mxfp4")
+    with pytest.raises(NotImplementedError, match="no sm90 kernel on this device"):
+        logits_ffi.paged_mqa_logits(q, cache, lens, bt, 256, kernel="sm90")
+    out = jax.eval_shape(
+        lambda: logits_ffi.paged_mqa_logits(q, cache, lens, bt, 256, kernel="sm100")
+    )
+    assert out.shape == (q.num_rows, 256)

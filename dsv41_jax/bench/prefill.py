@@ -37,6 +37,9 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
         )
         total = {"logits": 0.0, "topk": 0.0, "filter": 0.0, "publish": 0.0, "reference": 0.0}
         f = jax.jit(lambda q, k, s, e: dj.mqa_logits(q, k, s, e, relative=True))
+        ref_logits = jax.jit(
+            lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference")
+        )
         for r0 in range(0, t, PREFILL_CHUNK):
             n = min(PREFILL_CHUNK, t - r0)
             q = testing.query(rng, n, 1, 32, 128)
@@ -44,9 +47,6 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
             ends = jnp.arange(r0 + 1, r0 + n + 1, dtype=jnp.int32)
             args = (q, keys, starts, ends)
             small = t <= 4096  # the references run here
-            ref_logits = jax.jit(
-                lambda *a: dj.mqa_logits(*a, relative=True, implementation="reference")
-            )
             total["logits"] += timer.jax_us(
                 f,
                 [args],

@@ -110,6 +110,8 @@ def _matches(got: np.ndarray, want: np.ndarray, similar: float | None) -> bool:
         return False
     finite = np.isfinite(want)
     same_elsewhere = np.array_equal(got[~finite], want[~finite], equal_nan=True)
+    if not finite.any():
+        return same_elsewhere
     return same_elsewhere and similarity_gap(got[finite], want[finite]) < similar
 
 

@@ -64,6 +64,15 @@ def _require(why: str | None) -> None:
         raise NotImplementedError(why)
 
 
+def _family(kernel: str | None, here: Device) -> str:
+    """The kernel family to run: `kernel` (the plan's) when it is this device's, this device's
+    when None; NotImplementedError for a plan's family this device has no kernel of."""
+    mine = kernel_family(here)
+    if kernel is not None and kernel != mine:
+        raise NotImplementedError(f"no {kernel} kernel on this device (it runs {mine})")
+    return mine
+
+
 def _sm100_query(query: QueryBundle):
     """An MXFP4 QueryBundle as DeepGEMM's SM100 kernels take it: packed e2m1 `[rows, 32, 64]`,
     the 4 ue8m0 exponents of each head as one int32 `[rows, 32]`, bf16 weights `[rows, 32]`."""
@@ -107,7 +116,7 @@ def paged_mqa_logits(
     _ext.require_gpu(f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
     here = _here()
     _require(paged_supports(here, query, cache, context_lens, block_table, num_columns))
-    if (kernel or kernel_family(here)) == "sm100":
+    if _family(kernel, here) == "sm100":
         return paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
     max_pages = block_table.shape[1]
     # The kernel trusts lengths: clamp them to the page table so nothing is read past it.
@@ -269,7 +278,7 @@ def sparse_paged_mqa_logits(
     _ext.require_gpu(f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100)
     here = _here()
     _require(sparse_supports(here, query, cache, table, row_lens, row_block_table, block_size))
-    if (kernel or kernel_family(here)) == "sm90":
+    if _family(kernel, here) == "sm90":
         return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
     return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
 
@@ -368,7 +377,7 @@ def mqa_logits(
     _ext.require_gpu(f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
     here = _here()
     _require(ragged_supports(here, query, keys, starts, ends, relative))
-    sm100 = (kernel or kernel_family(here)) == "sm100"
+    sm100 = _family(kernel, here) == "sm100"
     target = SM100_RAGGED_TARGET if sm100 else RAGGED_TARGET
     rows, n = query.num_rows, keys.num_tokens
     if rows == 0 or n == 0:  # never hand XLA a zero-size custom-call operand
