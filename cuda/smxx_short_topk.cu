@@ -82,12 +82,23 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   }
   // Thread t holds digits kDigits - 1 - t * kDigitsPer - j, descending: its exclusive scan is the
   // count of keys in the bins above its own.
-  const int32_t top = kDigits - 1 - int(threadIdx.x) * kDigitsPer;
-  int32_t c[kDigitsPer];
+  // Its own scan, not BlockFindDigit: the hit's fields stored in the loop measured 0.1 us a
+  // call faster here (H100, every short-select shape).
+  int32_t c[kDigitsPer], mine = 0;
 #pragma unroll
-  for (int j = 0; j < kDigitsPer; ++j) c[j] = int32_t(h[top - j]);
-  const DigitHit d = BlockFindDigit<kThreads>(c, top, k_rem, sh.warp_sums, &sh.scan_total);
-  if (d.hit) sh.bin = d.digit, sh.above = d.above, sh.in_bin = d.count;
+  for (int j = 0; j < kDigitsPer; ++j) {
+    const int32_t v = int32_t(h[kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j)]);
+    c[j] = v, mine += v;
+  }
+  int32_t above = BlockExclusiveScan<kThreads>(mine, sh.warp_sums, &sh.scan_total);
+#pragma unroll
+  for (int j = 0; j < kDigitsPer; ++j) {
+    if (above < k_rem && k_rem <= above + c[j]) {
+      sh.bin = kDigits - 1 - (int(threadIdx.x) * kDigitsPer + j);
+      sh.above = above, sh.in_bin = c[j];
+    }
+    above += c[j];
+  }
   __syncthreads();
   return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
 }
