@@ -51,9 +51,10 @@ struct DigitHit {
   int32_t digit, above, count;
 };
 
-template <int kThreads, int kPer, class K>
-__device__ __forceinline__ DigitHit BlockFindDigit(const int32_t (&c)[kPer], int32_t top, K k_rem,
-                                                   int32_t* warp_sums, int32_t* total) {
+template <int kThreads, int kPer>
+__device__ __forceinline__ DigitHit BlockFindDigit(const int32_t (&c)[kPer], int32_t top,
+                                                   int32_t k_rem, int32_t* warp_sums,
+                                                   int32_t* total) {
   int32_t mine = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) mine += c[j];

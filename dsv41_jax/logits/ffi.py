@@ -216,37 +216,27 @@ def _sm100_sparse_unsupported(device: Device, query, cache, num_candidates, bloc
     ]
 
 
-def sm90_sparse_declines(
+def sparse_declines(
     device: Device, query, cache, num_candidates: int, block_size: int
 ) -> str | None:
-    """Why the SM90 sparse logits kernel cannot take these inputs (`device` holds the
-    extension's limits)."""
-    checks = _sm90_sparse_unsupported(device, query, cache, num_candidates, block_size)
-    return "; ".join(why for bad, why in checks if bad) or None
-
-
-def sparse_kernel_declines(
-    query, cache, num_candidates: int, block_size: int, device: Device
-) -> str | None:
     """Why `device` (a `dsv41_jax.plan.Device` record) runs no sparse logits kernel for these
-    inputs, or None if it does. Static: reads shapes and the record only, so the plan
-    (`dsv41_jax.plan.layers`) can choose a consumer's path before tracing either."""
-    if not _ext.available() or (device.backend == "gpu" and not device.limits):
-        return "the CUDA extension is not built"
-    if device.backend != "gpu":
-        return "JAX does not run on a CUDA GPU"
-    cc = device.compute_capability
-    if cc in _ext.SM90:
-        checks = _sm90_sparse_unsupported(device, query, cache, num_candidates, block_size)
-    elif cc in _ext.SM100:
-        checks = _sm100_sparse_unsupported(device, query, cache, num_candidates, block_size)
-    else:
-        return (
-            f"no sparse kernel for compute capability {cc or 'unknown'} "
-            "(kernels exist for 9.0 with the fp8 cache and 10.0 with mxfp4)"
-        )
+    inputs (None: it does): the device first, then every input its family's kernel ("sm90":
+    fp8 cache, "sm100": mxfp4) does not take. Static: reads shapes and the record only, so the
+    plan can choose a consumer's path, and whether a layer fuses, before tracing either."""
+    why = _ext.ffi_declines(
+        device, f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100
+    )
+    if why is not None:
+        return why
+    sm100 = kernel_family(device) == "sm100"
+    target, unsupported = (
+        (SPARSE_TARGET, _sm100_sparse_unsupported)
+        if sm100
+        else (SM90_SPARSE_TARGET, _sm90_sparse_unsupported)
+    )
+    checks = unsupported(device, query, cache, num_candidates, block_size)
     reasons = [why for bad, why in checks if bad]
-    return "; ".join(reasons) if reasons else None
+    return f"{target}: {'; '.join(reasons)}" if reasons else None
 
 
 def sparse_supports(
@@ -258,16 +248,9 @@ def sparse_supports(
     row_block_table: jax.Array,
     block_size: int,
 ) -> str | None:
-    """Why `device` runs no sparse logits kernel for these inputs (None: it does)."""
-    why = _ext.ffi_declines(
-        device, f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100
-    )
-    if why is not None:
-        return why
-    c = table.num_candidates
-    if kernel_family(device) == "sm100":
-        return _first(SPARSE_TARGET, _sm100_sparse_unsupported(device, query, cache, c, block_size))
-    return _first(SM90_SPARSE_TARGET, _sm90_sparse_unsupported(device, query, cache, c, block_size))
+    """Why `device` runs no sparse logits kernel for these inputs (None: it does): the op's
+    `sparse_declines`."""
+    return sparse_declines(device, query, cache, table.num_candidates, block_size)
 
 
 def sparse_paged_mqa_logits(
@@ -276,9 +259,8 @@ def sparse_paged_mqa_logits(
     """The sparse logits through `kernel` ("sm90": fp8 cache, "sm100": mxfp4; the plan's; None:
     this device's)."""
     _ext.require_gpu(f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100)
-    here = _here()
-    _require(sparse_supports(here, query, cache, table, row_lens, row_block_table, block_size))
-    if _family(kernel, here) == "sm90":
+    # Each family's function checks the inputs its kernel takes (they are also called directly).
+    if _family(kernel, _here()) == "sm90":
         return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
     return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
 
@@ -288,7 +270,8 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
     (ffi/sm90_sparse_logits.cu) whose instructions and head-reduction order are those of
     DeepGEMM's dense SM90 kernel, so a position's logit is bitwise its `paged_mqa_logits` logit.
     float32 `[rows, C·B]`, columns past `valid_lens` unspecified; blocks on pages outside the
-    cache (or padding slots) read as NaN."""
+    cache (or padding slots) read as NaN. NotImplementedError for inputs the kernel does not
+    take."""
     rows, c = table.physical.shape
     checks = _sm90_sparse_unsupported(_here(), query, cache, c, block_size)
     _require(_first(SM90_SPARSE_TARGET, checks))
@@ -305,7 +288,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
 def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size):
     """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
     `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
-    machine). The caller has checked the device (`sparse_supports`)."""
+    machine). NotImplementedError for inputs the kernel does not take."""
     c = table.num_candidates
     checks = _sm100_sparse_unsupported(_here(), query, cache, c, block_size)
     _require(_first(SPARSE_TARGET, checks))

@@ -224,7 +224,7 @@ def _route(
     if path == "auto" and fits and spec.own_table:
         why = f"every block is a candidate: the page table holds at most C·B = {c * b} positions"
         return "dense", why, ()
-    declines = logits_ffi.sparse_kernel_declines(spec.query, spec.cache, c, b, device)
+    declines = logits_ffi.sparse_declines(device, spec.query, spec.cache, c, b)
     if path == "auto":
         if fits:
             why = (
@@ -312,7 +312,7 @@ def fused_declines(
             device, spec.query, spec.cache, spec.max_pages, spec.logits_width
         )
     if why is None and route == "sparse":
-        why = logits_ffi.sm90_sparse_declines(
+        why = logits_ffi.sparse_declines(
             device, spec.query, spec.cache, spec.num_candidates, spec.block_size
         )
     return why
