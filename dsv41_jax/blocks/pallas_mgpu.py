@@ -28,6 +28,11 @@ def supports(
     """Why the Mosaic GPU kernel cannot take these inputs on `device` (None: it can)."""
     if device.backend != "gpu":
         return "block_amax pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
+    return _input_declines(scores, starts)
+
+
+def _input_declines(scores: jax.Array, starts: jax.Array | None) -> str | None:
+    """Why the program (on a GPU or its emulator) cannot take these inputs (None: it can)."""
     if starts is not None:
         return "block_amax pallas: rows with starts (prefill) not supported"
     if scores.dtype != jnp.float32:
@@ -39,10 +44,12 @@ def supports(
 
 
 def block_amax(scores, lengths, block_size, starts, pin_newest, *, emulate: bool = False):
-    device = device_record()
-    if emulate:  # the emulator runs on any backend
-        device = Device("gpu")
-    why = supports(device, scores, lengths, block_size, starts, pin_newest)
+    # The emulator runs on any backend: only the inputs are checked for it.
+    why = (
+        _input_declines(scores, starts)
+        if emulate
+        else supports(device_record(), scores, lengths, block_size, starts, pin_newest)
+    )
     if why is not None:
         raise NotImplementedError(why)
     rows, n = scores.shape
