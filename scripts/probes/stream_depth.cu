@@ -164,8 +164,10 @@ int main() {
     int64_t n;
     int cl;
   };
-  // The filter select's clusters at these shapes (one wave): CTAs = rows x cl.
-  const Shape shapes[] = {{8, 1 << 20, 8}, {64, 1 << 20, 2}, {8, 1 << 17, 8}, {64, 1 << 17, 2}};
+  // The filter select's clusters at these shapes (one wave): CTAs = rows x cl; [8, 1M] also
+  // over 16 CTAs a row (128 CTAs: what a row split past one cluster would stream).
+  const Shape shapes[] = {
+      {8, 1 << 20, 8}, {8, 1 << 20, 16}, {64, 1 << 20, 2}, {8, 1 << 17, 8}, {64, 1 << 17, 2}};
   int64_t most = 0;
   for (const Shape& s : shapes) most = std::max(most, int64_t(s.rows) * s.n);
   std::vector<float> host(most);
