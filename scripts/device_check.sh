@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU needs in one device call: install the carried wheels, build
 # the extension with the device's own Python, run the GPU tests, the sanitizers and the quick
-# benchmark. Steps: build test tests:<pytest args> sanitize demo bench probe:<file>
+# benchmark. Steps: build test suite tests:<pytest args> sanitize demo bench probe:<file>
 # cuprobe:<file.cu>[:<MACRO>] ffiprobe:<file.cu> (default: build test bench); BENCH_ARGS adds benchmark options
 # (e.g. "--only sort,topk --breakdown"); PYTEST_K selects tests within the tests: step
 # (pytest -k); SANITIZE_MEMCHECK / SANITIZE_SECTIONS name the memcheck / racecheck sections
@@ -46,6 +46,15 @@ for step in $STEPS; do
       $PY -m pytest -q -m gpu tests -p no:cacheprovider >"$OUT/pytest.log" 2>&1
       note "gpu tests: $(tail -1 "$OUT/pytest.log")"
       grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20 ;;
+    suite)  # every GPU test in two processes, test_topk.py beside the rest: about half the time
+      $PY -m pytest -q -m gpu tests/test_topk.py -p no:cacheprovider >"$OUT/pytest_topk.log" 2>&1 &
+      $PY -m pytest -q -m gpu tests --ignore=tests/test_topk.py -p no:cacheprovider \
+        >"$OUT/pytest_rest.log" 2>&1
+      wait
+      for part in topk rest; do
+        note "gpu tests ($part): $(tail -1 "$OUT/pytest_$part.log")"
+        grep -E "^(FAILED|ERROR)" "$OUT/pytest_$part.log" | head -20
+      done ;;
     tests:*)
       args=${step#tests:}
       log="$OUT/pytest_$(echo "$args" | tr -c 'a-zA-Z0-9_' '_' | cut -c1-40).log"
