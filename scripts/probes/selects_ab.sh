@@ -16,10 +16,12 @@ OUT=${OUT:-/tmp/dsv41_out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-for part in ${PARTS:-}; do
-  case $part in
-    filter_rows | filter | short | cluster) ;;
-    *) echo "selects_ab.sh: unknown part '$part' in PARTS" >&2; exit 2 ;;
+ALL="filter_rows filter short cluster"
+PARTS=${PARTS:-$ALL}
+for part in $PARTS; do
+  case " $ALL " in
+    *" $part "*) ;;
+    *) echo "selects_ab.sh: unknown part '$part' in PARTS (any of: $ALL)" >&2; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -28,7 +30,7 @@ for T in "$@"; do
   i=$((i + 1))
   export PYTHONPATH=$PWD/.prebuilt/$T:/tmp/site:$PWD
   p=scripts/probes
-  for part in ${PARTS:-filter_rows filter short cluster}; do
+  for part in $PARTS; do
     case $part in
       filter_rows) python3 $p/filter_select_ab.py "$T" --rows 16:131072:512 32:131072:512 \
         20:131072:512 64:131072:512 100:131072:512 8:1048576:512 ;;
