@@ -7,7 +7,9 @@
 //   bulk2, bulk4   2 or 4 rounds staged in shared memory by cp.async.bulk (one bulk copy of 32
 //                  KiB a round, issued by one thread, completion on an mbarrier)
 // each alone ("load") and with the select's per-round work ("scan": count the keys at or above
-// a bar, then one block scan, as the select does to place them in its buffer). Prints
+// a bar, then one block scan, as the select does to place them in its buffer); and one round
+// ahead with the select's own steps: "keys" (each score's key by topk::ScoresToKeys, a 64-bit
+// bar, the scan) and "append" (and the passing pairs written to a shared buffer). Prints
 // `TIME variant work shape us GB/s` (median of 21, CUDA events) and `OK` / `BAD` (every variant
 // must count the same keys).
 //   nvcc -O3 -std=c++20 -arch=sm_90a -Icuda stream_depth.cu && ./a.out
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "smxx_block_scan.cuh"
+#include "smxx_topk_keys.cuh"
 
 constexpr int kThreads = 1024, kPer = 8, kRound = kThreads * kPer;  // 8192 floats, 32 KiB
 constexpr uint32_t kRoundBytes = kRound * sizeof(float);
@@ -91,6 +94,52 @@ __global__ void __launch_bounds__(kThreads, 1)
   AddCount(sh, n, count);
 }
 
+enum class Step { kKeys, kAppend };
+constexpr int kCap = 12288;  // the select's buffer of (key, position) pairs
+
+// The filter select's per-round work on the same stream, one round ahead in registers: each
+// score's key (topk::ScoresToKeys, with its bounds and NaN checks), the count at or above a
+// 64-bit bar, one block scan, and (kAppend) each passing pair written to a shared buffer at its
+// scanned slot, the buffer's overflow checked a round (here it restarts instead of being cut).
+template <Step kStep>
+__global__ void __launch_bounds__(kThreads, 1)
+    SelectStream(const float* data, int64_t chunk, float bar_score, unsigned long long* count) {
+  extern __shared__ __align__(16) uint32_t buffer[];  // kCap keys, then kCap positions
+  __shared__ Shared sh;
+  uint32_t* keys = buffer;
+  int32_t* pos = reinterpret_cast<int32_t*>(buffer + kCap);
+  dsv41::TopkArgs a{};
+  a.mode = dsv41::TopkMode::kPositions;
+  const dsv41::topk::Row<float> r{
+      data + int64_t(blockIdx.x) * chunk, chunk, 0, chunk, chunk - 1, nullptr, 0};
+  const uint64_t bar = dsv41::topk::OrderedKey(bar_score);
+  float v[kPer];
+  dsv41::topk::LoadScores<kPer>(r, chunk, int64_t(threadIdx.x) * kPer, true, v);
+  int32_t mine = 0, held = 0;
+  for (int64_t base = 0; base < chunk; base += kRound) {
+    const int64_t i0 = base + int64_t(threadIdx.x) * kPer;
+    uint32_t kk[kPer];
+    dsv41::topk::ScoresToKeys<kPer>(a, r, chunk, i0, v, kk);
+    if (base + kRound < chunk) dsv41::topk::LoadScores<kPer>(r, chunk, i0 + kRound, true, v);
+    int32_t n = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) n += kk[j] >= bar;
+    int32_t slot = dsv41::BlockExclusiveScan<kThreads>(n, sh.warp_sums, &sh.scan_total);
+    const int32_t round = sh.scan_total;
+    if constexpr (kStep == Step::kAppend) {
+      if (held + round > kCap) held = 0;  // uniform
+      slot += held;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (kk[j] >= bar) keys[slot] = kk[j], pos[slot] = int32_t(r.lo + i0 + j), ++slot;
+      }
+    }
+    held += round;
+    mine += n;
+  }
+  AddCount(sh, mine, count);
+}
+
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }
@@ -108,6 +157,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto issue = [&](int64_t r) {  // thread 0: round r into its stage
     const int s = int(r % kStages);
     const uint32_t bar_addr = SmemAddr(&full[s]);
+    // The CTA's reads of the stage (generic proxy, ordered by the barrier before) before the
+    // bulk copy's writes (async proxy).
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_addr),
                  "r"(kRoundBytes)
                  : "memory");
@@ -193,6 +245,10 @@ int main() {
   cudaMalloc(&count, sizeof(unsigned long long));
   cudaMemcpy(data, host.data(), most * sizeof(float), cudaMemcpyHostToDevice);
   const float bar = 2.9f;  // about 0.2% of normal keys: ~2k of a 1M row, as the select's bar
+  const size_t smem_pairs = 2 * kCap * sizeof(uint32_t);
+  for (auto kernel : {SelectStream<Step::kKeys>, SelectStream<Step::kAppend>}) {
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_pairs));
+  }
   for (auto kernel : {Bulk<2, false>, Bulk<2, true>, Bulk<4, false>, Bulk<4, true>}) {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          4 * kRound * int(sizeof(float)));
@@ -248,6 +304,12 @@ int main() {
           Bulk<4, false><<<ctas, kThreads, smem4>>>(data, chunk, bar, count);
       });
     }
+    run("regs1", "keys", [&] {
+      SelectStream<Step::kKeys><<<ctas, kThreads, smem_pairs>>>(data, chunk, bar, count);
+    });
+    run("regs1", "append", [&] {
+      SelectStream<Step::kAppend><<<ctas, kThreads, smem_pairs>>>(data, chunk, bar, count);
+    });
   }
   printf("%s every variant counted the same keys\n", ok ? "OK" : "BAD");
   return ok ? 0 : 1;
