@@ -47,17 +47,11 @@ __device__ __forceinline__ int32_t Work(Shared& sh, const float (&v)[kPer], floa
   return n;
 }
 
-// The CTA's count added to `count` by one atomic: 1024 atomics a CTA on one word serialize in
-// L2 (about 0.8 us a CTA), which would swamp the stream being timed.
+// The CTA's count added to `count` by one atomic (the block scan's total): 1024 atomics a CTA
+// on one word serialize in L2 (about 0.8 us a CTA), which would swamp the stream being timed.
 __device__ __forceinline__ void AddCount(Shared& sh, int32_t n, unsigned long long* count) {
-  const unsigned warp = __reduce_add_sync(0xffffffffu, unsigned(n));
-  __syncthreads();  // the last round's scan has read warp_sums
-  if (threadIdx.x % 32 == 0) sh.warp_sums[threadIdx.x / 32] = int32_t(warp);
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const unsigned total = __reduce_add_sync(0xffffffffu, unsigned(sh.warp_sums[threadIdx.x]));
-    if (threadIdx.x == 0) atomicAdd(count, (unsigned long long)total);
-  }
+  dsv41::BlockExclusiveScan<kThreads>(n, sh.warp_sums, &sh.scan_total);
+  if (threadIdx.x == 0) atomicAdd(count, (unsigned long long)sh.scan_total);
 }
 
 __device__ __forceinline__ void Load8(const float* p, float (&v)[kPer]) {
@@ -115,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t bar = dsv41::topk::OrderedKey(bar_score);
   float v[kPer];
   dsv41::topk::LoadScores<kPer>(r, chunk, int64_t(threadIdx.x) * kPer, true, v);
-  int32_t mine = 0, held = 0;
+  int32_t mine = 0, held = 0;  // held: the pairs in the buffer (kAppend)
   for (int64_t base = 0; base < chunk; base += kRound) {
     const int64_t i0 = base + int64_t(threadIdx.x) * kPer;
     uint32_t kk[kPer];
@@ -125,16 +119,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kPer; ++j) n += kk[j] >= bar;
     int32_t slot = dsv41::BlockExclusiveScan<kThreads>(n, sh.warp_sums, &sh.scan_total);
-    const int32_t round = sh.scan_total;
-    if constexpr (kStep == Step::kAppend) {
+    if constexpr (kStep == Step::kKeys) {
+      if (slot < 0) n = 0;  // never: keeps the scan
+    } else {
+      const int32_t round = sh.scan_total;
       if (held + round > kCap) held = 0;  // uniform
       slot += held;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         if (kk[j] >= bar) keys[slot] = kk[j], pos[slot] = int32_t(r.lo + i0 + j), ++slot;
       }
+      held += round;
     }
-    held += round;
     mine += n;
   }
   AddCount(sh, mine, count);
