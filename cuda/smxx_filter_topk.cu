@@ -16,8 +16,10 @@
 // order, so the result is the contract's (score desc, position asc) set, deterministic.
 // The global scores are read once (twice in the sample-fallback case), with the next round's
 // loads in flight while a round is appended: the dependent phases of the cluster radix select
-// (four cluster-wide histogram passes) become block-local ones over a few thousand keys. With a
-// candidate mask, the streamed elements are the member blocks' positions only (MaskedSource).
+// (four cluster-wide histogram passes) become block-local ones over a few thousand keys. A score
+// meets the bar by one float compare (topk::LeastScoreOf) and gets its key only when it enters
+// (candidate blocks compare keys). With a candidate mask, the streamed elements are the member
+// blocks' positions only (MaskedSource).
 #include <cooperative_groups.h>
 
 #include "smxx_bitmap.cuh"
@@ -123,6 +125,37 @@ __device__ __host__ __forceinline__ int64_t MaskWords(const TopkArgs& a) {
   return ((a.n + a.block_size - 1) / a.block_size + 31) / 32;
 }
 
+// The entry bar: an element enters the buffer iff its key is at least `key`. Where the keys are
+// KeyOf's of kPositions (NaN and -inf never enter), that is one float compare of its score:
+// score >= `score` (NaN, and so every load past the elements, fails it).
+struct EntryBar {
+  uint64_t key;
+  float score;
+};
+
+__device__ __forceinline__ EntryBar MakeBar(uint64_t key) { return {key, topk::LeastScoreOf(key)}; }
+
+// How many of a thread's kPer scores enter past a bar of kPositions keys.
+__device__ __forceinline__ int32_t ScoresEntering(const EntryBar& bar, const float (&s)[kPer]) {
+  int32_t n = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) n += s[j] >= bar.score;
+  return n;
+}
+
+// Appends those pairs (key, position_of(j)) in order at `slot`.
+template <class PositionOf>
+__device__ __forceinline__ void AppendScores(const EntryBar& bar, const float (&s)[kPer],
+                                             uint32_t* keys, int32_t* pos, int32_t slot,
+                                             PositionOf position_of) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (s[j] >= bar.score) {
+      keys[slot] = topk::OrderedKey(s[j]), pos[slot] = int32_t(position_of(j)), ++slot;
+    }
+  }
+}
+
 // Every CTA's part: its source's exact top k into the buffer, then (first CTA) the row's.
 template <class Source>
 __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, const Source& src,
@@ -143,38 +176,32 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
 
   // ---- stream the chunk once (again without a bar if the sampled one kept fewer than k)
   int32_t count = 0;
-  for (uint64_t bar = sampled_bar;; bar = 1) {
+  for (EntryBar bar = MakeBar(sampled_bar);; bar = MakeBar(1)) {
     count = 0;
     float v[kPer];
     src.Load(int64_t(threadIdx.x) * kPer, v);
-    for (int64_t base = 0; base < mine; base += kRound) {
-      const int64_t i0 = base + int64_t(threadIdx.x) * kPer;
-      uint32_t kk[kPer];
-      src.Keys(a, i0, v, kk);
-      if (base + kRound < mine) src.Load(i0 + kRound, v);
-      int32_t n = 0;
+    // 32-bit offsets in the chunk (positions are int32): two registers fewer in the loop.
+    for (int32_t base = 0; base < int32_t(mine); base += kRound) {
+      const int32_t i0 = base + int32_t(threadIdx.x) * kPer;
+      float s[kPer];  // this round's scores; v takes the next round's loads meanwhile
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) n += kk[j] >= bar;
+      for (int j = 0; j < kPer; ++j) s[j] = v[j];
+      if (base + kRound < mine) src.Load(i0 + kRound, v);
+      int32_t n = src.Entering(a, bar, i0, s);
       int32_t slot = BlockExclusiveScan<kThreads>(n, sh.warp_sums, &sh.scan_total);
       int32_t round = sh.scan_total;
       if (count + round > kCap) {  // uniform; count > kCap - kRound >= k
-        bar = CutToTopK(sh, keys, pos, count, k);
+        bar = MakeBar(CutToTopK(sh, keys, pos, count, k));
         count = k;
-        n = 0;
-#pragma unroll
-        for (int j = 0; j < kPer; ++j) n += kk[j] >= bar;
+        n = src.Entering(a, bar, i0, s);
         slot = BlockExclusiveScan<kThreads>(n, sh.warp_sums, &sh.scan_total);
         round = sh.scan_total;
       }
-      slot += count;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        if (kk[j] >= bar) keys[slot] = kk[j], pos[slot] = int32_t(src.Position(i0 + j)), ++slot;
-      }
+      if (n > 0) src.Append(a, bar, i0, s, keys, pos, count + slot);
       count += round;
     }
     __syncthreads();
-    if (count >= k || bar <= 1) break;  // uniform
+    if (count >= k || bar.key <= 1) break;  // uniform
   }
   DSV41_STAMP(2);
 
@@ -234,16 +261,43 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
   DSV41_STAMP(6);
 }
 
-// The elements a CTA streams: its chunk of the row, element i at position lo + i.
-template <class T>
+// The elements a CTA streams: its chunk of the row, element i at position lo + i. kBlocks: the
+// elements are candidate blocks, whose keys (the pinned newest block; kLowest for NaN and -inf)
+// are compared as keys; otherwise a score enters by the bar's float compare (NaN past the
+// chunk: LoadScores).
+template <class T, bool kBlocks>
 struct RowChunkSource {
   topk::Row<T> r;
   int64_t mine;
   bool aligned;
 
-  __device__ __forceinline__ void Keys(const TopkArgs& a, int64_t i0, const float (&v)[kPer],
-                                       uint32_t (&kk)[kPer]) const {
-    topk::ScoresToKeys<kPer>(a, r, mine, i0, v, kk);
+  __device__ __forceinline__ int32_t Entering(const TopkArgs& a, const EntryBar& bar, int64_t i0,
+                                              const float (&s)[kPer]) const {
+    if constexpr (kBlocks) {
+      uint32_t kk[kPer];
+      topk::ScoresToKeys<kPer>(a, r, mine, i0, s, kk);
+      int32_t n = 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) n += kk[j] >= bar.key;
+      return n;
+    } else {
+      return ScoresEntering(bar, s);
+    }
+  }
+  __device__ __forceinline__ void Append(const TopkArgs& a, const EntryBar& bar, int64_t i0,
+                                         const float (&s)[kPer], uint32_t* keys, int32_t* pos,
+                                         int32_t slot) const {
+    const int64_t p0 = r.lo + i0;
+    if constexpr (kBlocks) {
+      uint32_t kk[kPer];
+      topk::ScoresToKeys<kPer>(a, r, mine, i0, s, kk);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (kk[j] >= bar.key) keys[slot] = kk[j], pos[slot] = int32_t(p0 + j), ++slot;
+      }
+    } else {
+      AppendScores(bar, s, keys, pos, slot, [&](int j) { return p0 + j; });
+    }
   }
   __device__ __forceinline__ void Load(int64_t i0, float (&v)[kPer]) const {
     topk::LoadScores<kPer>(r, mine, i0, aligned, v);
@@ -283,16 +337,17 @@ struct MaskedSource {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int64_t p = i0 + j < mine ? Position(i0 + j) : len;
-      v[j] = p < len ? topk::ToFloat(scores[p]) : 0.0f;
+      v[j] = p < len ? topk::ToFloat(scores[p]) : topk::NoScore();
     }
   }
-  __device__ __forceinline__ void Keys(const TopkArgs&, int64_t i0, const float (&v)[kPer],
-                                       uint32_t (&kk)[kPer]) const {
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const bool ok = i0 + j < mine && Position(i0 + j) < len && v[j] == v[j] && v[j] != -INFINITY;
-      kk[j] = ok ? topk::OrderedKey(v[j]) : kExcluded;
-    }
+  __device__ __forceinline__ int32_t Entering(const TopkArgs&, const EntryBar& bar, int64_t,
+                                              const float (&s)[kPer]) const {
+    return ScoresEntering(bar, s);  // NaN where no element (Load)
+  }
+  __device__ __forceinline__ void Append(const TopkArgs&, const EntryBar& bar, int64_t i0,
+                                         const float (&s)[kPer], uint32_t* keys, int32_t* pos,
+                                         int32_t slot) const {
+    AppendScores(bar, s, keys, pos, slot, [&](int j) { return Position(i0 + j); });
   }
   __device__ __forceinline__ uint32_t KeyAt(const TopkArgs&, int64_t i) const {
     const int64_t p = Position(i);
@@ -346,11 +401,18 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
     // Masked chunks' sizes are known only here (the row's candidates): always cut.
     SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, false);
   } else {
-    RowChunkSource<T> src;
-    src.r = topk::RowChunk<T>(a, row, chunk, rank);
-    src.mine = src.r.hi - src.r.lo;
-    src.aligned = topk::Aligned(src.r);
-    SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, TryUncut(chunk, a.k, cl));
+    const bool try_uncut = TryUncut(chunk, a.k, cl);
+    const auto select = [&](auto src) {
+      src.r = topk::RowChunk<T>(a, row, chunk, rank);
+      src.mine = src.r.hi - src.r.lo;
+      src.aligned = topk::Aligned(src.r);
+      SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, try_uncut);
+    };
+    if (a.mode == TopkMode::kCandidateBlocks) {
+      select(RowChunkSource<T, true>{});
+    } else {
+      select(RowChunkSource<T, false>{});
+    }
   }
 }
 

@@ -15,6 +15,9 @@ namespace topk {
 
 constexpr uint32_t kPinned = 0xffffffffu, kLowest = 1u, kExcluded = 0u;
 
+// What a load leaves where there is no element: a NaN, which no select ever takes.
+__device__ __forceinline__ float NoScore() { return __uint_as_float(0x7fffffffu); }
+
 // A bfloat16 score as its 16 bits (the kernels only widen it: no arithmetic in bf16).
 struct Bf16 {
   uint16_t bits;
@@ -27,6 +30,19 @@ __device__ __forceinline__ float ToFloat(Bf16 v) { return __uint_as_float(uint32
 __device__ __forceinline__ uint32_t OrderedKey(float v) {
   const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The least score v with OrderedKey(v) >= `key` (1 <= key <= 2^32) among those that may be
+// selected (not NaN, not -inf), so that for them OrderedKey(v) >= key iff v >= LeastScoreOf(key):
+// one float compare a score, NaN failing it. NaN where no such score's key reaches `key`. Exact
+// because denormals are compared as they are (the build never flushes them: no -ftz).
+__device__ __forceinline__ float LeastScoreOf(uint64_t key) {
+  constexpr uint32_t kLowestFinite = 0x00800000u;                 // OrderedKey(-FLT_MAX)
+  constexpr uint32_t kInf = 0xff800000u;                          // OrderedKey(+inf)
+  if (key <= kLowestFinite) return __uint_as_float(0xff7fffffu);  // -FLT_MAX
+  if (key > kInf) return __uint_as_float(0x7fc00000u);            // NaN: none
+  const uint32_t k = uint32_t(key);  // a key of +0 .. +inf, or of -FLT_MAX .. -0 (then ~k)
+  return __uint_as_float(k & 0x80000000u ? k & 0x7fffffffu : ~k);
 }
 
 // Score type T: float or Bf16 (the kernels are instantiated for both).
@@ -91,7 +107,8 @@ __device__ __forceinline__ float Unpack(const uint32_t* w, int j, Bf16) {
   return __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
 }
 
-// Scores of chunk elements [i0, i0 + kPer) as float (0 past the chunk's `mine` elements), loads
+// Scores of chunk elements [i0, i0 + kPer) as float (NaN past the chunk's `mine` elements: never
+// selected, whichever test a select applies), loads
 // issued together (16-byte loads when aligned) so a thread has them all in flight at once.
 template <int kPer, class T>
 __device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_t i0, bool aligned,
@@ -111,7 +128,7 @@ __device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_
   } else {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      v[j] = i0 + j < mine ? ToFloat(r.scores[r.lo + i0 + j]) : 0.0f;
+      v[j] = i0 + j < mine ? ToFloat(r.scores[r.lo + i0 + j]) : NoScore();
     }
   }
 }

@@ -19,16 +19,28 @@ SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
 SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
 # (n, k, chunks) -> the kinds of rows run there; the launcher splits a row into `chunks` CTAs.
 ROWS = {
-    (60000, 512, 4): ("spread", "trap", "ties", "plateau"),
-    (30000, 4096, 2): ("ascending", "ties"),
+    (60000, 512, 4): ("negative", "spread", "trap", "ties", "plateau", "zeros"),
+    (30000, 4096, 2): ("ascending", "ties", "zeros-cut"),
+}
+DMIN = np.float32(1e-45)  # the least positive float (a denormal)
+# Rows of scores at and around +-0, with these odds: "zeros" (k = 512) puts the sampled bar on the
+# key of +0 and -0 and the k-th key on a denormal; "zeros-cut" (k = 4096, no sampled bar) fills
+# the buffer, whose cut puts the k-th key on +-0 and the bar just above them.
+ZEROS = np.array([2.0, 2 * DMIN, DMIN, 0.0, -0.0, -DMIN, -1.0, np.nan, -np.inf], np.float32)
+ZEROS_ODDS = {
+    "zeros": [0.03, 0.03, 0.05, 0.15, 0.15, 0.10, 0.45, 0.02, 0.02],
+    "zeros-cut": [0.10, 0.10, 0.10, 0.15, 0.15, 0.10, 0.26, 0.02, 0.02],
 }
 
 
 def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
-    """Spread random keys; keys ascending with position; ties at the k-th key across chunks;
+    """Spread random keys (all negative ones too); keys ascending with position; ties at the k-th
+    key across chunks; scores around +-0 (ZEROS_ODDS);
     fewer large keys than k in the row, all of them where the sample looks; or a plateau of
     3500 ties a chunk above the rest (every chunk's buffer past the sampled bar holds them, 4 x
     3500 pairs: more than the first CTA's buffer of 12288)."""
+    if kind in ZEROS_ODDS:
+        return rng.choice(ZEROS, n, p=ZEROS_ODDS[kind])
     if kind == "ascending":
         return np.sort(rng.standard_normal(n)).astype(np.float32)
     if kind == "trap":
@@ -45,6 +57,8 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
             row[c * mine + rng.choice(mine, 3500, replace=False)] = 1.0
         return row
     row = rng.standard_normal(n).astype(np.float32)
+    if kind == "negative":
+        return row - np.float32(4.0)
     if kind == "ties":
         row[rng.choice(n, 3 * k, replace=False)] = 9.0
     return row
@@ -65,7 +79,8 @@ def test_filter_paths_equal_the_oracle(simt_topk, rng):
 
 # (what, the text of the source, its replacement): each breaks one path.
 MUTANTS = [
-    ("never-streamed-again", "if (count >= k || bar <= 1) break;", "break;"),
+    ("never-streamed-again", "if (count >= k || bar.key <= 1) break;", "break;"),
+    ("ties-at-the-bar-not-counted", "n += s[j] >= bar.score;", "n += s[j] > bar.score;"),
     ("buffer-overrun", "if (count + round > kCap) {", "if (count + round > kCap + kRound) {"),
     ("a-peer-not-gathered", "for (int c = 1; c < cl; ++c) {", "for (int c = 2; c < cl; ++c) {"),
     ("chunks-never-cut", "cut = sh.total > kCap;", "cut = false;"),
@@ -111,6 +126,30 @@ def test_mutants_of_the_shared_search_and_emission_are_caught(simt_topk, rng, tm
         tmp_path,
         source,
         SHARED_MUTANTS,
+        "filter_topk.cc",
+        _check,
+        int(rng.integers(1 << 30)),
+    )
+    assert not survived, f"mutants not caught: {survived}"
+
+
+# The score form of the bar and the loads' fill (cuda/smxx_topk_keys.cuh): the "negative" rows'
+# bar is a negative score, the restreamed "trap" rows' bar takes every finite score, and the
+# "negative" row's length cut leaves loads past its last chunk's end.
+KEY_MUTANTS = [
+    ("negative-bars-not-inverted", "k & 0x7fffffffu : ~k);", "k & 0x7fffffffu : k);"),
+    ("no-bar-drops-negatives", "return __uint_as_float(0xff7fffffu);", "return 0.0f;"),
+    ("loads-past-the-chunk-enter", "return __uint_as_float(0x7fffffffu); }", "return 0.0f; }"),
+]
+
+
+def test_mutants_of_the_score_bar_are_caught(simt_topk, rng, tmp_path):
+    source = ROOT / "cuda" / "smxx_topk_keys.cuh"
+    survived = mutants_survived(
+        simt_topk,
+        tmp_path,
+        source,
+        KEY_MUTANTS,
         "filter_topk.cc",
         _check,
         int(rng.integers(1 << 30)),
