@@ -1,5 +1,6 @@
 """The contract's ordering and block-membership rules in one place, for the reference ops and the
-sharded merges: (score desc, id asc) selection, candidate-block membership, block counts."""
+sharded merges: score keys, (score desc, id asc) selection, candidate-block membership, block
+counts."""
 
 from __future__ import annotations
 
@@ -23,6 +24,25 @@ def every_block(lengths: jax.Array, num_candidates: int, block_size: int) -> jax
     return jnp.where(ids < num_blocks(lengths, block_size)[:, None], ids, -1)
 
 
+def score_keys(scores: jax.Array) -> jax.Array:
+    """int32 keys in the scores' numeric order, from their bits: a larger score has a larger key,
+    -0.0 and +0.0 share key 0, and denormals order as the numbers they are (XLA's CPU backend
+    flushes them to zero in float compares and max; integer compares see every bit).
+
+    The float32 bits are sign-magnitude; the key is the signed magnitude, so it lies in
+    `[-INT32_MAX, INT32_MAX]` (negating a key never overflows). NaN keys lie past ±inf (by its
+    sign bit): callers exclude NaN before comparing. Any float dtype widens to float32 exactly.
+    """
+    bits = lax.bitcast_convert_type(scores.astype(jnp.float32), jnp.int32)
+    return jnp.where(bits < 0, -(bits & INT32_MAX), bits)
+
+
+def key_scores(keys: jax.Array) -> jax.Array:
+    """float32 scores of `score_keys` keys, exactly (key 0 is +0.0)."""
+    bits = jnp.where(keys < 0, (-keys) | jnp.int32(_checks.INT32_MIN), keys)
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
 def ordered_select(
     scores: jax.Array,
     eligible: jax.Array,
@@ -38,11 +58,10 @@ def ordered_select(
     rows, n = scores.shape
     if ids is None:
         ids = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (rows, n))
-    neg = jnp.where(scores == 0, 0.0, -scores.astype(jnp.float32))  # -0.0 ties +0.0
     keys = [(~eligible).astype(jnp.int32)]
     if priority is not None:
         keys.append((~priority).astype(jnp.int32))
-    keys += [neg, jnp.where(eligible, ids, INT32_MAX)]
+    keys += [-score_keys(scores), jnp.where(eligible, ids, INT32_MAX)]
     ranked = lax.sort(keys, dimension=1, num_keys=len(keys))
     take = min(k, n)
     chosen = jnp.where(ranked[0][:, :take] == 0, ranked[-1][:, :take], INT32_MAX)

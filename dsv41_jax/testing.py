@@ -77,8 +77,9 @@ def decode_inputs(rng, key, batch, context, layers=1, sharding=None):
 
 def scores(rng, rows, n, kind="random") -> np.ndarray:
     """float32 score rows of a flavour: "random", "ties" (few distinct values), "equal",
-    "special" (NaN, -inf, +inf and -0.0 mixed in), or "ascending" / "descending" (sorted rows:
-    the best keys all at one end, the worst case for an estimate from a prefix)."""
+    "special" (NaN, -inf, +inf and -0.0 mixed in), "denormal" (denormals of both signs and
+    +-0.0, half of them of the four smallest magnitudes: ties), or "ascending" / "descending"
+    (sorted rows: the best keys all at one end, the worst case for an estimate from a prefix)."""
     if kind == "random":
         return rng.standard_normal((rows, n)).astype(np.float32)
     if kind == "ties":
@@ -96,4 +97,10 @@ def scores(rng, rows, n, kind="random") -> np.ndarray:
         s[(pick >= 0.3) & (pick < 0.35)] = np.inf
         s[(pick >= 0.35) & (pick < 0.45)] = -0.0
         return s
+    if kind == "denormal":
+        few = rng.random((rows, n)) < 0.5
+        spread = rng.integers(1, 1 << 23, (rows, n))
+        magnitude = np.where(few, rng.integers(0, 4, (rows, n)), spread)
+        sign = rng.integers(0, 2, (rows, n)).astype(np.uint32) << 31
+        return (magnitude.astype(np.uint32) | sign).view(np.float32)
     raise ValueError(kind)

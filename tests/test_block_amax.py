@@ -25,7 +25,7 @@ def amax_expected(s, lens, b, pin=True, starts=None):
     return np.array(rows, np.float32)
 
 
-@pytest.mark.parametrize("kind", ["random", "ties", "special"])
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "denormal"])
 @pytest.mark.parametrize("pin", [True, False])
 def test_block_amax(rng, kind, pin):
     b, n = 8, 203
@@ -43,6 +43,31 @@ def test_block_amax_all_nan_block_scores_minus_inf():
     np.testing.assert_array_equal(np.asarray(got), [[-np.inf, 2.0, -np.inf]])
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("pin", [True, False])
+def test_block_amax_of_denormal_scores(dtype, pin):
+    """Blocks whose maxima are denormals, by IEEE value (XLA's CPU backend flushes denormals to
+    zero in a float max): each block's max is its largest score, exactly."""
+    # Denormals exact in float32 and bfloat16 (bit patterns m << 16).
+    bits = np.array([1, 2, 3, 5, 0x7F], np.uint32) << 16
+    d1, d2, d3, d5, dmax = bits.view(np.float32)
+    blocks = [
+        [d1, d3, -0.0, -d1],
+        [-d3, -d1, np.nan, -np.inf],
+        [0.0, -d2, -0.0, -1.0],
+        [d5, dmax, d2, 0.0],
+        [-d5, -d2, 9.0, 9.0],
+    ]
+    s = np.array(blocks, np.float32).reshape(1, -1)
+    lens = np.array([18], np.int32)  # the last block holds two positions; the 9.0s are unseen
+    want = [d3, -d1, 0.0, dmax, np.inf if pin else -d2]
+    got = dj.block_amax(
+        jnp.asarray(s.astype(dtype)), jnp.asarray(lens), block_size=4, pin_newest=pin
+    )
+    np.testing.assert_array_equal(np.asarray(got)[0], want)
+    np.testing.assert_array_equal(want, amax_expected(s, lens, 4, pin)[0])
+
+
 def test_block_amax_with_starts(rng):
     s = make_scores(rng, 5, 100, "random")
     starts = np.array([0, 3, 50, 99, 100], np.int32)
@@ -51,7 +76,7 @@ def test_block_amax_with_starts(rng):
     np.testing.assert_array_equal(np.asarray(got), amax_expected(s, lens, 8, starts=starts))
 
 
-@pytest.mark.parametrize("kind", ["random", "special"])
+@pytest.mark.parametrize("kind", ["random", "special", "denormal"])
 @pytest.mark.parametrize("rows,n,b", [(2, 2048, 8), (3, 2563, 8), (1, 1536, 16), (4, 203, 3)])
 def test_block_amax_program_on_the_emulator(rng, kind, rows, n, b):
     """The Pallas kernel's SIMT program on the CPU emulator (bounds, initialisation and race

@@ -18,7 +18,7 @@ def candidates_expected(bs, lens, c, b):
     return np.array([oracle.candidate_row(bs[r], int(lens[r]), c, b) for r in range(len(lens))])
 
 
-@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal"])
+@pytest.mark.parametrize("kind", ["random", "ties", "special", "equal", "denormal"])
 @pytest.mark.parametrize("c", [1, 4, 16])
 def test_select_candidate_blocks(rng, kind, c):
     b = 8
@@ -41,11 +41,27 @@ def test_select_candidate_blocks_pins_newest_over_infinite_scores():
     np.testing.assert_array_equal(np.asarray(got), [[0, 1, 5]])
 
 
+def test_select_candidate_blocks_orders_denormal_block_scores():
+    """Block scores that are denormals, +-0.0 and negatives rank by IEEE value (XLA's CPU
+    backend flushes denormals to zero in float compares); the newest block stays pinned."""
+    d1, d3, dmax = np.array([1, 3, 0x7FFFFF], np.uint32).view(np.float32)
+    bs = np.array([[d1, -0.0, d3, -d1, 0.0, dmax, np.nan, -d3, 0.0, -5.0]], np.float32)
+    lens = jnp.array([9 * 8 - 3], jnp.int32)  # 9 blocks: block 8 is the newest, block 9 unseen
+    # Blocks 0-7 by hand: dmax, d3, d1, the zeros (1, 4), -d1, -d3, NaN last.
+    ranked = [5, 2, 0, 1, 4, 3, 7, 6]
+    for c in (1, 2, 3, 4, 5, 6, 8, 9, 10):
+        want = sorted([8] + ranked[: c - 1]) + [-1] * (c - 9)
+        got = dj.select_candidate_blocks(jnp.asarray(bs), lens, num_candidates=c, block_size=8)
+        np.testing.assert_array_equal(np.asarray(got)[0], want, err_msg=f"C={c}")
+        np.testing.assert_array_equal(want, oracle.candidate_row(bs[0], int(lens[0]), c, 8))
+
+
 # ------------------------------------------------------------ every implementation, exactly
 KINDS = ("random", "ties", "special", "equal")
 # (rows, blocks, C): a case's `n` is its block count and `k` its C.
 SIZES = ((7, 300, 16), (3, 512, 16), (9, 16384, 2048), (8, 16384, 2048), (64, 131072, 2048))
 CASES = [Case(r, nb, c, kind) for r, nb, c in SIZES for kind in KINDS]
+CASES.append(Case(7, 300, 16, "denormal"))
 
 
 def lengths(rng, rows, nb, c, b=8):

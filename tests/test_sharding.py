@@ -498,6 +498,77 @@ def test_dcp_select_inside_a_hand_made_table_equals_one_device(rng):
             np.testing.assert_array_equal(np.asarray(sel), np.asarray(want), err_msg=f"{path}")
 
 
+# ----------------------------------------------------------------- DCP with denormal logits
+def dcp_logits_from(table, world: int, interleave: int):
+    """Stand-ins for the two logits ops DCP calls inside its shard_map: local position j of each
+    device scores `table[row, g]` at its global position g (1.0 past the table), whatever the
+    query and cache hold."""
+    from dsv41_jax.topk import sparse_columns_to_positions
+
+    def score(local):  # int32 [rows, cols] local positions, -1 for none
+        g = sharding.dcp_local_to_global(local, world, jax.lax.axis_index("x"), interleave)
+        vals = jnp.take_along_axis(table, jnp.clip(g, 0, table.shape[1] - 1), axis=1)
+        return jnp.where((g >= 0) & (g < table.shape[1]), vals, 1.0)
+
+    def paged(query, cache, lens, bt, *, implementation=None):
+        width = -(-bt.shape[1] * cache.page_size // 256) * 256  # the op's default width
+        return score(jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (len(lens), width)))
+
+    def sparse(query, cache, local, lens, bt, *, block_size, implementation=None):
+        width = local.blocks.shape[1] * block_size
+        cols = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (len(lens), width))
+        return score(sparse_columns_to_positions(cols, local, block_size))
+
+    return paged, sparse
+
+
+@pytest.mark.parametrize("w,interleave", [(2, 1), (4, 2), (2, 3)])
+@pytest.mark.parametrize("exchange", ["topc", "pmax"])
+def test_dcp_orders_denormal_logits_as_the_contract(rng, monkeypatch, w, interleave, exchange):
+    """Denormal logits of both signs and +-0.0 (XLA's CPU backend flushes denormals to zero in
+    float compares and max): DCP's local selects, block maxima, exchange and merges give the
+    NumPy oracle's one-device top-k, table and consumer selections (both paths). Interleave 1
+    takes the local block_amax, the others the scattered block maxima."""
+    import oracle
+    from factories import scores as make_scores
+
+    from dsv41_jax.sharding import dcp
+
+    mesh = mesh_of(w)
+    k, c, b = CFG.index_topk, CFG.candidate_topk_blocks, CFG.candidate_block_size
+    batch, pages_local = 6, 3
+    cap = sharding.dcp_capacity(pages_local * 16, w, interleave)
+    lens = np.array([0, 5, k + 1, c * b + 3, cap - 1, cap], np.int32)
+    logits = make_scores(rng, batch, cap, "denormal")
+    logits[np.arange(cap)[None] >= lens[:, None]] = 1.0  # past the row: would outrank the rest
+    paged_logits, sparse_logits = dcp_logits_from(jnp.asarray(logits), w, interleave)
+    monkeypatch.setattr(dcp, "paged_mqa_logits", paged_logits)
+    monkeypatch.setattr(dcp, "sparse_paged_mqa_logits", sparse_logits)
+    caches = jnp.stack([dj.PagedIndexCache.zeros(batch * pages_local, 16, 64).data] * w)
+    pages = np.arange(batch * pages_local, dtype=np.int32).reshape(batch, pages_local)
+    q = queries(rng, batch)
+    step = jax.jit(dcp_both_paths(mesh, CFG, interleave, exchange))
+    idx, blocks, count, valid, *sels = step(
+        q, caches, jnp.asarray(np.stack([pages] * w)), jnp.asarray(lens), q
+    )
+
+    nb = -(-cap // b)
+    want_idx = [oracle.topk_row(logits[r], int(lens[r]), k) for r in range(batch)]
+    want_table = []
+    for r in range(batch):
+        block_scores = oracle.block_amax_row(logits[r], int(lens[r]), b, nb, True)
+        selected = oracle.candidate_row(block_scores, int(lens[r]), c, b)
+        want_table.append(oracle.table_row(selected, int(lens[r]), range(nb), b, CFG.page_size))
+    want_blocks = np.array([t[0] for t in want_table])
+    want_sel = oracle.topk_inside_blocks(logits, lens, want_blocks, k, b)
+    np.testing.assert_array_equal(np.asarray(idx), want_idx)
+    np.testing.assert_array_equal(np.asarray(blocks), want_blocks)
+    np.testing.assert_array_equal(np.asarray(count), [t[1] for t in want_table])
+    np.testing.assert_array_equal(np.asarray(valid), [t[2] for t in want_table])
+    for path, sel in zip(("mask", "sparse"), sels, strict=True):
+        np.testing.assert_array_equal(np.asarray(sel), want_sel, err_msg=path)
+
+
 # ------------------------------- implementation= and topk_algorithm= as in the unsharded ops
 # Every name and preference order the unsharded ops take; on a CPU "ffi" and "pallas" alone
 # raise ExtensionUnavailable there, and the sharded entry points must raise the same.

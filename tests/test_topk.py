@@ -37,7 +37,7 @@ def expected(s, lens, k, starts=None, blocks=None, block_size=8):
     return np.array(out, np.int32)
 
 
-@pytest.mark.parametrize("kind", ["random", "ties", "equal", "special"])
+@pytest.mark.parametrize("kind", ["random", "ties", "equal", "special", "denormal"])
 @pytest.mark.parametrize("n,k", [(1, 1), (9, 8), (64, 8), (300, 16), (1000, 64), (64, 100)])
 def test_topk_matches_oracle(rng, kind, n, k):
     rows = 12
@@ -75,6 +75,26 @@ def test_topk_negative_zero_ties_positive_zero():
     s = jnp.array([[0.0, -0.0, 0.0, -0.0, -1.0]], jnp.float32)
     got = dj.topk(s, jnp.array([5], jnp.int32), 2)
     np.testing.assert_array_equal(np.asarray(got), [[0, 1]])
+
+
+# Denormals exact in float32 and bfloat16 (bit patterns 1, 3 and 0x7F << 16), smallest first.
+D1, D3, DMAX = np.array([1 << 16, 3 << 16, 0x7F << 16], np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_topk_orders_denormal_scores_as_numbers(dtype):
+    """Denormals, +-0.0 and negatives rank by IEEE value (XLA's CPU backend flushes denormals
+    to zero in float compares); -0.0 ties +0.0, the smaller position first."""
+    row = np.array([D1, -0.0, D3, -D1, 0.0, -D3, DMAX, -0.0, -1.0, D1, 1.0], np.float32)
+    # 1.0, DMAX, D3, D1 (positions 0, 9), the zeros (1, 4, 7), -D1, -D3, -1.0.
+    ranked = [10, 6, 2, 0, 9, 1, 4, 7, 3, 5, 8]
+    pos = np.arange(len(row))
+    assert list(np.lexsort((pos, -row.astype(np.float64)))) == ranked  # NumPy agrees
+    s = jnp.asarray(row[None].astype(dtype))  # NumPy casts denormals exactly
+    n = jnp.array([len(row)], jnp.int32)
+    for k in (1, 2, 3, 4, 5, 7, 9, 11, 12):
+        want = sorted(ranked[:k]) + [-1] * (k - len(ranked))
+        np.testing.assert_array_equal(np.asarray(dj.topk(s, n, k))[0], want, err_msg=f"k={k}")
 
 
 def test_topk_bf16_scores(rng):
@@ -172,6 +192,8 @@ RAGGED = [
     Case(8, 1 << 20, 512, "special", mask=2048),
     Case(12, 1001, 64, "ties", dtype="bfloat16"),
     Case(12, 1001, 64, "special", dtype="bfloat16"),
+    Case(12, 999, 64, "denormal"),
+    Case(12, 1001, 64, "denormal", dtype="bfloat16"),
     Case(2, 100000, 1500, "ties", dtype="bfloat16"),
     Case(8, 131072, 512, "random", dtype="bfloat16"),
     Case(8, 1 << 20, 2048, "ties", dtype="bfloat16"),

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks
-from dsv41_jax.ordering import num_blocks
+from dsv41_jax.ordering import key_scores, num_blocks, score_keys
 from dsv41_jax.rows import shift_rows
 from dsv41_jax.types import INT32_MAX, CandidateTable
 
@@ -24,7 +24,9 @@ def block_amax(
     pos = jnp.arange(n, dtype=jnp.int32)[None]
     vals = jnp.where((pos < lens[:, None]) & ~jnp.isnan(vals), vals, -jnp.inf)
     vals = jnp.pad(vals, ((0, 0), (0, nb * block_size - n)), constant_values=-jnp.inf)
-    amax = jnp.max(vals.reshape(rows, nb, block_size), axis=2)
+    # The max of the keys: float max would flush denormal scores to zero on XLA's CPU backend.
+    keys = jnp.max(score_keys(vals.reshape(rows, nb, block_size)), axis=2)
+    amax = key_scores(keys).astype(vals.dtype)
     if pin_newest:
         newest = num_blocks(lens, block_size) - 1
         amax = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, amax)

@@ -22,7 +22,13 @@ from dsv41_jax.blocks import block_amax, sort_candidate_blocks
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.indexer import _check_paged_config, _check_table
 from dsv41_jax.logits import paged_mqa_logits, sparse_paged_mqa_logits
-from dsv41_jax.ordering import candidate_member, num_blocks, ordered_select
+from dsv41_jax.ordering import (
+    candidate_member,
+    key_scores,
+    num_blocks,
+    ordered_select,
+    score_keys,
+)
 from dsv41_jax.plan import check_algorithm
 from dsv41_jax.plan.sharded import dcp_exchange, dcp_route
 from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
@@ -150,12 +156,11 @@ def _exchange_top_c(
     picked = jnp.take_along_axis(local_max, jnp.maximum(local, 0), axis=1)
     ids = lax.all_gather(jnp.where(local >= 0, local, INT32_MAX), axis, axis=1, tiled=True)
     scores = lax.all_gather(jnp.where(local >= 0, picked, -jnp.inf), axis, axis=1, tiled=True)
-    # One entry per block: its largest gathered score (sort by id, then score descending).
-    neg = jnp.where(scores == 0, 0.0, -scores)
-    ids, neg = lax.sort((ids, neg), dimension=1, num_keys=2)
+    # One entry per block: its largest gathered score (sort by id, then score key descending).
+    ids, _, scores = lax.sort((ids, -score_keys(scores), scores), dimension=1, num_keys=2)
     first = jnp.pad(ids[:, 1:] != ids[:, :-1], ((0, 0), (1, 0)), constant_values=True)
     newest = (num_blocks(global_rows, b) - 1)[:, None]
-    return ordered_select(-neg, first & (ids != INT32_MAX), c, priority=ids == newest, ids=ids)
+    return ordered_select(scores, first & (ids != INT32_MAX), c, priority=ids == newest, ids=ids)
 
 
 def dcp_publish(
@@ -220,7 +225,8 @@ def dcp_publish(
         topk_algorithm,
     )
 
-    # Per-device maxima of every global block, then the cluster-wide max.
+    # Per-device maxima of every global block, then the cluster-wide max; both taken on
+    # `score_keys` (a float max would flush denormal scores to zero on XLA's CPU backend).
     n_local = logits.shape[1]
     nb = -(-(n_local * world) // b)
     cols = jnp.arange(n_local, dtype=jnp.int32)
@@ -234,14 +240,14 @@ def dcp_publish(
             vals, local_rows, block_size=b // world, pin_newest=False, implementation=implementation
         )
     else:
-        local_max = jnp.full((vals.shape[0], nb), -jnp.inf, vals.dtype)
-        local_max = local_max.at[:, gblock].max(vals, mode="drop")
+        empty = score_keys(jnp.full((vals.shape[0], nb), -jnp.inf, jnp.float32))
+        local_max = key_scores(empty.at[:, gblock].max(score_keys(vals), mode="drop"))
     c = config.candidate_topk_blocks
     decided = dcp_exchange(exchange, nb, c)
     agreed = decided.choice
     record("dcp_publish: exchange", agreed, plan=decided)
     if agreed == "pmax":
-        global_max = lax.pmax(local_max, axis)
+        global_max = key_scores(lax.pmax(score_keys(local_max), axis))
         newest = num_blocks(global_rows, b) - 1
         global_max = jnp.where(jnp.arange(nb)[None] == newest[:, None], jnp.inf, global_max)
         selected = select_candidate_blocks(

@@ -1,7 +1,8 @@
 """Pure-jax.numpy selection: the oracle of every top-k kernel.
 
 Order: larger score first, equal scores -> smaller position first; outputs ascending, -1 padded.
-Scores are compared as numbers (-0.0 == +0.0), so keys are canonicalised before the sort.
+Scores are compared as numbers through their bits (`ordering.score_keys`): -0.0 ties +0.0 and
+denormals order on every backend.
 """
 
 from __future__ import annotations
