@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dsv41_jax.bench import loop, table, timing
+from dsv41_jax.bench import args, loop, table, timing
 
 ROOT = Path(__file__).parents[1]
 
@@ -205,3 +205,25 @@ def test_every_bench_module_imports_without_torch_or_a_gpu():
     names = set(done.stdout.split())
     families = {"logits", "blocks", "topk", "select", "step", "prefill", "loop", "sharded"}
     assert {"__main__", "args", "cli", "timing", "table", "plots"} | families <= names
+
+
+def test_a_shape_past_the_devices_memory_is_skipped_with_a_line(monkeypatch, capsys):
+    class Device:
+        def __init__(self, stats):
+            self.stats = stats
+
+        def memory_stats(self):
+            return self.stats
+
+    monkeypatch.setattr(args.jax, "devices", lambda: [Device({"bytes_limit": 60 << 30})])
+    assert args.fits_device("step bs8 x 1024K", 11 << 30)
+    assert capsys.readouterr().out == ""
+    assert not args.fits_device("step bs64 x 1024K", 83 << 30)
+    out = capsys.readouterr().out
+    assert (
+        out
+        == "bench: step bs64 x 1024K skipped: needs about 83 GiB, the device's limit is 60 GiB\n"
+    )
+    # A device that does not say (the CPU): run it.
+    monkeypatch.setattr(args.jax, "devices", lambda: [Device(None)])
+    assert args.fits_device("step bs64 x 1024K", 83 << 30)

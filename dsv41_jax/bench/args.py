@@ -6,6 +6,8 @@ import argparse
 import re
 from collections.abc import Sequence
 
+import jax
+
 OPS = ("logits", "sort", "amax", "topk", "select", "step", "loop", "prefill", "sharded")
 DEFAULT_OPS = tuple(op for op in OPS if op != "sharded")  # the single-GPU ones
 
@@ -103,3 +105,18 @@ def pick_shapes(
     if shapes:
         return tuple(shapes)
     return tuple(quick_set if quick else full_set)
+
+
+def fits_device(what: str, need_bytes: int) -> bool:
+    """Whether `need_bytes` fit the first device's allocator limit (True where the device does
+    not say). A shape that does not fit is skipped with a line saying so, not run out of
+    memory: e.g. the step's five layers of bs 64 x 1M caches on an 80 GB H100."""
+    limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit")
+    if limit is None or need_bytes <= limit:
+        return True
+    print(
+        f"bench: {what} skipped: needs about {need_bytes / 2**30:.0f} GiB, "
+        f"the device's limit is {limit / 2**30:.0f} GiB",
+        flush=True,
+    )
+    return False

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import testing
-from dsv41_jax.bench.args import pick_shapes
+from dsv41_jax.bench.args import fits_device, pick_shapes
 from dsv41_jax.bench.table import Row
 from dsv41_jax.bench.timing import Timer
 
@@ -94,6 +94,9 @@ def bench_step(timer: Timer, rng, bw, quick: bool, shapes=None) -> list[Row]:
     rows = []
     quick_set = ((1, 16384), (8, 131072), (64, 131072))
     for bs, ctx in pick_shapes(shapes, quick, quick_set, STEP_SHAPES):
+        # The layers' caches (132 bytes a position), and as much again for those the step returns.
+        if not fits_device(f"step bs{bs} x {ctx // 1024}K", 2 * len(layers) * bs * ctx * 132):
+            continue
         caches, qs, lens, bt = testing.decode_inputs(
             rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
         )
