@@ -180,9 +180,8 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
     count = 0;
     float v[kPer];
     src.Load(int64_t(threadIdx.x) * kPer, v);
-    // 32-bit offsets in the chunk (positions are int32): two registers fewer in the loop.
-    for (int32_t base = 0; base < int32_t(mine); base += kRound) {
-      const int32_t i0 = base + int32_t(threadIdx.x) * kPer;
+    for (int64_t base = 0; base < mine; base += kRound) {
+      const int64_t i0 = base + int64_t(threadIdx.x) * kPer;
       float s[kPer];  // this round's scores; v takes the next round's loads meanwhile
 #pragma unroll
       for (int j = 0; j < kPer; ++j) s[j] = v[j];
