@@ -119,20 +119,6 @@ SHARED_MUTANTS = [
 ]
 
 
-def test_mutants_of_the_shared_search_and_emission_are_caught(simt_topk, rng, tmp_path):
-    source = ROOT / "cuda" / "smxx_block_scan.cuh"
-    survived = mutants_survived(
-        simt_topk,
-        tmp_path,
-        source,
-        SHARED_MUTANTS,
-        "filter_topk.cc",
-        _check,
-        int(rng.integers(1 << 30)),
-    )
-    assert not survived, f"mutants not caught: {survived}"
-
-
 # The score form of the bar and the loads' fill (cuda/smxx_topk_keys.cuh): the "negative" rows'
 # bar is a negative score, the restreamed "trap" rows' bar takes every finite score, and the
 # "negative" row's length cut leaves loads past its last chunk's end.
@@ -143,13 +129,17 @@ KEY_MUTANTS = [
 ]
 
 
-def test_mutants_of_the_score_bar_are_caught(simt_topk, rng, tmp_path):
-    source = ROOT / "cuda" / "smxx_topk_keys.cuh"
+# The headers above, each with its mutants.
+HEADER_MUTANTS = {"smxx_block_scan.cuh": SHARED_MUTANTS, "smxx_topk_keys.cuh": KEY_MUTANTS}
+
+
+@pytest.mark.parametrize("header", list(HEADER_MUTANTS))
+def test_mutants_of_the_shared_headers_are_caught(simt_topk, rng, tmp_path, header):
     survived = mutants_survived(
         simt_topk,
         tmp_path,
-        source,
-        KEY_MUTANTS,
+        ROOT / "cuda" / header,
+        HEADER_MUTANTS[header],
         "filter_topk.cc",
         _check,
         int(rng.integers(1 << 30)),
