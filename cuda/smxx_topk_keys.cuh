@@ -107,9 +107,8 @@ __device__ __forceinline__ float Unpack(const uint32_t* w, int j, Bf16) {
   return __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
 }
 
-// Scores of chunk elements [i0, i0 + kPer) as float (NaN past the chunk's `mine` elements: never
-// selected, whichever test a select applies), loads
-// issued together (16-byte loads when aligned) so a thread has them all in flight at once.
+// Scores of chunk elements [i0, i0 + kPer) as float (NoScore past the chunk's `mine` elements),
+// loads issued together (16-byte loads when aligned) so a thread has them all in flight at once.
 template <int kPer, class T>
 __device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_t i0, bool aligned,
                                            float (&v)[kPer]) {

@@ -25,6 +25,23 @@ def small_config(**kw):
     return dj.IndexerConfig(**base)
 
 
+# Scores at and around +-0 (denormals, +0 and -0, NaN, -inf), with odds that put the filter
+# select's bars there: "zeros" (k = 512 over chunks of about 15K) puts the sampled bar on the key
+# of +0 and -0 and the k-th key on a denormal; "zeros-cut" (k = 4096) fills the buffer, whose
+# cuts put the k-th key on +-0 or a denormal and the bar just above it.
+DMIN = np.float32(1e-45)  # the least positive float (a denormal)
+SIGNED_ZEROS = np.array([2.0, 2 * DMIN, DMIN, 0.0, -0.0, -DMIN, -1.0, np.nan, -np.inf], np.float32)
+SIGNED_ZERO_ODDS = {
+    "zeros": [0.03, 0.03, 0.05, 0.15, 0.15, 0.10, 0.45, 0.02, 0.02],
+    "zeros-cut": [0.10, 0.10, 0.10, 0.15, 0.15, 0.10, 0.26, 0.02, 0.02],
+}
+
+
+def signed_zero_scores(rng, shape, kind: str) -> np.ndarray:
+    """float32 scores of `shape` drawn from SIGNED_ZEROS with SIGNED_ZERO_ODDS[kind]."""
+    return rng.choice(SIGNED_ZEROS, shape, p=SIGNED_ZERO_ODDS[kind])
+
+
 POISON = 0x5A5A5A5A
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from factories import SIGNED_ZERO_ODDS, signed_zero_scores
 from selection import ROOT, emulate_equals_oracle, mutants_survived
 
 SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
@@ -22,25 +23,16 @@ ROWS = {
     (60000, 512, 4): ("negative", "spread", "trap", "ties", "plateau", "zeros"),
     (30000, 4096, 2): ("ascending", "ties", "zeros-cut"),
 }
-DMIN = np.float32(1e-45)  # the least positive float (a denormal)
-# Rows of scores at and around +-0, with these odds: "zeros" (k = 512) puts the sampled bar on the
-# key of +0 and -0 and the k-th key on a denormal; "zeros-cut" (k = 4096, no sampled bar) fills
-# the buffer, whose cut puts the k-th key on +-0 and the bar just above them.
-ZEROS = np.array([2.0, 2 * DMIN, DMIN, 0.0, -0.0, -DMIN, -1.0, np.nan, -np.inf], np.float32)
-ZEROS_ODDS = {
-    "zeros": [0.03, 0.03, 0.05, 0.15, 0.15, 0.10, 0.45, 0.02, 0.02],
-    "zeros-cut": [0.10, 0.10, 0.10, 0.15, 0.15, 0.10, 0.26, 0.02, 0.02],
-}
 
 
 def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
     """Spread random keys (all negative ones too); keys ascending with position; ties at the k-th
-    key across chunks; scores around +-0 (ZEROS_ODDS);
+    key across chunks; scores around +-0 (factories.SIGNED_ZERO_ODDS);
     fewer large keys than k in the row, all of them where the sample looks; or a plateau of
     3500 ties a chunk above the rest (every chunk's buffer past the sampled bar holds them, 4 x
     3500 pairs: more than the first CTA's buffer of 12288)."""
-    if kind in ZEROS_ODDS:
-        return rng.choice(ZEROS, n, p=ZEROS_ODDS[kind])
+    if kind in SIGNED_ZERO_ODDS:
+        return signed_zero_scores(rng, n, kind)
     if kind == "ascending":
         return np.sort(rng.standard_normal(n)).astype(np.float32)
     if kind == "trap":
