@@ -257,9 +257,10 @@ def select(
     for the inputs (SM90 with the fp8 cache, SM100 with mxfp4; `docs/sparse_consumer.md`) and
     the mask path elsewhere (the CPU reference included), and the mask path when the page table
     holds at most `C·B` positions per row (the sparse row would be the whole row). It always
-    selects inside the table it is given: the step API (`TwoLevelIndexer.decode`), whose table
-    is published from the same lengths and page table, runs the plain dense top-k there, since
-    every block is then provably a candidate.
+    selects inside the table it is given. The step API (`TwoLevelIndexer.decode`) publishes its
+    table from the same lengths and page table, so there every block is provably a candidate:
+    its consumers take the sparse path from 8 query rows where this GPU has its kernel (faster
+    there; `dsv41_jax.plan.layers.OWN_TABLE_SPARSE_MIN_ROWS`), the plain dense top-k otherwise.
     `path="sparse"` on a GPU without such a kernel raises ValueError rather than running the
     slow sparse reference there.
 

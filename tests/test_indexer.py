@@ -112,8 +112,9 @@ def test_publish_without_block_scores_when_every_block_is_a_candidate(rng, width
 def test_auto_path_on_rows_that_fit_selects_inside_the_given_table(rng):
     """A page table of at most C·B positions: `auto` equals the mask path for any table, also
     one it did not build (a hand-made table of one block per row); the step API, whose table it
-    published itself from the same lengths and page table, takes the dense top-k there, and that
-    equals both paths."""
+    published itself from the same lengths and page table, takes the dense top-k there (3
+    rows; from 8 on a GPU with the sparse kernel, the sparse row), and with path="sparse" reads
+    the sparse row of that table as published: each equals both paths."""
     cfg = small_config()
     assert cfg.page_size <= cfg.candidate_positions
     q, cache, ctx, bt = step_inputs(rng, cfg, [0, 5, cfg.page_size], pages=1)
@@ -133,9 +134,10 @@ def test_auto_path_on_rows_that_fit_selects_inside_the_given_table(rng):
     mask = np.asarray(dj.select(q, cache, ctx, bt, one_block, cfg, path="mask"))
     assert (mask[2, : cfg.candidate_block_size] == np.arange(cfg.candidate_block_size)).all()
     np.testing.assert_array_equal(np.asarray(dj.select(q, cache, ctx, bt, one_block, cfg)), mask)
-    ix = dj.make_two_level_indexer(cfg, source_layer=0, consumer_layers=(1,))
-    step = ix.decode({0: q, 1: q}, {0: cache, 1: cache}, ctx, bt)
-    np.testing.assert_array_equal(np.asarray(step.selections[1]), auto)
+    for path in ("auto", "sparse"):  # the sparse row over the step's own table, read as is
+        ix = dj.make_two_level_indexer(cfg, source_layer=0, consumer_layers=(1,), path=path)
+        step = ix.decode({0: q, 1: q}, {0: cache, 1: cache}, ctx, bt)
+        np.testing.assert_array_equal(np.asarray(step.selections[1]), auto)
 
 
 def test_mask_and_sparse_paths_agree_on_identical_logits(rng):

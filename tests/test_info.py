@@ -63,9 +63,18 @@ def test_explain_a_decode_step():
             assert name == "sparse" and no_cuda_here(why), why
             assert f"sparse declined: {why}" in str(c)
     short = info.decode_step(batch=1, context=16384)  # every block is a candidate
-    assert [c.implementation for c in short if c.op == "select: consumer path"] == [
-        "dense (every block is a candidate)"
-    ] * 4
+    short_paths = [c for c in short if c.op == "select: consumer path"]
+    assert [c.implementation for c in short_paths] == ["dense (every block is a candidate)"] * 4
+    assert short_paths[0].declined == (
+        ("sparse", "1 query row, fewer than 8: the dense top-k is faster there"),
+    )
+    if jax.default_backend() != "gpu":  # 8 rows, but no sparse kernel here: dense still
+        eight = info.decode_step(batch=8, context=16384)
+        for c in eight:
+            if c.op == "select: consumer path":
+                assert c.implementation == "dense (every block is a candidate)"
+                ((name, why),) = c.declined
+                assert name == "sparse" and no_cuda_here(why), why
     # A table not published by this step, over a page table of at most C·B positions: mask.
     cfg = dj.IndexerConfig()
     q = dj.QueryBundle(
@@ -109,7 +118,11 @@ def test_explain_reports_the_cuda_select_on_a_simulated_gpu(simulated_h200):
 
 
 def test_a_decode_step_runs_fused_layers_on_a_simulated_h200(simulated_h200):
-    for batch, context, path in ((8, 131072, "sparse"), (1, 16384, "dense")):
+    for batch, context, path in (
+        (8, 131072, "sparse"),
+        (1, 16384, "dense"),
+        (8, 16384, "sparse"),  # every block a candidate, but 8 rows: the sparse row
+    ):
         choices = info.decode_step(batch=batch, context=context)
         layers = [(c.op, c.implementation) for c in choices if c.op.endswith(": layer")]
         assert (

@@ -16,6 +16,7 @@ import dsv41_jax as dj
 from dsv41_jax import _ext, fused, info
 from dsv41_jax.plan import Device, LayerPlan, StepPlan, device_record
 from dsv41_jax.plan.layers import (
+    OWN_TABLE_SPARSE_MIN_ROWS,
     CacheShape,
     Decision,
     LayerSpec,
@@ -59,8 +60,9 @@ def routes(sp: StepPlan) -> list[str]:
 @pytest.mark.parametrize("facts", [info.H200, SM78], ids=["sm132", "sm78"])
 def test_the_v41_step_on_sm90(facts):
     """SM90, any SM count: every layer fused and the step one custom call; the consumers take
-    the sparse path past C·B positions, the dense top-k within them (the table is the step's
-    own: every block), where the source's table is every block."""
+    the sparse path past C·B positions; within them (the table is the step's own: every block,
+    where the source's table is every block) the dense top-k at 1 query row, the sparse path
+    from 8."""
     long = step(8, 131072, facts)
     assert long.one_call and long.shared and long.one_call_reason == "every layer runs fused"
     assert routes(long) == ["sparse"] * 4
@@ -70,6 +72,10 @@ def test_the_v41_step_on_sm90(facts):
     assert short.one_call and routes(short) == ["dense"] * 4
     assert short.layer(20).every_block
     assert short.layer(24).route_reason.startswith("every block is a candidate")
+    eight = step(8, 16384, facts)
+    assert eight.one_call and routes(eight) == ["sparse"] * 4 and eight.layer(20).every_block
+    assert eight.layer(24).route_reason.startswith("every block is a candidate")
+    assert [s.what for s in eight.layer(24).selects] == ["sparse topk"]
     assert str(long).startswith(f"step plan on gpu 9.0, {facts.sm_count} SMs")
 
 
@@ -153,10 +159,10 @@ def test_step_modes_implementations_and_paths():
     assert routes(ref_sparse) == ["sparse"] * 4  # the slow reference, asked for by name
 
 
-def spec(role="consumer", next_n=1, pages=2048, own_table=False, fmt="fp8"):
+def spec(role="consumer", next_n=1, pages=2048, own_table=False, fmt="fp8", batch=8):
     return LayerSpec(
         role,
-        QueryShape(8, next_n, 32),
+        QueryShape(batch, next_n, 32),
         CacheShape(fmt, 128, 64, 8 * pages),
         pages,
         512,
@@ -172,7 +178,7 @@ def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
     # A table not published by this step, within C·B positions: the mask path (`select`).
     p = plan_layer(spec(pages=256), h200)
     assert p.route == "mask" and "at most C·B = 16384" in p.route_reason
-    assert plan_layer(spec(pages=256, own_table=True), h200).route == "dense"
+    assert plan_layer(spec(pages=256, own_table=True, batch=1), h200).route == "dense"
     with pytest.raises(ValueError, match="path must be"):
         plan_layer(spec(), h200, path="dense")  # type: ignore[arg-type]
     mixed = plan_step([(0, spec("source")), (1, spec(next_n=2, own_table=True))], h200)
@@ -182,6 +188,56 @@ def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
     assert plain.shared and plain.layer(3).route == "dense"
     with pytest.raises(KeyError, match="no indexer layer 4"):
         plain.layer(4)
+
+
+@needs_ext
+def test_an_own_table_consumer_takes_the_sparse_row_from_8_query_rows():
+    """A consumer of the table its step just published, over at most C·B positions (every
+    block a candidate): "auto" takes the dense top-k under 8 query rows and the sparse row from
+    8 (the whole step measured faster so on the H200 and H100), where the sparse path is
+    available; elsewhere the dense top-k, naming why the sparse row was passed over."""
+    assert OWN_TABLE_SPARSE_MIN_ROWS == 8
+    h200 = device_record(info.H200)
+
+    def own(batch=8, next_n=1, fmt="fp8", device=h200, **kw):
+        s = spec(pages=256, own_table=True, fmt=fmt, batch=batch, next_n=next_n)
+        return plan_layer(s, device, **kw)
+
+    every = "every block is a candidate: the page table holds at most C·B = 16384 positions"
+    for batch, next_n in ((1, 1), (7, 1), (3, 2)):
+        p = own(batch, next_n)
+        assert p.route == "dense" and p.route_reason == every, (batch, next_n)
+        ((name, why),) = p.declined
+        assert name == "sparse" and f"{batch * next_n} query row" in why and "fewer than 8" in why
+        assert p.fused and [s.what for s in p.selects] == ["topk"]
+    for batch, next_n in ((8, 1), (4, 2), (64, 1)):
+        p = own(batch, next_n)
+        assert p.route == "sparse" and p.declined == (), (batch, next_n)
+        assert p.route_reason.startswith(every + ", but from 8 query rows")
+        assert f"(here {batch * next_n})" in p.route_reason
+        assert p.fused and [s.what for s in p.selects] == ["sparse topk"]
+    # The sparse path declined: the dense top-k, with the decline's reason.
+    ref = own(implementation="reference")
+    assert ref.route == "dense" and ref.route_reason == every
+    assert ref.declined == (
+        ("sparse", "implementation=('reference',) excludes 'ffi' (the sparse kernels)"),
+    )
+    assert own(implementation=("pallas", "ffi")).route == "sparse"  # 'ffi' among them
+    mxfp4 = own(fmt="mxfp4")  # no SM90 sparse kernel reads the mxfp4 cache
+    assert mxfp4.route == "dense" and "needs the fp8 cache" in mxfp4.declined[0][1]
+    for device in (device_record(CPU), Device("gpu", "9.0", 132)):  # no kernel, no limits
+        p = own(device=device)
+        assert p.route == "dense" and p.declined[0][0] == "sparse", device
+        assert "fewer than 8" not in p.declined[0][1]
+    # A table from elsewhere keeps the mask path at any row count; asked paths are as asked.
+    assert plan_layer(spec(pages=256, batch=64), h200).route == "mask"
+    assert own(path="mask").route == "mask" and own(batch=1, path="sparse").route == "sparse"
+    # Past C·B positions the sparse path at any row count, own table or not.
+    long = spec(pages=2048, own_table=True, batch=1)
+    assert plan_layer(long, h200).route == "sparse"
+    # In a step: one custom call with the sparse consumer over the every-block table.
+    sp = plan_step([(0, spec("source", pages=256)), (1, spec(pages=256, own_table=True))], h200)
+    assert sp.one_call and sp.layer(0).every_block and sp.layer(1).route == "sparse"
 
 
 def test_a_gpu_record_without_the_extension_fuses_nothing():
@@ -239,6 +295,8 @@ def test_sharded_decisions():
     [
         (8, 131072, {}),
         (1, 16384, {}),
+        (8, 16384, {}),
+        (8, 16384, {"step_mode": "layers"}),
         (8, 131072, {"path": "mask"}),
         (8, 131072, {"step_mode": "layers"}),
         (8, 131072, {"step_mode": "ops"}),

@@ -43,7 +43,7 @@ def custom_calls(batch: int, context: int, stacked=False, **indexer) -> collecti
 
 
 @pytest.mark.parametrize("path", ["auto", "mask", "sparse"])
-@pytest.mark.parametrize("batch,context", [(1, 16384), (8, 131072)])
+@pytest.mark.parametrize("batch,context", [(1, 16384), (8, 16384), (8, 131072)])
 def test_the_decode_step_is_one_custom_call(simulated_h200, batch, context, path):
     calls = custom_calls(batch, context, path=path)
     assert calls == {fused.STEP: 1}, dict(calls)
@@ -73,7 +73,11 @@ def test_the_stacked_step_is_one_custom_call_with_one_output(simulated_h200):
 
 @pytest.mark.parametrize(
     "batch,context,consumer",
-    [(1, 16384, "dsv41_sm90_dense_select"), (8, 131072, "dsv41_sm90_sparse_select")],
+    [
+        (1, 16384, "dsv41_sm90_dense_select"),
+        (8, 16384, "dsv41_sm90_sparse_select"),  # the step's own table, read as is
+        (8, 131072, "dsv41_sm90_sparse_select"),
+    ],
 )
 def test_decode_step_custom_calls_within_budget(simulated_h200, batch, context, consumer):
     calls = custom_calls(batch, context, step_mode="layers")

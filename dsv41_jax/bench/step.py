@@ -76,7 +76,7 @@ STEP_ALGORITHMS = (None, "filter", "cluster")
 
 def _step_impl(path: str, algorithm: str | None) -> str:
     """ "auto path (default)": sparse where the GPU has a sparse kernel, the dense top-k where
-    every block is a candidate."""
+    every block is a candidate and the step has fewer than 8 query rows."""
     name = "auto path (default)" if path == "auto" else f"{path} path"
     return name + (f", {algorithm} top-k forced" if algorithm else "")
 

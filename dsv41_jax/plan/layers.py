@@ -26,6 +26,8 @@ Route = Literal["dense", "mask", "sparse"]
 Path = Literal["auto", "mask", "sparse"]
 PATHS: tuple[Path, ...] = ("auto", "mask", "sparse")
 FUSED, UNFUSED = "fused (one custom call)", "op by op"
+# Measured on the H200 and H100 at 16K positions: the step is faster sparse from 8 rows, dense at 1.
+OWN_TABLE_SPARSE_MIN_ROWS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +137,8 @@ class LayerPlan:
       spec: the layer; device: the device record read; implementation: the preference order
         asked for (None: every op's own); path: the consumer path asked for.
       route: how the layer selects: "dense" (the top-k over its whole context: a source, a
-        plain layer, or a consumer whose own table holds every block), "mask" or "sparse";
+        plain layer, or a consumer whose own table holds every block, under
+        OWN_TABLE_SPARSE_MIN_ROWS query rows or without a sparse kernel), "mask" or "sparse";
         route_reason: why; declined: (route, why) of a route "auto" passed over.
       every_block: (source) the table is every block of each row, without block scores or
         their top-C; blocks_reason: why (or why not).
@@ -217,24 +220,39 @@ def _route(
     if spec.role == "plain":
         return "dense", "a plain layer selects over its whole context", ()
     c, b = spec.num_candidates, spec.block_size
-    # Page tables of at most C·B positions: the sparse row is the whole row, so auto takes the
-    # mask path (measured faster on the H200 at 16K positions, bs 64), and a table this
-    # step published holds every block, so the dense top-k is the answer, without the mask.
+    # Page tables of at most C·B positions: the sparse row is the whole row. A table from
+    # elsewhere takes the mask path (one select at 16K positions, bs 64, measured faster so on
+    # the H200). A table this step published holds every block, so the dense top-k is the
+    # answer without the mask, the faster one under OWN_TABLE_SPARSE_MIN_ROWS query rows; from
+    # that many rows the sparse row is faster, where this GPU has a sparse kernel for it.
     fits = spec.capacity <= c * b
-    if path == "auto" and fits and spec.own_table:
-        why = f"every block is a candidate: the page table holds at most C·B = {c * b} positions"
-        return "dense", why, ()
     declines = logits_ffi.sparse_declines(device, spec.query, spec.cache, c, b)
     if path == "auto":
+        unavailable = declines
+        if unavailable is None and implementation is not None and "ffi" not in implementation:
+            unavailable = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
+        if fits and spec.own_table:
+            every = (
+                f"every block is a candidate: the page table holds at most C·B = {c * b} positions"
+            )
+            rows, least = spec.query.num_rows, OWN_TABLE_SPARSE_MIN_ROWS
+            if rows < least:
+                few = f"{rows} query row{'s' if rows != 1 else ''}, fewer than {least}"
+                return "dense", every, (("sparse", f"{few}: the dense top-k is faster there"),)
+            if unavailable is not None:
+                return "dense", every, (("sparse", unavailable),)
+            why = (
+                f"{every}, but from {least} query rows (here {rows}) the sparse row is faster, "
+                "and this GPU has a sparse logits kernel for the inputs"
+            )
+            return "sparse", why, ()
         if fits:
             why = (
                 f"the page table holds at most C·B = {c * b} positions a row "
                 "(the sparse row would be the whole row)"
             )
-        elif declines is not None:
-            why = declines
-        elif implementation is not None and "ffi" not in implementation:
-            why = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
+        elif unavailable is not None:
+            why = unavailable
         else:
             return "sparse", "path='auto': this GPU has a sparse logits kernel for the inputs", ()
         return "mask", f"path='auto': the sparse path declines ({why})", (("sparse", why),)
