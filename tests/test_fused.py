@@ -117,7 +117,9 @@ def _inputs(rng, cfg, pages, batch=12, bad_pages=False):
     lens = np.minimum(edges + rng.integers(0, capacity + 1, batch).tolist(), capacity)[:batch]
     bt = np.asarray(bt).copy()
     if bad_pages:  # page ids outside the cache: their positions are NaN, never selected
-        bt[2, 0], bt[9, -1], bt[10, 1] = -1, cache.num_pages + 5, 2**31 - 1
+        for row, col, page in ((2, 0, -1), (9, -1, cache.num_pages + 5), (10, 1, 2**31 - 1)):
+            if row < batch:
+                bt[row, col] = page
     return q, cache, jnp.asarray(np.array(lens, np.int32)), jnp.asarray(bt)
 
 
@@ -221,18 +223,26 @@ def _in_mode(ix, mode, method, *args):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["graphs", "direct", "traced"])
 @pytest.mark.parametrize(
-    "pages,path,heads,next_n",
-    [(4, "auto", 32, 1), (40, "auto", 32, 1), (40, "mask", 32, 1), (40, "auto", 64, 2)],
+    "pages,path,heads,next_n,batch",
+    [
+        (4, "auto", 32, 1, 4),
+        (4, "auto", 32, 1, 12),
+        (40, "auto", 32, 1, 12),
+        (40, "mask", 32, 1, 12),
+        (40, "auto", 64, 2, 12),
+    ],
 )
-def test_decode_step_in_one_call_equals_its_ops(rng, mode, pages, path, heads, next_n):
-    """Dense (every block a candidate), sparse and mask consumers and a plain layer, next_n 1
-    and 2, bad page ids: bitwise the layers one call each and the ops one by one."""
+def test_decode_step_in_one_call_equals_its_ops(rng, mode, pages, path, heads, next_n, batch):
+    """Dense (every block a candidate, under 8 query rows), sparse (over the step's own
+    every-block table from 8 rows, and over the top-C blocks) and mask consumers and a plain
+    layer, next_n 1 and 2, bad page ids: bitwise the layers one call each and the ops one by
+    one."""
     cfg = _config(heads, next_n)
     layers = (20, 24, 28, 1)
     ix = dj.make_two_level_indexer(
         cfg, source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path
     )
-    args = _step_inputs(rng, cfg, pages, layers)
+    args = _step_inputs(rng, cfg, pages, layers, batch)
     step = lambda ix, *a: ix.decode(*a, physical=True)  # noqa: E731
     poison_device_memory()
     got = _in_mode(ix, mode, step, *args)
