@@ -9,9 +9,10 @@
 //     whatever the sample said).
 // The buffer then holds a superset of the chunk's exact top k, in position order; it is cut to
 // that top k unless the launch expects every chunk's buffer to fit the first CTA's uncut and
-// they do. The union over the chunks holds the row's top k. The cluster's first CTA gathers the
-// peers' buffers through distributed shared memory (in chunk order, so still in position
-// order), cuts to the top k and writes the positions, ascending.
+// they do. The union over the chunks holds the row's top k. The peers store their buffers into
+// the cluster's first CTA's through distributed shared memory, all at once, each at its offset
+// in chunk order (so still in position order); the first CTA cuts to the top k and writes the
+// positions, ascending.
 // Every cut is a 4-pass radix select over shared memory with ties taken in buffer (= position)
 // order, so the result is the contract's (score desc, position asc) set, deterministic.
 // The global scores are read once (twice in the sample-fallback case), with the next round's
@@ -51,8 +52,10 @@ struct Shared {
   int32_t warp_sums[kWarps];
   int32_t scan_total;
   RadixState radix;  // RadixSelect's result
-  int32_t count;     // pairs in the buffer (read by the cluster's first CTA)
-  int32_t total;     // the cluster's pairs (try_uncut)
+  int32_t count;     // pairs in the buffer (read by the cluster's CTAs)
+  int32_t offset;    // where this chunk's pairs go in the first CTA's buffer
+  int32_t total;     // the pairs the first CTA gathers
+  int32_t cut;       // whether each chunk is cut to its top k before the gather
 };
 
 // The rank in a strided sample of kSample keys of the entry bar for a chunk of `mine` keys
@@ -76,28 +79,40 @@ __device__ __forceinline__ bool TryUncut(int64_t chunk, int32_t k, int cl) {
 }
 
 // The k-th largest of the keys that `for_keys` hands each thread (kExcluded skipped), to its top
-// 8 * `passes` bits: sh.radix (RadixState). All threads call it.
+// 8 * `passes` bits: sh.radix (RadixState). With `whole_bin`, it stops after a step whose bin
+// holds exactly the keys still needed (every key of it is taken). All threads call it.
 template <class ForKeys>
-__device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys) {
+__device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys,
+                            bool whole_bin = false) {
   __syncthreads();  // every thread has read the previous selection's results
-  if (threadIdx.x == 0) sh.radix = {0, 0, k, 0};
+  if (threadIdx.x == 0) sh.radix = {0, 0, k, 0, 0};
   auto block_sum = [](int, int32_t sum) { return sum; };  // one CTA: its copies' sum
   for (int pass = 0; pass < passes; ++pass) {
     if (RadixDigitStep<kThreads>(sh.radix, sh.hist, pass, for_keys, block_sum, sh.warp_sums,
                                  &sh.scan_total)) {
       break;  // at most k keys
     }
+    if (whole_bin && sh.radix.in_bin == sh.radix.k_rem) break;  // uniform
   }
 }
 
 // Cuts the buffer's n > k pairs, in place and in order, to its top k by (key desc, buffer index
-// asc). Returns the least key a later pair needs to get in: one above the k-th key.
+// asc). Returns the least key a later pair needs to get in: one above the k-th key, or the lowest
+// key of its bin where the bin was taken whole (the later pairs it lets in are cut later).
 __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t n, int32_t k) {
-  RadixSelect(sh, k, 4, [&](auto add) {
-    for (int32_t i = threadIdx.x; i < n; i += kThreads) add(keys[i]);
-  });
-  const uint32_t kth = sh.radix.prefix;    // n > k valid keys: a full key >= 1
-  const int32_t need_eq = sh.radix.k_rem;  // ties at kth to keep, the first ones in buffer order
+  RadixSelect(
+      sh, k, 4,
+      [&](auto add) {
+        for (int32_t i = threadIdx.x; i < n; i += kThreads) add(keys[i]);
+      },
+      true);
+  // n > k valid keys (>= 1). Where the k-th key's bin is taken whole, every key from the bin's
+  // lowest up is kept (`kth` one below it; keys 0 are never in the buffer); otherwise `kth` is
+  // the k-th key and its first `need_eq` ties in buffer order are kept.
+  const bool whole = sh.radix.in_bin == sh.radix.k_rem;
+  const uint32_t lowest = sh.radix.prefix;  // the bin's lowest key (prefix, low bits 0)
+  const uint32_t kth = whole ? (lowest == 0 ? 0u : lowest - 1) : lowest;
+  const int32_t need_eq = whole ? 0 : sh.radix.k_rem;
   EmitState st = {0, 0};
   for (int32_t base = 0; base < n; base += kRound) {
     const int32_t i0 = base + int32_t(threadIdx.x) * kPer;
@@ -216,37 +231,35 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
   if (cl > 1) {
     if (threadIdx.x == 0) sh.count = count;
     cluster.sync();  // every chunk's buffer is final, or (try_uncut) its count is
-    bool cut = !try_uncut;
-    if (try_uncut) {
-      if (threadIdx.x < 32) {  // lane c reads chunk c's count (cl <= 32)
-        const int c = int(threadIdx.x);
-        const uint32_t n = c < cl ? uint32_t(*cluster.map_shared_rank(&sh.count, c)) : 0u;
-        const uint32_t total = __reduce_add_sync(0xffffffffu, n);
-        if (c == 0) sh.total = int32_t(total);
-      }
-      __syncthreads();
-      cut = sh.total > kCap;  // uniform over the cluster
-      if (cut) {
-        if (count > k) {
-          CutToTopK(sh, keys, pos, count, k);
-          count = k;
-        }
-        cluster.sync();  // every chunk's buffer is cut
+    // Lane c reads chunk c's count (cl <= 32): the pairs it hands the first CTA (its top k where
+    // the chunks are cut), their total, and this chunk's offset in the first CTA's buffer.
+    if (threadIdx.x < 32) {
+      const int c = int(threadIdx.x);
+      const int32_t n = c < cl ? *cluster.map_shared_rank(&sh.count, c) : 0;
+      const bool fit = try_uncut && __reduce_add_sync(0xffffffffu, uint32_t(n)) <= kCap;
+      const int32_t sent = fit ? n : min(n, k);  // cut: at most cl * k <= kCap (launcher)
+      const int32_t before = WarpInclusiveScan(sent) - sent;
+      if (c == rank) sh.offset = before;
+      if (c == 0) sh.cut = !fit;
+      if (c == cl - 1) sh.total = before + sent;
+    }
+    __syncthreads();
+    if (sh.cut && count > k) {  // sh.cut is uniform over the cluster
+      CutToTopK(sh, keys, pos, count, k);
+      count = k;
+    }
+    // The first CTA's own pairs stay where they are; a peer's may go only once the first CTA's
+    // buffer is final (cut in place or not: try_uncut cuts after the counts are read).
+    if (sh.cut && try_uncut) cluster.sync();
+    if (rank != 0) {  // each peer stores its pairs into the first CTA's buffer at its offset
+      uint32_t* first_keys = cluster.map_shared_rank(keys, 0) + sh.offset;
+      int32_t* first_pos = cluster.map_shared_rank(pos, 0) + sh.offset;
+      for (int32_t i = threadIdx.x; i < count; i += kThreads) {
+        first_keys[i] = keys[i], first_pos[i] = pos[i];
       }
     }
-    if (rank == 0) {
-      for (int c = 1; c < cl; ++c) {  // cut: at most cl * k <= kCap pairs (the launcher's rule)
-        int32_t n_c = *cluster.map_shared_rank(&sh.count, c);
-        if (cut) n_c = min(n_c, k);
-        const uint32_t* peer_keys = cluster.map_shared_rank(keys, c);
-        const int32_t* peer_pos = cluster.map_shared_rank(pos, c);
-        for (int32_t i = threadIdx.x; i < n_c; i += kThreads) {
-          keys[count + i] = peer_keys[i], pos[count + i] = peer_pos[i];
-        }
-        count += n_c;
-      }
-    }
-    cluster.sync();  // the peers' buffers are read: they may exit
+    count = sh.total;
+    cluster.sync();  // every peer's pairs are in the first CTA's buffer: they may exit
     DSV41_STAMP(4);
     if (rank != 0) return;
     if (count > k) {

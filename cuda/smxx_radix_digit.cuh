@@ -16,12 +16,13 @@ namespace dsv41 {
 
 constexpr int kRadixBins = 256;
 
-// In shared memory: the k-th key's known top bits (`prefix` under `mask`) and how many keys
-// equal to it under the mask are still needed (`k_rem`); `all` once the first step counted at
-// most k keys: every key is taken (mask 0 makes each one equal, and k_rem = k covers them).
+// In shared memory: the k-th key's known top bits (`prefix` under `mask`), how many keys equal
+// to it under the mask are still needed (`k_rem`) and how many there are (`in_bin`); `all` once
+// the first step counted at most k keys: every key is taken (mask 0 makes each one equal, and
+// k_rem = k covers them).
 struct RadixState {
   uint32_t prefix, mask;
-  int32_t k_rem, all;
+  int32_t k_rem, all, in_bin;
 };
 
 // Step `pass` (key bits 31 - 8 * pass down to 24 - 8 * pass) over the keys `for_keys(add)`
@@ -59,6 +60,7 @@ __device__ __forceinline__ bool RadixDigitStep(RadixState& st,
     st.prefix = prefix | (uint32_t(bin) << shift);
     st.mask = mask | (0xffu << shift);
     st.k_rem = k_rem - d.above;  // still needed from this bin
+    st.in_bin = d.count;
   }
   __syncthreads();
   return st.all;

@@ -22,6 +22,7 @@ SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
 ROWS = {
     (60000, 512, 4): ("negative", "spread", "trap", "ties", "plateau", "zeros"),
     (30000, 4096, 2): ("ascending", "ties", "zeros-cut"),
+    (104000, 64, 8): ("spread", "plateau"),
 }
 
 
@@ -74,9 +75,14 @@ MUTANTS = [
     ("never-streamed-again", "if (count >= k || bar.key <= 1) break;", "break;"),
     ("ties-at-the-bar-not-counted", "n += s[j] >= bar.score;", "n += s[j] > bar.score;"),
     ("buffer-overrun", "if (count + round > kCap) {", "if (count + round > kCap + kRound) {"),
-    ("a-peer-not-gathered", "for (int c = 1; c < cl; ++c) {", "for (int c = 2; c < cl; ++c) {"),
-    ("chunks-never-cut", "cut = sh.total > kCap;", "cut = false;"),
-    ("a-peer-not-counted", "c < cl ? uint32_t(", "c < cl - 1 ? uint32_t("),
+    ("a-peer-not-gathered", "if (rank != 0) {  // each peer", "if (rank > 1) {  // each peer"),
+    ("chunks-never-cut", "if (c == 0) sh.cut = !fit;", "if (c == 0) sh.cut = false;"),
+    ("a-peer-not-counted", "c < cl ? *cluster", "c < cl - 1 ? *cluster"),
+    (
+        "a-bin-taken-whole-too-soon",
+        "if (whole_bin && sh.radix.in_bin == sh.radix.k_rem) break;",
+        "if (whole_bin && sh.radix.in_bin >= sh.radix.k_rem) break;",
+    ),
 ]
 
 
