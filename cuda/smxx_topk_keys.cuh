@@ -29,7 +29,7 @@ __device__ __forceinline__ float ToFloat(Bf16 v) { return __uint_as_float(uint32
 // Larger key = better score; -0 ties +0; NaN / -inf are handled by KeyOf, not here.
 __device__ __forceinline__ uint32_t OrderedKey(float v) {
   const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u);  // negative: ~u; else: u | sign bit
 }
 
 // The least score v with OrderedKey(v) >= `key` (1 <= key <= 2^32) among those that may be
@@ -77,6 +77,11 @@ __device__ __forceinline__ Row<T> RowChunk(const TopkArgs& a, int64_t row, int64
   return r;
 }
 
+// A score's key where every position may be selected (kPositions, no member bitmap).
+__device__ __forceinline__ uint32_t PositionKey(float v) {
+  return (v != v || v == -INFINITY) ? kExcluded : OrderedKey(v);
+}
+
 template <class T>
 __device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row<T>& r, int64_t p, float v) {
   if (a.mode == TopkMode::kCandidateBlocks) {
@@ -84,12 +89,11 @@ __device__ __forceinline__ uint32_t KeyOf(const TopkArgs& a, const Row<T>& r, in
     const uint32_t key = OrderedKey(v);
     return (v != v || v == -INFINITY || key < 2) ? kLowest : key;
   }
-  if (v != v || v == -INFINITY) return kExcluded;
   if (r.member_bits != nullptr) {
     const int64_t b = p / a.block_size - r.member_base;
     if (!((r.member_bits[b >> 5] >> (b & 31)) & 1u)) return kExcluded;
   }
-  return OrderedKey(v);
+  return PositionKey(v);
 }
 
 // Whether the chunk's first score is 16-byte aligned (whole-vector loads).
@@ -137,9 +141,10 @@ template <int kPer, class T>
 __device__ __forceinline__ void ScoresToKeys(const TopkArgs& a, const Row<T>& r, int64_t mine,
                                              int64_t i0, const float (&v)[kPer],
                                              uint32_t (&out)[kPer]) {
+  const int64_t left = mine - i0;  // of these kPer elements, the first `left` are the chunk's
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    out[j] = i0 + j < mine ? KeyOf(a, r, r.lo + i0 + j, v[j]) : kExcluded;
+    out[j] = j < left ? KeyOf(a, r, r.lo + i0 + j, v[j]) : kExcluded;
   }
 }
 
