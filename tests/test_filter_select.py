@@ -1,13 +1,13 @@
-"""The filter-first select (cuda/smxx_filter_topk.cu) on the CPU stand-in, path by path: rows of
-4 chunks just above the buffer (a sampled bar; the first CTA gathers the chunks' buffers uncut
-where they fit, and a plateau of ties at the bar makes them not fit, so each chunk is cut to its
-top k first), rows of 2 chunks with k = 4096 (no bar: the buffer is cut to its top k while
-streaming and the bar rises), keys ascending with position, ties at the k-th key across chunks,
-and rows whose large keys sit exactly where the sample looks (the bar lets fewer than k
-through: the chunk is streamed again), against the oracle; and mutants of those paths, each of
-which the rows catch; and mutants of the radix digit step it shares with the cluster select,
-each of which both selects' rows catch. (tests/test_topk.py runs the select at every width
-through the public op.)"""
+"""The filter-first select (cuda/smxx_filter_topk.cu) on the CPU stand-in, path by path: rows of 4
+and of 8 chunks just above the buffer (a sampled bar; the peers store their buffers into the
+first CTA's uncut where they fit, and a plateau of ties at the bar makes them not fit, so each
+chunk is cut to its top k first), rows of 2 chunks with k = 4096 (no bar: the buffer is cut to
+its top k while streaming and the bar rises), keys ascending with position, ties at the k-th key
+across chunks, and rows whose large keys sit exactly where the sample looks (the bar lets fewer
+than k through: the chunk is streamed again), against the oracle; and mutants of those paths,
+each of which the rows catch; and mutants of the radix digit step it shares with the cluster
+select, each of which both selects' rows catch. (tests/test_topk.py runs the select at every
+width through the public op.)"""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
     """Spread random keys (all negative ones too); keys ascending with position; ties at the k-th
     key across chunks; scores around +-0 (factories.SIGNED_ZERO_ODDS);
     fewer large keys than k in the row, all of them where the sample looks; or a plateau of
-    3500 ties a chunk above the rest (every chunk's buffer past the sampled bar holds them, 4 x
-    3500 pairs: more than the first CTA's buffer of 12288)."""
+    3500 ties a chunk above the rest (every chunk's buffer past the sampled bar holds them, 4 or
+    8 x 3500 pairs: more than the first CTA's buffer of 12288)."""
     if kind in SIGNED_ZERO_ODDS:
         return signed_zero_scores(rng, n, kind)
     if kind == "ascending":
@@ -124,6 +124,11 @@ KEY_MUTANTS = [
     ("negative-bars-not-inverted", "k & 0x7fffffffu : ~k);", "k & 0x7fffffffu : k);"),
     ("no-bar-drops-negatives", "return __uint_as_float(0xff7fffffu);", "return 0.0f;"),
     ("loads-past-the-chunk-enter", "return __uint_as_float(0x7fffffffu); }", "return 0.0f; }"),
+    (
+        "negative-keys-not-inverted",
+        "return u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u);",
+        "return u ^ 0x80000000u;",
+    ),
 ]
 
 
