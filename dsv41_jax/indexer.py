@@ -255,9 +255,11 @@ def select(
     results: the sparse kernels compute each logit exactly as the dense ones do.
     `path="auto"` (the default) takes the sparse path where this GPU has a sparse logits kernel
     for the inputs (SM90 with the fp8 cache, SM100 with mxfp4; `docs/sparse_consumer.md`) and
-    the mask path elsewhere (the CPU reference included), and the mask path when the page table
-    holds at most `C·B` positions per row (the sparse row would be the whole row). It always
-    selects inside the table it is given. The step API (`TwoLevelIndexer.decode`) publishes its
+    the mask path elsewhere (the CPU reference included). When the page table holds at most
+    `C·B` positions per row (the sparse row would be the whole row), it takes the mask path
+    under 64 query rows and the sparse path from 64 (faster there;
+    `dsv41_jax.plan.layers.TABLE_SPARSE_MIN_ROWS`). It always selects inside the table it is
+    given. The step API (`TwoLevelIndexer.decode`) publishes its
     table from the same lengths and page table, so there every block is provably a candidate:
     its consumers take the sparse path from 8 query rows where this GPU has its kernel (faster
     there; `dsv41_jax.plan.layers.OWN_TABLE_SPARSE_MIN_ROWS`), the plain dense top-k otherwise.

@@ -17,6 +17,7 @@ from dsv41_jax import _ext, fused, info
 from dsv41_jax.plan import Device, LayerPlan, StepPlan, device_record
 from dsv41_jax.plan.layers import (
     OWN_TABLE_SPARSE_MIN_ROWS,
+    TABLE_SPARSE_MIN_ROWS,
     CacheShape,
     Decision,
     LayerSpec,
@@ -191,6 +192,42 @@ def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
 
 
 @needs_ext
+def test_a_table_from_elsewhere_takes_the_sparse_row_from_64_query_rows():
+    """A consumer of a table not published by its step, over at most C·B positions: "auto"
+    selects inside the table's mask under 64 query rows and over the sparse row (the table
+    rebuilt first) from 64 (one select measured faster so on the H200 and H100), where the
+    sparse path is available; elsewhere the mask path, naming why the sparse row was passed
+    over."""
+    assert TABLE_SPARSE_MIN_ROWS == 64
+    h200 = device_record(info.H200)
+
+    def elsewhere(batch, next_n=1, fmt="fp8", device=h200, **kw):
+        return plan_layer(spec(pages=256, fmt=fmt, batch=batch, next_n=next_n), device, **kw)
+
+    within = "the page table holds at most C·B = 16384 positions a row"
+    for batch, next_n in ((1, 1), (8, 1), (63, 1), (31, 2)):
+        p = elsewhere(batch, next_n)
+        ((name, why),) = p.declined
+        assert p.route == "mask" and name == "sparse" and why.startswith(within), (batch, next_n)
+        assert why.endswith(
+            f"; {batch * next_n} query row{'s' * (batch * next_n > 1)}, fewer than 64"
+        )
+        assert p.route_reason == f"path='auto': the sparse path declines ({why})"
+    for batch, next_n in ((64, 1), (32, 2), (128, 1)):
+        p = elsewhere(batch, next_n)
+        assert p.route == "sparse" and p.declined == (), (batch, next_n)
+        assert p.route_reason.startswith(f"path='auto': {within}")
+        assert f"but from 64 query rows (here {batch * next_n})" in p.route_reason
+        assert p.fused and [s.what for s in p.selects] == ["sparse topk"]
+    # The sparse path declined: the mask path at any row count.
+    assert elsewhere(64, implementation="reference").route == "mask"
+    assert elsewhere(64, fmt="mxfp4").route == "mask"
+    for device in (device_record(CPU), Device("gpu", "9.0", 132)):
+        p = elsewhere(64, device=device)
+        assert p.route == "mask" and "fewer than" not in p.declined[0][1], device
+
+
+@needs_ext
 def test_an_own_table_consumer_takes_the_sparse_row_from_8_query_rows():
     """A consumer of the table its step just published, over at most C·B positions (every
     block a candidate): "auto" takes the dense top-k under 8 query rows and the sparse row from
@@ -229,8 +266,9 @@ def test_an_own_table_consumer_takes_the_sparse_row_from_8_query_rows():
         p = own(device=device)
         assert p.route == "dense" and p.declined[0][0] == "sparse", device
         assert "fewer than 8" not in p.declined[0][1]
-    # A table from elsewhere keeps the mask path at any row count; asked paths are as asked.
-    assert plan_layer(spec(pages=256, batch=64), h200).route == "mask"
+    # A table from elsewhere: the mask path at 8 rows (the sparse row from 64, the test below);
+    # asked paths are as asked.
+    assert plan_layer(spec(pages=256, batch=8), h200).route == "mask"
     assert own(path="mask").route == "mask" and own(batch=1, path="sparse").route == "sparse"
     # Past C·B positions the sparse path at any row count, own table or not.
     long = spec(pages=2048, own_table=True, batch=1)

@@ -28,6 +28,9 @@ PATHS: tuple[Path, ...] = ("auto", "mask", "sparse")
 FUSED, UNFUSED = "fused (one custom call)", "op by op"
 # Measured on the H200 and H100 at 16K positions: the step is faster sparse from 8 rows, dense at 1.
 OWN_TABLE_SPARSE_MIN_ROWS = 8
+# A table from elsewhere over at most C·B positions (the sparse path rebuilds it first): one
+# select at 16K positions is faster sparse at 64 rows, through the mask at 1 and 8 (H200, H100).
+TABLE_SPARSE_MIN_ROWS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,10 +224,10 @@ def _route(
         return "dense", "a plain layer selects over its whole context", ()
     c, b = spec.num_candidates, spec.block_size
     # Page tables of at most C·B positions: the sparse row is the whole row. A table from
-    # elsewhere takes the mask path (one select at 16K positions, bs 64, measured faster so on
-    # the H200). A table this step published holds every block, so the dense top-k is the
-    # answer without the mask, the faster one under OWN_TABLE_SPARSE_MIN_ROWS query rows; from
-    # that many rows the sparse row is faster, where this GPU has a sparse kernel for it.
+    # elsewhere takes the mask path under TABLE_SPARSE_MIN_ROWS query rows. A table this step
+    # published holds every block, so the dense top-k is the answer without the mask, the
+    # faster one under OWN_TABLE_SPARSE_MIN_ROWS query rows. From those row counts the sparse
+    # row is faster, where this GPU has a sparse kernel for it.
     fits = spec.capacity <= c * b
     declines = logits_ffi.sparse_declines(device, spec.query, spec.cache, c, b)
     if path == "auto":
@@ -247,10 +250,19 @@ def _route(
             )
             return "sparse", why, ()
         if fits:
+            rows, least = spec.query.num_rows, TABLE_SPARSE_MIN_ROWS
             why = (
                 f"the page table holds at most C·B = {c * b} positions a row "
                 "(the sparse row would be the whole row)"
             )
+            if unavailable is None and rows >= least:
+                faster = (
+                    f"path='auto': {why}, but from {least} query rows (here {rows}) the sparse "
+                    "row is faster, and this GPU has a sparse logits kernel for the inputs"
+                )
+                return "sparse", faster, ()
+            if unavailable is None:
+                why += f"; {rows} query row{'s' if rows != 1 else ''}, fewer than {least}"
         elif unavailable is not None:
             why = unavailable
         else:
