@@ -13,8 +13,9 @@
 // the cluster's first CTA's through distributed shared memory, all at once, each at its offset
 // in chunk order (so still in position order); the first CTA cuts to the top k and writes the
 // positions, ascending.
-// Every cut is a 4-pass radix select over shared memory with ties taken in buffer (= position)
-// order, so the result is the contract's (score desc, position asc) set, deterministic.
+// Every cut is a radix select of up to four passes over shared memory with ties taken in buffer
+// (= position) order, so the result is the contract's (score desc, position asc) set,
+// deterministic.
 // The global scores are read once (twice in the sample-fallback case), with the next round's
 // loads in flight while a round is appended: the dependent phases of the cluster radix select
 // (four cluster-wide histogram passes) become block-local ones over a few thousand keys. A score
