@@ -75,7 +75,7 @@ def test_the_v41_step_on_sm90(facts):
     assert short.layer(24).route_reason.startswith("every block is a candidate")
     eight = step(8, 16384, facts)
     assert eight.one_call and routes(eight) == ["sparse"] * 4 and eight.layer(20).every_block
-    assert eight.layer(24).route_reason.startswith("every block is a candidate")
+    assert eight.layer(24).route_reason.startswith("path='auto': every block is a candidate")
     assert [s.what for s in eight.layer(24).selects] == ["sparse topk"]
     assert str(long).startswith(f"step plan on gpu 9.0, {facts.sm_count} SMs")
 
@@ -210,7 +210,8 @@ def test_a_table_from_elsewhere_takes_the_sparse_row_from_64_query_rows():
         ((name, why),) = p.declined
         assert p.route == "mask" and name == "sparse" and why.startswith(within), (batch, next_n)
         assert why.endswith(
-            f"; {batch * next_n} query row{'s' * (batch * next_n > 1)}, fewer than 64"
+            f"; {batch * next_n} query row{'s' * (batch * next_n > 1)}, fewer than 64: the mask "
+            "path is faster there"
         )
         assert p.route_reason == f"path='auto': the sparse path declines ({why})"
     for batch, next_n in ((64, 1), (32, 2), (128, 1)):
@@ -250,7 +251,7 @@ def test_an_own_table_consumer_takes_the_sparse_row_from_8_query_rows():
     for batch, next_n in ((8, 1), (4, 2), (64, 1)):
         p = own(batch, next_n)
         assert p.route == "sparse" and p.declined == (), (batch, next_n)
-        assert p.route_reason.startswith(every + ", but from 8 query rows")
+        assert p.route_reason.startswith(f"path='auto': {every}, but from 8 query rows")
         assert f"(here {batch * next_n})" in p.route_reason
         assert p.fused and [s.what for s in p.selects] == ["sparse topk"]
     # The sparse path declined: the dense top-k, with the decline's reason.

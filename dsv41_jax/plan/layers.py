@@ -234,39 +234,42 @@ def _route(
         unavailable = declines
         if unavailable is None and implementation is not None and "ffi" not in implementation:
             unavailable = f"implementation={implementation!r} excludes 'ffi' (the sparse kernels)"
-        if fits and spec.own_table:
-            every = (
+        if not fits:
+            if unavailable is None:
+                why = "path='auto': this GPU has a sparse logits kernel for the inputs"
+                return "sparse", why, ()
+            return (
+                "mask",
+                f"path='auto': the sparse path declines ({unavailable})",
+                (("sparse", unavailable),),
+            )
+        own, rows = spec.own_table, spec.query.num_rows
+        least = OWN_TABLE_SPARSE_MIN_ROWS if own else TABLE_SPARSE_MIN_ROWS
+        if own:
+            within = (
                 f"every block is a candidate: the page table holds at most C·B = {c * b} positions"
             )
-            rows, least = spec.query.num_rows, OWN_TABLE_SPARSE_MIN_ROWS
-            if rows < least:
-                few = f"{rows} query row{'s' if rows != 1 else ''}, fewer than {least}"
-                return "dense", every, (("sparse", f"{few}: the dense top-k is faster there"),)
-            if unavailable is not None:
-                return "dense", every, (("sparse", unavailable),)
-            why = (
-                f"{every}, but from {least} query rows (here {rows}) the sparse row is faster, "
-                "and this GPU has a sparse logits kernel for the inputs"
-            )
-            return "sparse", why, ()
-        if fits:
-            rows, least = spec.query.num_rows, TABLE_SPARSE_MIN_ROWS
-            why = (
+        else:
+            within = (
                 f"the page table holds at most C·B = {c * b} positions a row "
                 "(the sparse row would be the whole row)"
             )
-            if unavailable is None and rows >= least:
-                faster = (
-                    f"path='auto': {why}, but from {least} query rows (here {rows}) the sparse "
-                    "row is faster, and this GPU has a sparse logits kernel for the inputs"
-                )
-                return "sparse", faster, ()
-            if unavailable is None:
-                why += f"; {rows} query row{'s' if rows != 1 else ''}, fewer than {least}"
-        elif unavailable is not None:
-            why = unavailable
+        if rows < least:  # the reason on any device
+            passed_over = (
+                f"{rows} query row{'s' if rows != 1 else ''}, fewer than {least}: the "
+                f"{'dense top-k' if own else 'mask path'} is faster there"
+            )
+        elif unavailable is None:
+            why = (
+                f"path='auto': {within}, but from {least} query rows (here {rows}) the sparse "
+                "row is faster, and this GPU has a sparse logits kernel for the inputs"
+            )
+            return "sparse", why, ()
         else:
-            return "sparse", "path='auto': this GPU has a sparse logits kernel for the inputs", ()
+            passed_over = unavailable
+        if own:
+            return "dense", within, (("sparse", passed_over),)
+        why = f"{within}; {passed_over}"
         return "mask", f"path='auto': the sparse path declines ({why})", (("sparse", why),)
     if path == "sparse" and declines is not None and device.backend == "gpu":
         if implementation != ("reference",):
