@@ -108,11 +108,10 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
       },
       true);
   // n > k valid keys (>= 1). Where the k-th key's bin is taken whole, every key from the bin's
-  // lowest up is kept (`kth` one below it; keys 0 are never in the buffer); otherwise `kth` is
-  // the k-th key and its first `need_eq` ties in buffer order are kept.
+  // lowest (the prefix, low bits 0) up is kept (`kth` the key below it); otherwise `kth` is the
+  // k-th key and its first `need_eq` ties in buffer order are kept.
   const bool whole = sh.radix.in_bin == sh.radix.k_rem;
-  const uint32_t lowest = sh.radix.prefix;  // the bin's lowest key (prefix, low bits 0)
-  const uint32_t kth = whole ? (lowest == 0 ? 0u : lowest - 1) : lowest;
+  const uint32_t kth = whole ? topk::Below(sh.radix.prefix) : sh.radix.prefix;
   const int32_t need_eq = whole ? 0 : sh.radix.k_rem;
   EmitState st = {0, 0};
   for (int32_t base = 0; base < n; base += kRound) {

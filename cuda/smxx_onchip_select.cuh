@@ -165,9 +165,6 @@ __device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t* keys, int
   return Digit{sh.bin, sh.above, sh.in_bin};
 }
 
-// The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
-__device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
-
 // The output in column order, from each warp's candidates (`count` columns from sh.list + lo):
 // those above the k-th key `thresh`, and (kTies) the first `need` > 0 equal to it. Each warp's
 // counts of both (above | equal << 16: a row's stay below 2^15 each) and one barrier give the
@@ -258,7 +255,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
     prefix = uint32_t(sh.bin);
     k_rem -= sh.above;
     lowest = max(prefix << 21, 1u);  // candidates: the keys of the k-th key's bin and above
-    thresh = Below(prefix << 21);
+    thresh = topk::Below(prefix << 21);
   }
   const bool more = total > k && sh.in_bin != k_rem;  // not every key of the bin taken
   const int32_t count = Candidates<kThreads>(sh, key, lo, lowest);
@@ -269,7 +266,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
     prefix = (prefix << 11) | uint32_t(d1.bin);
     k_rem -= d1.above;
     if (d1.in_bin == k_rem) {
-      thresh = Below(prefix << 10);
+      thresh = topk::Below(prefix << 10);
     } else {
       const Digit d2 = DigitPass<0, 10>(sh, keys, lo, count, prefix, k_rem);
       DSV41_STAMP(7);

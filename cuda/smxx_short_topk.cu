@@ -103,9 +103,6 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
 }
 
-// The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
-__device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
-
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
@@ -162,14 +159,14 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
     uint32_t prefix = uint32_t(d0.bin);
     k_rem -= d0.above;
     if (d0.in_bin == k_rem) {
-      thresh = Below(prefix << 21);
+      thresh = topk::Below(prefix << 21);
     } else {
       const Digit d1 = DigitPass<10, 11>(sh, key, cluster, cl, prefix, k_rem);
       DSV41_STAMP(3);
       prefix = (prefix << 11) | uint32_t(d1.bin);
       k_rem -= d1.above;
       if (d1.in_bin == k_rem) {
-        thresh = Below(prefix << 10);
+        thresh = topk::Below(prefix << 10);
       } else {
         const Digit d2 = DigitPass<0, 10>(sh, key, cluster, cl, prefix, k_rem);
         DSV41_STAMP(4);

@@ -32,6 +32,9 @@ __device__ __forceinline__ uint32_t OrderedKey(float v) {
   return u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u);  // negative: ~u; else: u | sign bit
 }
 
+// The largest key below the bin that starts at `lo` (keys 0 are never taken, so 0 for lo = 0).
+__device__ __forceinline__ uint32_t Below(uint32_t lo) { return lo == 0 ? 0 : lo - 1; }
+
 // The least score v with OrderedKey(v) >= `key` (1 <= key <= 2^32) among those that may be
 // selected (not NaN, not -inf), so that for them OrderedKey(v) >= key iff v >= LeastScoreOf(key):
 // one float compare a score, NaN failing it. NaN where no such score's key reaches `key`. Exact

@@ -182,7 +182,7 @@ MUTANTS = [
         "    cluster.sync();\n  }\n  DSV41_STAMP(4);",
         "    __syncthreads();\n  }\n  DSV41_STAMP(4);",
     ),
-    ("bin-start-taken", "thresh = Below(prefix << 21);", "thresh = prefix << 21;"),
+    ("bin-start-taken", "thresh = topk::Below(prefix << 21);", "thresh = prefix << 21;"),
     ("bin-end-wrong", "k_rem <= digit_above + count)", "k_rem < digit_above + count)"),
     ("digit-scan-inclusive", "WarpInclusiveScan(count) - count;", "WarpInclusiveScan(count);"),
     ("groups-wrong", "kBins / 2 + (key >> 26)]", "kBins / 2 + (key >> 27)]"),
