@@ -24,6 +24,8 @@
 // blocks' positions only (MaskedSource).
 #include <cooperative_groups.h>
 
+#include <algorithm>
+
 #include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
 #include "smxx_filter_topk.cuh"
@@ -44,6 +46,8 @@ constexpr int kRound = kThreads * kPer;  // 8192 elements per round
 constexpr int kHists = 8;                // histogram copies (warp w adds to copy w % 8)
 constexpr int kSample = kThreads;        // one sampled key per thread
 constexpr int kMaxCluster = 8;           // portable cluster size: one CTA per SM fits a GPC
+constexpr int kSplitMaxParts = 16;       // split rows: CTAs a row at most
+constexpr int kRowSamplePer = 4;         // split rows: the row bar's sample, keys a thread
 constexpr int64_t kCap = kFilterCapacity;
 static_assert(kFilterMaxK + kRound <= kCap, "a cut buffer plus one round must fit");
 using topk::kExcluded;
@@ -52,20 +56,22 @@ struct Shared {
   uint32_t hist[kHists][kRadixBins];
   int32_t warp_sums[kWarps];
   int32_t scan_total;
-  RadixState radix;  // RadixSelect's result
-  int32_t count;     // pairs in the buffer (read by the cluster's CTAs)
-  int32_t offset;    // where this chunk's pairs go in the first CTA's buffer
-  int32_t total;     // the pairs the first CTA gathers
-  int32_t cut;       // whether each chunk is cut to its top k before the gather
+  RadixState radix;                     // RadixSelect's result
+  int32_t count;                        // pairs in the buffer (read by the cluster's CTAs)
+  int32_t offset;                       // where this chunk's pairs go in the first CTA's buffer
+  int32_t total;                        // the pairs the first CTA gathers
+  int32_t cut;                          // whether each chunk is cut to its top k before the gather
+  int32_t slot_at[kSplitMaxParts + 1];  // split rows: where each chunk's pairs go when gathered
+  int32_t last;                         // split rows: this CTA arrived last at the merge
 };
 
-// The rank in a strided sample of kSample keys of the entry bar for a chunk of `mine` keys
-// (about 2k keys pass it), or 0 where the chunk is streamed with no bar: a chunk that fits the
-// buffer, or a bar that would pass more than half of the keys.
-__device__ __forceinline__ int64_t SampleRank(int64_t mine, int32_t k) {
+// The rank in a strided sample of `samples` keys of the entry bar for `mine` keys (about 2k keys
+// pass it), or 0 where they are streamed with no bar: keys that fit the buffer, or a bar that
+// would pass more than half of them.
+__device__ __forceinline__ int64_t SampleRank(int64_t mine, int32_t k, int samples = kSample) {
   if (mine <= kCap) return 0;
-  const int64_t rank = (2 * int64_t(k) * kSample + mine - 1) / mine + 8;
-  return rank <= kSample / 2 ? rank : 0;
+  const int64_t rank = (2 * int64_t(k) * samples + mine - 1) / mine + 8;
+  return rank <= samples / 2 ? rank : 0;
 }
 
 // Whether a cluster's chunks of `chunk` keys are gathered uncut when they fit: where each is
@@ -171,27 +177,39 @@ __device__ __forceinline__ void AppendScores(const EntryBar& bar, const float (&
   }
 }
 
-// Every CTA's part: its source's exact top k into the buffer, then (first CTA) the row's.
+// The entry bar for `mine` keys from a strided sample of kPerThread * kThreads of them
+// (`key_at(i)`, i < mine): a key about 2k of them reach (kExcluded = 0 never does), or 1 (no
+// bar) where SampleRank takes none. All threads call it.
+template <int kPerThread, class KeyAt>
+__device__ __forceinline__ uint64_t SampledBar(Shared& sh, int64_t mine, int32_t k, KeyAt key_at) {
+  constexpr int kSamples = kPerThread * kThreads;
+  const int64_t rank = SampleRank(mine, k, kSamples);
+  if (rank == 0) return 1;
+  uint32_t key[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    key[j] = key_at((int64_t(threadIdx.x) + j * kThreads) * mine / kSamples);
+  }
+  RadixSelect(sh, int32_t(rank), 2, [&](auto add) {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) add(key[j]);
+  });
+  return sh.radix.all ? 1 : max(uint64_t(sh.radix.prefix), uint64_t(1));
+}
+
+// Streams the source's elements once, appending the keys at or above `first_bar` to the buffer
+// in position order (cut to its top k, with the bar raised, where a round would overflow it).
+// With `restream`, streams again with no bar where fewer than k entered past a sampled bar.
+// Returns the buffer's pairs: a superset of the streamed keys' exact top k, or (no restream,
+// fewer than k entered) every key at or above the bar.
 template <class Source>
-__device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, const Source& src,
-                                               uint32_t* keys, int32_t* pos,
-                                               const cg::cluster_group& cluster, int cl, int rank,
-                                               int64_t row, bool try_uncut) {
+__device__ __forceinline__ int32_t StreamPastBar(Shared& sh, const TopkArgs& a, const Source& src,
+                                                 uint32_t* keys, int32_t* pos, uint64_t first_bar,
+                                                 bool restream) {
   const int64_t mine = src.mine;
   const int32_t k = a.k;
-
-  // ---- the entry bar: keys >= bar enter the buffer (kExcluded = 0 never does)
-  uint64_t sampled_bar = 1;
-  if (const int64_t rank_wanted = SampleRank(mine, k)) {
-    const uint32_t key = src.KeyAt(a, int64_t(threadIdx.x) * mine / kSample);  // < mine
-    RadixSelect(sh, int32_t(rank_wanted), 2, [&](auto add) { add(key); });
-    if (!sh.radix.all) sampled_bar = max(uint64_t(sh.radix.prefix), uint64_t(1));
-  }
-  DSV41_STAMP(1);
-
-  // ---- stream the chunk once (again without a bar if the sampled one kept fewer than k)
   int32_t count = 0;
-  for (EntryBar bar = MakeBar(sampled_bar);; bar = MakeBar(1)) {
+  for (EntryBar bar = MakeBar(first_bar);; bar = MakeBar(1)) {
     count = 0;
     float v[kPer];
     src.Load(int64_t(threadIdx.x) * kPer, v);
@@ -215,8 +233,26 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
       count += round;
     }
     __syncthreads();
-    if (count >= k || bar.key <= 1) break;  // uniform
+    if (!restream || count >= k || bar.key <= 1) break;  // uniform
   }
+  return count;
+}
+
+// Every CTA's part: its source's exact top k into the buffer, then (first CTA) the row's.
+template <class Source>
+__device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, const Source& src,
+                                               uint32_t* keys, int32_t* pos,
+                                               const cg::cluster_group& cluster, int cl, int rank,
+                                               int64_t row, bool try_uncut) {
+  const int64_t mine = src.mine;
+  const int32_t k = a.k;
+
+  // ---- the entry bar (keys >= bar enter the buffer), then the chunk streamed once (again
+  // without a bar if the sampled one kept fewer than k)
+  const uint64_t sampled_bar =
+      SampledBar<1>(sh, mine, k, [&](int64_t i) { return src.KeyAt(a, i); });
+  DSV41_STAMP(1);
+  int32_t count = StreamPastBar(sh, a, src, keys, pos, sampled_bar, true);
   DSV41_STAMP(2);
 
   // ---- this chunk's top k, then the row's: the first CTA gathers the chunks' (chunk order).
@@ -316,9 +352,23 @@ struct RowChunkSource {
   }
   __device__ __forceinline__ int64_t Position(int64_t i) const { return r.lo + i; }
   __device__ __forceinline__ uint32_t KeyAt(const TopkArgs& a, int64_t i) const {
-    return topk::KeyOf(a, r, r.lo + i, topk::ToFloat(r.scores[r.lo + i]));
+    return RowKey(a, r.lo + i);
+  }
+  __device__ __forceinline__ uint32_t RowKey(const TopkArgs& a, int64_t p) const {  // p < r.len
+    return topk::KeyOf(a, r, p, topk::ToFloat(r.scores[p]));
   }
 };
+
+// Chunk `part` of `row` (chunks of `chunk` elements) as a RowChunkSource.
+template <class T, bool kBlocks>
+__device__ __forceinline__ RowChunkSource<T, kBlocks> ChunkOf(const TopkArgs& a, int64_t row,
+                                                              int64_t chunk, int part) {
+  RowChunkSource<T, kBlocks> src;
+  src.r = topk::RowChunk<T>(a, row, chunk, part);
+  src.mine = src.r.hi - src.r.lo;
+  src.aligned = topk::Aligned(src.r);
+  return src;
+}
 
 // The elements a CTA streams under a candidate mask: the positions of the row's candidate
 // blocks, ascending (`blocks`, built in shared memory), element e of the CTA's chunk at
@@ -414,23 +464,199 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
     SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, false);
   } else {
     const bool try_uncut = TryUncut(chunk, a.k, cl);
-    const auto select = [&](auto src) {
-      src.r = topk::RowChunk<T>(a, row, chunk, rank);
-      src.mine = src.r.hi - src.r.lo;
-      src.aligned = topk::Aligned(src.r);
-      SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, try_uncut);
-    };
     if (a.mode == TopkMode::kCandidateBlocks) {
-      select(RowChunkSource<T, true>{});
+      SelectRowChunk(sh, a, ChunkOf<T, true>(a, row, chunk, rank), keys, pos, cluster, cl, rank,
+                     row, try_uncut);
     } else {
-      select(RowChunkSource<T, false>{});
+      SelectRowChunk(sh, a, ChunkOf<T, false>(a, row, chunk, rank), keys, pos, cluster, cl, rank,
+                     row, try_uncut);
     }
   }
+}
+
+// ---- Split rows: a row over `parts` CTAs without a cluster, merged through global memory.
+// A cluster lives in one GPC, so few rows in clusters leave SMs idle (the H200 runs 15 clusters
+// of 8 CTAs at once: 8 rows stream on 64 of its 132 SMs). Split, every CTA of a row takes the
+// same row bar from the same strided sample of the whole row (about 2k of the row's keys reach
+// it), streams its chunk past it once and stores its pairs, in order, in its slot of the row's
+// workspace (cut to its top k where they overflow the slot). The merge kernel's first CTA of the
+// row gathers the slots in chunk order (so in position order) and cuts once: the union holds
+// every key at or above the bar, or a chunk's top k, a superset of the row's top k wherever at
+// least k keys reached the bar. Where fewer did, every CTA of the row streams its chunk again
+// with no bar to its exact top k, and the last to arrive gathers those.
+
+// A split row's workspace (kFilterSplitRowWords 32-bit words): the chunks' pair counts, their
+// counts after the restream, the row bar, the merge's arrival count, then the slots' keys and
+// positions (`slot` pairs a chunk).
+struct SplitRow {
+  static constexpr int kCounts = 0, kRestreamCounts = 16, kBar = 32, kArrived = 33, kSlots = 64;
+  static_assert(kSlots + 2 * kCap == kFilterSplitRowWords, "the workspace a row");
+  static_assert(kSplitMaxParts <= 16, "one count word a chunk");
+  uint32_t* words;
+  int64_t slot;
+  __device__ __forceinline__ uint32_t* Keys(int c) const { return words + kSlots + c * slot; }
+  __device__ __forceinline__ int32_t* Positions(int c) const {
+    return reinterpret_cast<int32_t*>(words + kSlots + kCap + c * slot);
+  }
+};
+
+__device__ __forceinline__ SplitRow SplitRowOf(const TopkArgs& a, int64_t row, int parts) {
+  return {a.workspace + row * kFilterSplitRowWords, kCap / parts};
+}
+
+// Stores the buffer's `count` pairs in chunk `part`'s slot, and their count at word
+// `counts + part`; first cut to the top k where they exceed `limit` (<= the slot, >= k). All
+// threads call it; each thread's stores are fenced (device scope) before it returns.
+__device__ __forceinline__ void StoreSlot(Shared& sh, const TopkArgs& a, uint32_t* keys,
+                                          int32_t* pos, int32_t count, int64_t limit,
+                                          const SplitRow& w, int part, int counts) {
+  if (count > limit) {  // uniform
+    CutToTopK(sh, keys, pos, count, a.k);
+    count = a.k;
+  }
+  uint32_t* slot_keys = w.Keys(part);
+  int32_t* slot_pos = w.Positions(part);
+  for (int32_t i = threadIdx.x; i < count; i += kThreads) {
+    slot_keys[i] = keys[i], slot_pos[i] = pos[i];
+  }
+  if (threadIdx.x == 0) w.words[counts + part] = uint32_t(count);
+  __threadfence();
+}
+
+// Gathers the row's `parts` slots (counts at word `counts`) into the buffer in chunk order
+// through L2 (other CTAs wrote them). Returns the pairs gathered. All threads call it.
+__device__ int32_t GatherSlots(Shared& sh, uint32_t* keys, int32_t* pos, const SplitRow& w,
+                               int parts, int counts) {
+  if (threadIdx.x < 32) {
+    const int c = int(threadIdx.x);
+    const int32_t n = c < parts ? int32_t(__ldcg(w.words + counts + c)) : 0;
+    const int32_t at = WarpInclusiveScan(n);
+    if (c < parts) sh.slot_at[c + 1] = at;
+    if (c == 0) sh.slot_at[0] = 0;
+  }
+  __syncthreads();
+  const int32_t total = sh.slot_at[parts];  // <= parts * slot <= kCap
+  for (int32_t i = threadIdx.x; i < total; i += kThreads) {
+    int c = 0;
+    while (sh.slot_at[c + 1] <= i) ++c;
+    const int64_t j = i - sh.slot_at[c];
+    keys[i] = __ldcg(w.Keys(c) + j), pos[i] = __ldcg(w.Positions(c) + j);
+  }
+  __syncthreads();
+  return total;
+}
+
+// Split rows, kernel 1: CTA `part` of the row streams its chunk past the row bar into its slot.
+template <class T, bool kBlocks>
+__device__ __forceinline__ void SplitChunk(Shared& sh, const TopkArgs& a, int64_t row,
+                                           int64_t chunk, int parts, int part, uint32_t* keys,
+                                           int32_t* pos) {
+  const RowChunkSource<T, kBlocks> src = ChunkOf<T, kBlocks>(a, row, chunk, part);
+  const uint64_t bar =
+      SampledBar<kRowSamplePer>(sh, src.r.len, a.k, [&](int64_t p) { return src.RowKey(a, p); });
+  DSV41_STAMP(1);
+  const int32_t count = StreamPastBar(sh, a, src, keys, pos, bar, false);
+  DSV41_STAMP(2);
+  const SplitRow w = SplitRowOf(a, row, parts);
+  StoreSlot(sh, a, keys, pos, count, w.slot, w, part, SplitRow::kCounts);
+  if (part == 0 && threadIdx.x == 0) {
+    w.words[SplitRow::kBar] = uint32_t(bar);  // a 32-bit key, or 1: no bar
+    w.words[SplitRow::kArrived] = 0;
+  }
+  DSV41_STAMP(3);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+    FilterSplitKernel(TopkArgs a, int64_t chunk, int parts) {
+  extern __shared__ uint32_t dyn[];
+  __shared__ Shared sh;
+  uint32_t* keys = dyn;
+  int32_t* pos = reinterpret_cast<int32_t*>(dyn + kCap);
+  const int64_t row = blockIdx.x / parts;
+  const int part = int(blockIdx.x % parts);
+  DSV41_STAMP(0);
+  if (a.mode == TopkMode::kCandidateBlocks) {
+    SplitChunk<T, true>(sh, a, row, chunk, parts, part, keys, pos);
+  } else {
+    SplitChunk<T, false>(sh, a, row, chunk, parts, part, keys, pos);
+  }
+}
+
+// Split rows, the shortfall: CTA `part` streams its chunk again with no bar to its exact top k
+// into its slot; returns whether it arrived last (then every chunk's restream is in L2).
+template <class T, bool kBlocks>
+__device__ __noinline__ bool RestreamChunk(Shared& sh, const TopkArgs& a, int64_t row,
+                                           int64_t chunk, int part, uint32_t* keys, int32_t* pos,
+                                           const SplitRow& w, int parts) {
+  const RowChunkSource<T, kBlocks> src = ChunkOf<T, kBlocks>(a, row, chunk, part);
+  const int32_t count = StreamPastBar(sh, a, src, keys, pos, 1, false);
+  StoreSlot(sh, a, keys, pos, count, a.k, w, part, SplitRow::kRestreamCounts);
+  __syncthreads();  // every thread's slot stores are fenced
+  if (threadIdx.x == 0) {
+    sh.last = atomicAdd(w.words + SplitRow::kArrived, 1u) == uint32_t(parts - 1);
+    __threadfence();
+  }
+  __syncthreads();
+  return sh.last != 0;
+}
+
+// Split rows, kernel 2: the row's first CTA gathers the slots and cuts; where fewer than k keys
+// reached a row bar, every CTA restreams and the last to arrive gathers.
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1)
+    FilterMergeKernel(TopkArgs a, int64_t chunk, int parts) {
+  extern __shared__ uint32_t dyn[];
+  __shared__ Shared sh;
+  uint32_t* keys = dyn;
+  int32_t* pos = reinterpret_cast<int32_t*>(dyn + kCap);
+  const int64_t row = blockIdx.x / parts;
+  const int part = int(blockIdx.x % parts);
+  const SplitRow w = SplitRowOf(a, row, parts);
+  DSV41_STAMP(7);
+  if (threadIdx.x < 32) {
+    const uint32_t n = threadIdx.x < unsigned(parts) ? __ldcg(w.words + threadIdx.x) : 0;
+    const uint32_t total = __reduce_add_sync(0xffffffffu, n);
+    if (threadIdx.x == 0) sh.total = int32_t(total);
+  }
+  __syncthreads();
+  int counts = SplitRow::kCounts;
+  if (sh.total < a.k && __ldcg(w.words + SplitRow::kBar) > 1) {  // uniform over the row
+    const bool last = a.mode == TopkMode::kCandidateBlocks
+                          ? RestreamChunk<T, true>(sh, a, row, chunk, part, keys, pos, w, parts)
+                          : RestreamChunk<T, false>(sh, a, row, chunk, part, keys, pos, w, parts);
+    if (!last) return;
+    counts = SplitRow::kRestreamCounts;
+  } else if (part != 0) {
+    return;
+  }
+  DSV41_STAMP(8);
+  int32_t count = GatherSlots(sh, keys, pos, w, parts, counts);
+  DSV41_STAMP(9);
+  if (count > a.k) {
+    CutToTopK(sh, keys, pos, count, a.k);
+    count = a.k;
+  }
+  int32_t* out = a.out + row * int64_t(a.k);
+  for (int32_t i = threadIdx.x; i < a.k; i += kThreads) out[i] = i < count ? pos[i] : -1;
+  DSV41_STAMP(10);
 }
 
 constexpr size_t kBufferSmem = size_t(2 * kCap) * sizeof(uint32_t);
 
 ClusterWaves g_waves[2];  // unmasked, masked rows; recorded by PrepareFilterTopk
+
+template <class T>
+cudaError_t LaunchSplit(const TopkArgs& args, int parts, cudaStream_t stream) {
+  int64_t chunk = (args.n + parts - 1) / parts;
+  chunk = (chunk + kPer - 1) / kPer * kPer;  // whole 8-score vectors: aligned rows stay aligned
+  const dim3 grid(unsigned(args.rows * parts)), block(kThreads);
+  const cudaError_t err =
+      LaunchKernel(FilterSplitKernel<T>, grid, block, kBufferSmem, stream, 0, args, chunk, parts);
+  if (err != cudaSuccess) return err;
+  return LaunchKernel(FilterMergeKernel<T>, grid, block, kBufferSmem, stream, 0, args, chunk,
+                      parts);
+}
 
 template <class T, bool kMasked>
 cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
@@ -443,6 +669,11 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
          elems / (2 * cl) >= kRound && 2 * cl * int64_t(args.k) <= kCap) {
     cl *= 2;
   }
+  if (!kMasked && args.workspace != nullptr &&
+      args.workspace_words >= args.rows * kFilterSplitRowWords) {
+    const int64_t parts = FilterSplitParts(args.rows, args.n, args.k, g_waves[0].Sms());
+    if (parts > cl) return LaunchSplit<T>(args, int(parts), stream);
+  }
   int64_t chunk = (elems + cl - 1) / cl;
   if (kMasked) chunk = (chunk + kPer - 1) / kPer * kPer;  // whole 8-position vectors
   return topk::LaunchRowClusters(FilterTopkKernel<T, kMasked>, args, chunk, cl, kThreads, smem,
@@ -451,11 +682,18 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
 
 }  // namespace
 
+int64_t FilterSplitParts(int64_t rows, int64_t n, int32_t k, int sms) {
+  if (rows < 1 || rows > kFilterSplitMaxRows || sms < 1 || k < 1) return 0;
+  const int64_t parts = std::min({int64_t(kSplitMaxParts), sms / rows, n / kRound, kCap / k});
+  return parts >= 2 ? parts : 0;
+}
+
 cudaError_t PrepareFilterTopk() {
-  const cudaError_t err =
-      SetMaxDynamicSmem(kBufferSmem + kFilterMaskSmem, FilterTopkKernel<float, false>,
-                        FilterTopkKernel<topk::Bf16, false>, FilterTopkKernel<float, true>,
-                        FilterTopkKernel<topk::Bf16, true>);
+  const cudaError_t err = SetMaxDynamicSmem(
+      kBufferSmem + kFilterMaskSmem, FilterTopkKernel<float, false>,
+      FilterTopkKernel<topk::Bf16, false>, FilterTopkKernel<float, true>,
+      FilterTopkKernel<topk::Bf16, true>, FilterSplitKernel<float>, FilterSplitKernel<topk::Bf16>,
+      FilterMergeKernel<float>, FilterMergeKernel<topk::Bf16>);
   // After the limit is raised (the occupancy calculator reads it); masked rows at their largest
   // mask.
   g_waves[0].Record(FilterTopkKernel<float, false>, kThreads, kBufferSmem, kMaxCluster);

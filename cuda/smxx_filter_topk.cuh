@@ -14,6 +14,17 @@ inline constexpr int64_t kFilterCapacity = 12288;
 // Largest k: the buffer holds the k kept pairs plus one whole round of 8192 new ones.
 inline constexpr int32_t kFilterMaxK = 4096;
 
+// Split rows (a row over CTAs without a cluster, merged through global memory): at most this many
+// unmasked rows, each with this many 32-bit words of TopkArgs::workspace.
+inline constexpr int64_t kFilterSplitMaxRows = 32;
+inline constexpr int64_t kFilterSplitRowWords = 64 + 2 * kFilterCapacity;
+
+// The CTAs each of `rows` unmasked rows of `n` scores takes split on a device of `sms` SMs (0:
+// not split): one CTA an SM, at most 16, a whole round of 8192 scores a chunk, and a chunk's slot
+// (kFilterCapacity / parts pairs) holding k. The launcher splits where that beats the CTAs a row
+// its clusters would take.
+int64_t FilterSplitParts(int64_t rows, int64_t n, int32_t k, int sms);
+
 // Shared memory a masked call may add to the buffer (candidate bitmap + ordered block list).
 inline constexpr int64_t kFilterMaskSmem = 100 * 1024;
 
@@ -23,8 +34,10 @@ int64_t FilterTopkMaskBytes(int64_t n, int32_t block_size, int64_t num_members);
 // One-time kernel attributes of the current device; call outside any stream capture.
 cudaError_t PrepareFilterTopk();
 // Same arguments and output as LaunchClusterTopk. With `members` (mode kPositions only) it reads
-// only the candidate blocks' scores. cudaErrorInvalidValue when k > kFilterMaxK or the mask
-// needs more than kFilterMaskSmem (the FFI handler rejects both first).
+// only the candidate blocks' scores. Without, at most kFilterSplitMaxRows rows and a workspace of
+// rows * kFilterSplitRowWords words, it may split each row over more CTAs than a cluster holds.
+// cudaErrorInvalidValue when k > kFilterMaxK or the mask needs more than kFilterMaskSmem (the FFI
+// handler rejects both first).
 cudaError_t LaunchFilterTopk(const TopkArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

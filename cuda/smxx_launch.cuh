@@ -113,6 +113,8 @@ class ClusterWaves {
     const int sms = sms_.Current();
     return sms == 0 || rows * cluster <= sms;
   }
+  // The SM count recorded (0: unknown).
+  int Sms() const { return sms_.Current(); }
 
  private:
   static int Log2(int cluster) {

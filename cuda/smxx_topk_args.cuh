@@ -27,6 +27,9 @@ struct TopkArgs {
   int32_t k, block_size;
   TopkMode mode;
   bool bf16;  // scores are bfloat16 (keys of their exact float32 values)
+  // Scratch global memory a select may use (the filter select's split rows), or nullptr.
+  uint32_t* workspace = nullptr;
+  int64_t workspace_words = 0;
 };
 
 }  // namespace dsv41

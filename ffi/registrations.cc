@@ -70,6 +70,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["sort_max_candidates"] = dsv41::kMaxSortCandidates;
   limits["filter_topk_max_k"] = dsv41::kFilterMaxK;
   limits["filter_topk_mask_smem"] = dsv41::kFilterMaskSmem;
+  limits["filter_split_max_rows"] = dsv41::kFilterSplitMaxRows;
+  limits["filter_split_row_words"] = dsv41::kFilterSplitRowWords;
   limits["short_topk_chunk"] = dsv41::kShortChunk;
   limits["short_topk_max_cluster"] = dsv41::kShortMaxCluster;
   limits["topk_mode_positions"] = static_cast<int32_t>(dsv41::TopkMode::kPositions);
@@ -108,6 +110,8 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   });
   // Shared memory a masked filter top-k needs beyond its buffer (declined above the limit).
   m.def("filter_topk_mask_bytes", &dsv41::FilterTopkMaskBytes);
+  // CTAs a row of the filter select's split rows on a device of `sms` SMs (0: not split).
+  m.def("filter_split_parts", &dsv41::FilterSplitParts);
   // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
   m.def("sm100_sparse_workspace_bytes", [](int64_t rows) {
     return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),

@@ -1,9 +1,9 @@
 // dsv41_cluster_topk <-> ClusterTopkFFI <-> dsv41_jax.topk("ffi"), select_candidate_blocks("ffi")
 // dsv41_filter_topk  <-> FilterTopkFFI  <-> dsv41_jax.topk.ffi.cuda_topk(algorithm="filter")
 // dsv41_short_topk   <-> ShortTopkFFI   <-> dsv41_jax.topk.ffi.cuda_topk(algorithm="short")
-// Same operands, attributes and output; the filter-first kernel takes k <= kFilterMaxK and a
-// candidate mask whose bitmap and block list fit kFilterMaskSmem, the short-row kernel rows of
-// at most kShortMaxCluster * kShortChunk scores.
+// Same operands, attributes and output (the filter select adds a second result, its workspace);
+// the filter-first kernel takes k <= kFilterMaxK and a candidate mask whose bitmap and block list
+// fit kFilterMaskSmem, the short-row kernel rows of at most kShortMaxCluster * kShortChunk scores.
 #include "topk.h"
 
 #include "smxx_filter_topk.cuh"
@@ -48,11 +48,12 @@ cudaError_t LaunchTopk(Select select, const TopkArgs& args, cudaStream_t stream)
   return cudaErrorInvalidValue;
 }
 
+// `workspace`: the filter select's scratch words (its split rows), or nullptr.
 template <Select kSelect>
-static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
-                           Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
-                           int32_t k, int32_t block_size, int32_t mode, bool has_starts,
-                           bool has_members) {
+static ffi::Error RunTopk(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
+                          Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
+                          int32_t k, int32_t block_size, int32_t mode, bool has_starts,
+                          bool has_members, uint32_t* workspace, int64_t workspace_words) {
   constexpr const char* kOp = kSelect == Select::kFilter  ? "dsv41_filter_topk"
                               : kSelect == Select::kShort ? "dsv41_short_topk"
                                                           : "dsv41_cluster_topk";
@@ -73,42 +74,71 @@ static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ff
       e.failure()) {
     return e;
   }
-  const TopkArgs args{scores.untyped_data(),
-                      lens.typed_data(),
-                      has_starts ? starts.typed_data() : nullptr,
-                      has_members ? members.typed_data() : nullptr,
-                      out->typed_data(),
-                      rows,
-                      sd[1],
-                      has_members ? md[1] : 0,
-                      k,
-                      block_size,
-                      static_cast<TopkMode>(mode),
-                      bf16};
+  TopkArgs args{scores.untyped_data(),
+                lens.typed_data(),
+                has_starts ? starts.typed_data() : nullptr,
+                has_members ? members.typed_data() : nullptr,
+                out->typed_data(),
+                rows,
+                sd[1],
+                has_members ? md[1] : 0,
+                k,
+                block_size,
+                static_cast<TopkMode>(mode),
+                bf16};
+  args.workspace = workspace;
+  args.workspace_words = workspace_words;
   return CudaStatus(kOp, LaunchTopk(kSelect, args, stream));
 }
 
-#define DSV41_TOPK_BINDING                                                   \
+template <Select kSelect>
+static ffi::Error TopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
+                           Buffer<ffi::S32> starts, Buffer<ffi::S32> members, Result<ffi::S32> out,
+                           int32_t k, int32_t block_size, int32_t mode, bool has_starts,
+                           bool has_members) {
+  return RunTopk<kSelect>(stream, scores, lens, starts, members, out, k, block_size, mode,
+                          has_starts, has_members, nullptr, 0);
+}
+
+// The filter select's second result is its workspace: kFilterSplitRowWords a row where the rows
+// may be split (dsv41_jax.topk.ffi.cuda_topk), else one word.
+static ffi::Error FilterTopkImpl(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi::S32> lens,
+                                 Buffer<ffi::S32> starts, Buffer<ffi::S32> members,
+                                 Result<ffi::S32> out, Result<ffi::U32> workspace, int32_t k,
+                                 int32_t block_size, int32_t mode, bool has_starts,
+                                 bool has_members) {
+  return RunTopk<Select::kFilter>(stream, scores, lens, starts, members, out, k, block_size, mode,
+                                  has_starts, has_members, workspace->typed_data(),
+                                  int64_t(workspace->element_count()));
+}
+
+#define DSV41_TOPK_OPERANDS                                                  \
   ffi::Ffi::Bind()                                                           \
       .Ctx<Stream>()                                                         \
       .Arg<ffi::AnyBuffer>()   /* scores [rows, n] float32 or bfloat16 */    \
       .Arg<Buffer<ffi::S32>>() /* lens [rows] */                             \
       .Arg<Buffer<ffi::S32>>() /* starts [rows] (read if has_starts) */      \
       .Arg<Buffer<ffi::S32>>() /* members [rows, m] (read if has_members) */ \
-      .Ret<Buffer<ffi::S32>>() /* out [rows, k] */                           \
-      .Attr<int32_t>("k")                                                    \
-      .Attr<int32_t>("block_size")                                           \
-      .Attr<int32_t>("mode")                                                 \
-      .Attr<bool>("has_starts")                                              \
+      .Ret<Buffer<ffi::S32>>() /* out [rows, k] */
+#define DSV41_TOPK_ATTRS           \
+  .Attr<int32_t>("k")              \
+      .Attr<int32_t>("block_size") \
+      .Attr<int32_t>("mode")       \
+      .Attr<bool>("has_starts")    \
       .Attr<bool>("has_members")
+#define DSV41_TOPK_BINDING DSV41_TOPK_OPERANDS DSV41_TOPK_ATTRS
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ClusterTopkFFI, TopkImpl<Select::kCluster>, DSV41_TOPK_BINDING,
                               kCmdBuffer);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, TopkImpl<Select::kFilter>, DSV41_TOPK_BINDING,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FilterTopkFFI, FilterTopkImpl,
+                              DSV41_TOPK_OPERANDS.Ret<Buffer<ffi::U32>>() /* workspace */
+                              DSV41_TOPK_ATTRS,
                               kCmdBuffer);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(ShortTopkFFI, TopkImpl<Select::kShort>, DSV41_TOPK_BINDING,
                               kCmdBuffer);
 
 #undef DSV41_TOPK_BINDING
+#undef DSV41_TOPK_ATTRS
+#undef DSV41_TOPK_OPERANDS
 
 }  // namespace dsv41

@@ -64,9 +64,10 @@ def topk():
 
 
 def forced(algorithm):
-    """One CUDA select forced ("filter": a cluster row with a sampled bar, cuts and the gather;
-    "short": a row over a cluster of 8 CTAs), on bf16 rows, ragged starts, the candidate-block
-    mode and a messy candidate mask."""
+    """One CUDA select forced ("filter": split rows, a row-bar shortfall's restream and its
+    last-arriver merge, and rows in clusters with a sampled bar, cuts and the gather; "short": a
+    row over a cluster of 8 CTAs), on bf16 rows, ragged starts, the candidate-block mode and a
+    messy candidate mask."""
     from dsv41_jax.topk import ffi as topk_ffi
 
     long = jnp.asarray(rng.standard_normal((2, 1 << 17)).astype(np.float32))
@@ -85,7 +86,27 @@ def forced(algorithm):
     )
     members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))  # messy on purpose
     masked = topk_ffi.cuda_topk(scores, top_lens, 512, None, members, 8, "positions", algorithm)
-    return int(out.sum() + half.sum() + ragged.sum() + blocks.sum() + masked.sum())
+    total = int(out.sum() + half.sum() + ragged.sum() + blocks.sum() + masked.sum())
+    if algorithm == "filter":
+        # Fewer than k large keys, all where the row bar's sample looks: every chunk streams
+        # again and the last to arrive merges. Then the same rows kept in clusters.
+        trap = np.full((2, 1 << 17), -5.0, np.float32)
+        trap[:, np.arange(0, 1 << 17, 32)[:400]] = 3.0
+        for split in (True, False):
+            total += int(
+                topk_ffi.cuda_topk(
+                    jnp.asarray(trap),
+                    jnp.array([1 << 17, 99999]),
+                    512,
+                    None,
+                    None,
+                    8,
+                    "positions",
+                    "filter",
+                    split,
+                ).sum()
+            )
+    return total
 
 
 def topc():

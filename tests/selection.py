@@ -6,8 +6,8 @@ each op has one test file parametrised over all of them:
   (`dsv41_jax._simt`: bounds, initialisation and race checks);
 - emulated-cluster / emulated-filter / emulated-short: the CUDA kernels' own source on the CPU
   (tests/simt/; also the on-chip select of the SM90 sparse consumer, `emulate_onchip`);
-- ffi (the public dispatch) / ffi-cluster / ffi-filter / ffi-short / pallas: the kernels on the
-  GPU (device machine; marked `gpu`).
+- ffi (the public dispatch) / ffi-cluster / ffi-filter / ffi-filter-clusters (no split rows) /
+  ffi-short / pallas: the kernels on the GPU (device machine; marked `gpu`).
 
 An implementation declares what it takes (size budget, tile multiple, ragged starts, candidate
 mask, dtype), and `params` yields only the (implementation, case) pairs it can run, so nothing
@@ -104,6 +104,7 @@ IMPLS = {
         Impl("ffi", True, 1 << 23, dtypes=BF16),
         Impl("ffi-cluster", True, 1 << 23, dtypes=BF16),
         Impl("ffi-filter", True, 1 << 23, dtypes=BF16, max_k=4096),
+        Impl("ffi-filter-clusters", True, 1 << 23, dtypes=BF16, max_k=4096),
         Impl("ffi-short", True, 1 << 23, dtypes=BF16, max_n=SHORT_MAX_N),
         Impl("pallas", True, 1 << 23, starts=False, dtypes=BF16, **PALLAS_LIMITS),
     )
@@ -409,7 +410,14 @@ def onchip_reference(scores, lens, k, blocks, block_size=8) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------- the runners
-FORCED = {"ffi-cluster": "cluster", "ffi-filter": "filter", "ffi-short": "short"}
+# One CUDA select forced: (algorithm, split). ffi-filter-clusters keeps the filter select's rows
+# in clusters where it would split them.
+FORCED = {
+    "ffi-cluster": ("cluster", True),
+    "ffi-filter": ("filter", True),
+    "ffi-filter-clusters": ("filter", False),
+    "ffi-short": ("short", True),
+}
 
 
 def _device_run(fn, *args):
@@ -435,10 +443,10 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
         assert not (got == UNWRITTEN).any(), "an output element was never written"
         return got
     if impl.name in FORCED:  # one CUDA select, whatever the dispatch would pick
-        algorithm = FORCED[impl.name]
+        algorithm, split = FORCED[impl.name]
         return _device_run(
             lambda s, n, st, c: topk_ffi.cuda_topk(
-                s, n, k, st, c, block_size, "positions", algorithm
+                s, n, k, st, c, block_size, "positions", algorithm, split
             ),
             s,
             n,
@@ -471,7 +479,7 @@ def run_candidate_blocks(impl: Impl, request, block_scores, lens, c, block_size=
     if impl.name in FORCED:
         return _device_run(
             lambda b, n: topk_ffi.cuda_topk(
-                b, n, c, None, None, block_size, "candidate_blocks", FORCED[impl.name]
+                b, n, c, None, None, block_size, "candidate_blocks", *FORCED[impl.name]
             ),
             bs,
             n,

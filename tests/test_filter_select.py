@@ -72,7 +72,7 @@ def test_filter_paths_equal_the_oracle(simt_topk, rng):
 
 # (what, the text of the source, its replacement): each breaks one path.
 MUTANTS = [
-    ("never-streamed-again", "if (count >= k || bar.key <= 1) break;", "break;"),
+    ("never-streamed-again", "if (!restream || count >= k || bar.key <= 1) break;", "break;"),
     ("ties-at-the-bar-not-counted", "n += s[j] >= bar.score;", "n += s[j] > bar.score;"),
     ("buffer-overrun", "if (count + round > kCap) {", "if (count + round > kCap + kRound) {"),
     ("a-peer-not-gathered", "if (rank != 0) {  // each peer", "if (rank > 1) {  // each peer"),

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import oracle
 import pytest
+from factories import POISON, poison_device_memory, signed_zero_scores
 from factories import scores as make_scores
-from factories import signed_zero_scores
 from selection import (
     IMPLS,
     Case,
@@ -295,7 +295,7 @@ def test_filter_sampled_bar_too_high_streams_again(request, impl):
 
 @pytest.mark.parametrize(
     "impl",
-    impl_params(Case(1, 60000, 512), ["emulated-filter", "ffi-filter"]),
+    impl_params(Case(1, 60000, 512), ["emulated-filter", "ffi-filter", "ffi-filter-clusters"]),
 )
 def test_filter_chunks_gathered_uncut_only_where_they_fit(request, rng, impl):
     """Rows of 4 chunks of 15000 whose sampled bars each let a plateau of ties through: 4 x 2000
@@ -316,7 +316,10 @@ def test_filter_chunks_gathered_uncut_only_where_they_fit(request, rng, impl):
 
 
 @pytest.mark.parametrize(
-    "impl", impl_params(Case(4, 60000, 4096), ["emulated-filter", "ffi-filter", "ffi"])
+    "impl",
+    impl_params(
+        Case(4, 60000, 4096), ["emulated-filter", "ffi-filter", "ffi-filter-clusters", "ffi"]
+    ),
 )
 def test_filter_bars_on_signed_zeros_and_denormals(request, rng, impl):
     """Scores at and around +-0 (denormals, +0 and -0, NaN, -inf): the filter select compares
@@ -329,6 +332,70 @@ def test_filter_bars_on_signed_zeros_and_denormals(request, rng, impl):
         got = run_topk(impl, request, s, lens, k)
         want = reference({"scores": s, "lens": lens}, k)
         np.testing.assert_array_equal(got, want, err_msg=f"k={k}")
+
+
+def _split_rows(rng, n: int, k: int, dtype) -> np.ndarray:
+    """8 rows for the split filter select: spread, ascending (the last chunk overflows its slot),
+    large keys only at the row sample's positions, fewer than k (every chunk streamed again), ties
+    at the k-th key, a plateau of ties in every chunk, NaN and -inf runs, all equal, bf16 ties."""
+    rows = rng.standard_normal((8, n)).astype(np.float32)
+    rows[1] = np.sort(rows[1])
+    rows[2] = -5.0
+    rows[2, rng.choice(np.arange(4096) * n // 4096, k * 4 // 5, replace=False)] = 3.0
+    rows[3, rng.choice(n, 3 * k, replace=False)] = 9.0
+    rows[4] = rows[4] * 0.1 - 2.0
+    rows[4, rng.choice(n, 3500 * 16, replace=False)] = 1.0
+    rows[5, rng.choice(n, n // 2, replace=False)] = np.nan
+    rows[5, rng.choice(n, n // 4, replace=False)] = -np.inf
+    rows[6] = 0.5
+    rows[7] = np.round(rows[7] * 4) / 4  # few distinct values: ties everywhere
+    return rows.astype(dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [512, 2048])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_filter_split_rows(request, rng, k, dtype):
+    """[8, 128K] through the filter select's split rows (each row over more CTAs than a cluster
+    holds, merged through its workspace) equals the reference; the workspace, read after
+    poisoned memory, shows the split path ran: the spread row's bar and its first chunk's count
+    written, its merge's arrival count zeroed, and every chunk of the row-sample row arrived
+    after streaming again."""
+    from dsv41_jax import _ext
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    n = 131072
+    s = _split_rows(rng, n, k, jnp.dtype(dtype))
+    lens = np.full(8, n, np.int32)
+    lens[0] -= 1234
+    got = run_topk(IMPLS["ffi-filter"], request, s, lens, k)
+    np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, k))
+
+    words = _ext.limit("filter_split_row_words")
+    poison_device_memory()
+    _, workspace = jax.jit(
+        lambda s, n: jax.ffi.ffi_call(
+            topk_ffi.FILTER_TOPK,
+            (
+                jax.ShapeDtypeStruct((8, k), jnp.int32),
+                jax.ShapeDtypeStruct((8 * words,), jnp.uint32),
+            ),
+        )(
+            s,
+            n,
+            jnp.zeros((8,), jnp.int32),
+            jnp.zeros((8, 1), jnp.int32),
+            k=np.int32(k),
+            block_size=np.int32(8),
+            mode=np.int32(0),
+            has_starts=False,
+            has_members=False,
+        )
+    )(jnp.asarray(s), jnp.asarray(lens))
+    w = np.asarray(workspace).reshape(8, words)
+    assert 0 < w[0, 0] < 12288 and 1 < w[0, 32] != POISON, "the split path did not run"
+    assert w[0, 33] == 0, "the merge's arrival count was not zeroed"
+    assert 2 <= w[2, 33] <= 16, "the row-sample row was not streamed again in every chunk"
 
 
 @pytest.mark.parametrize("impl", impl_params(Case(5, 999, 64)))

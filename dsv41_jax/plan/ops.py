@@ -297,13 +297,16 @@ def select_declines(select: str, spec: Spec, device: Device) -> str | None:
 
 
 def cuda_select(
-    spec: Spec, device: Device, topk_algorithm: str | None = None
+    spec: Spec, device: Device, topk_algorithm: str | None = None, split: bool = True
 ) -> tuple[str | None, str]:
     """(select, reason): the CUDA select for a call, by the H200 figures (BENCHMARKS.md, top-k
     rows): the short-row select wherever its cluster holds the row and every row's cluster runs
-    at once (one CTA a row: always), else the filter-first select, else (k past its limit, a
-    mask too large for its shared memory) the cluster radix select. A forced `topk_algorithm`
-    runs wherever it takes the call. None where the device has no CUDA select."""
+    at once (one CTA a row: always), unless the filter select's split rows take at least twice
+    its CTAs a row; else the filter-first select, else (k past its limit, a mask too large for
+    its shared memory) the cluster radix select. `split`: whether the caller gives the filter
+    select the split rows' workspace (`cuda_topk` does, the fused layers do not). A forced
+    `topk_algorithm` runs wherever it takes the call. None where the device has no CUDA
+    select."""
     why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
@@ -312,13 +315,13 @@ def cuda_select(
         forced_why = select_declines(topk_algorithm, spec, device)
         if forced_why is None:
             return topk_algorithm, f"topk_algorithm={topk_algorithm!r}, as asked"
-    select, reason = _policy(spec, device)
+    select, reason = _policy(spec, device, split)
     if forced_why is not None:
         reason += f"; topk_algorithm={topk_algorithm!r} declines: {forced_why}"
     return select, reason
 
 
-def _policy(spec: Spec, device: Device) -> tuple[str, str]:
+def _policy(spec: Spec, device: Device, split: bool) -> tuple[str, str]:
     rows, n = spec.rows, spec.columns
     chunk, widest = device.limit("short_topk_chunk"), short_max_n(device)
     ctas = max(-(-n // chunk), 1)
@@ -327,6 +330,11 @@ def _policy(spec: Spec, device: Device) -> tuple[str, str]:
     elif ctas == 1:
         return "short", f"the short-row select: one CTA holds a row of {n} scores (<= {chunk})"
     elif rows <= (at_once := device.clusters_at_once(ctas)):
+        if split and (parts := _filter_split_parts(spec, device)) >= 2 * ctas:
+            return "filter", (
+                f"the filter-first select's split rows: {parts} CTAs a row without clusters, "
+                f"twice or more the short-row select's clusters of {ctas}"
+            )
         return "short", (
             f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run at once "
             f"({at_once} do on this device)"
@@ -340,6 +348,15 @@ def _policy(spec: Spec, device: Device) -> tuple[str, str]:
         f"the cluster radix select: short declines ({why_not_short}), filter declines "
         f"({why_not_filter})"
     )
+
+
+def _filter_split_parts(spec: Spec, device: Device) -> int:
+    """The CTAs a row the filter select's split rows take for `spec` (0: no split; the
+    extension's own rule, `FilterSplitParts`)."""
+    if spec.mask_blocks is not None or select_declines("filter", spec, device):
+        return 0
+    ext = _ext.extension()
+    return int(ext.filter_split_parts(spec.rows, spec.columns, spec.k, device.sm_count))
 
 
 def sparse_select(
@@ -365,7 +382,7 @@ def sparse_select(
     if columns <= widest and topk_algorithm in (None, ONCHIP):
         return ONCHIP, f"the on-chip select: one CTA holds a sparse row of {columns} (<= {widest})"
     spec = Spec("topk", rows, columns, "float32", k, block_size=block_size)
-    select, reason = cuda_select(spec, device, topk_algorithm)
+    select, reason = cuda_select(spec, device, topk_algorithm, split=False)
     if columns > widest:
         reason = f"sparse rows of {columns} columns (> {widest}, on chip): {reason}"
     return select, reason

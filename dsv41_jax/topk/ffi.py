@@ -41,7 +41,7 @@ ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOP
 
 
 def cuda_topk(
-    scores, lengths, k, starts, members, block_size, mode, algorithm="cluster"
+    scores, lengths, k, starts, members, block_size, mode, algorithm="cluster", split=True
 ) -> jax.Array:
     """The CUDA exact select over float32 or bfloat16 scores: ascending output, -1 padded. `mode`
     is "positions" (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest
@@ -50,7 +50,12 @@ def cuda_topk(
     cuda/smxx_filter_topk.cu: k up to LIMITS["filter_topk_max_k"]; with a candidate mask it
     reads only the candidate blocks' scores) or "short" (keys in registers,
     cuda/smxx_short_topk.cu: rows of at most `plan.short_max_n` scores). Which one the public
-    ops run is the plan's decision (`dsv41_jax.plan.cuda_select`)."""
+    ops run is the plan's decision (`dsv41_jax.plan.cuda_select`).
+
+    The filter select may split each of at most LIMITS["filter_split_max_rows"] unmasked rows
+    over more CTAs than a cluster holds ("split rows", docs/topk.md), merging through a
+    workspace this call allocates (LIMITS["filter_split_row_words"] 32-bit words a row, a
+    second result of the custom call); `split=False` keeps every row in one cluster."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
@@ -67,8 +72,12 @@ def cuda_topk(
         members = jnp.zeros((rows, 1), jnp.int32)
     if members.shape[1] == 0:  # an empty candidate table: no position qualifies
         return jnp.full((rows, k), -1, jnp.int32)
-    out = jax.ShapeDtypeStruct((rows, k), jnp.int32)
-    return jax.ffi.ffi_call(target, out, vmap_method="sequential")(
+    results = [jax.ShapeDtypeStruct((rows, k), jnp.int32)]
+    if algorithm == "filter":  # the workspace: one word where no row may be split
+        splits = split and not has_members and rows <= _ext.limit("filter_split_max_rows")
+        words = rows * _ext.limit("filter_split_row_words") if splits else 1
+        results.append(jax.ShapeDtypeStruct((words,), jnp.uint32))
+    selected = jax.ffi.ffi_call(target, results, vmap_method="sequential")(
         scores,
         _checks.int32(lengths),
         (jnp.zeros((rows,), jnp.int32) if starts is None else _checks.int32(starts)),
@@ -79,6 +88,7 @@ def cuda_topk(
         has_starts=starts is not None,
         has_members=has_members,
     )
+    return selected[0]
 
 
 def supports(spec: Spec, device, select: str | None) -> str | None:

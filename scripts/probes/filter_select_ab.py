@@ -7,9 +7,10 @@ runs; masked rows of 2048 candidate blocks of 8).
     python scripts/probes/filter_select_ab.py TAG "[64, 128K]" --full    # some shapes, whole rows
     python scripts/probes/filter_select_ab.py TAG --rows 16:131072:512   # other shapes (rows:n:k)
     python scripts/probes/filter_select_ab.py TAG --select cluster --rows 16:131072:5000
+    python scripts/probes/filter_select_ab.py TAG --no-split   # the filter's rows in clusters
 
 Prints `TIME TAG what shape k us` and `SAME` / `DIFF` lines (`what` names the select when it is
-not the filter)."""
+not the filter, and "clusters" with --no-split)."""
 
 import sys
 
@@ -24,6 +25,8 @@ from dsv41_jax.topk import ffi as topk_ffi
 
 tag, args = sys.argv[1], sys.argv[2:]
 select = "filter"
+split = "--no-split" not in args
+args = [a for a in args if a != "--no-split"]
 if "--select" in args:
     at = args.index("--select")
     select, args = args[at + 1], args[:at] + args[at + 2 :]
@@ -65,7 +68,7 @@ for kind, rows, n, k, dtype in CASES:
     sets = [(scores(), lens) for _ in range(3)]
 
     def fn(s, ln, algorithm=select, blocks=blocks, k=k):
-        return topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", algorithm)
+        return topk_ffi.cuda_topk(s, ln, k, None, blocks, 8, "positions", algorithm, split)
 
     got = np.asarray(jax.jit(fn)(*sets[0]))
     t = jax_time_us(fn, sets, calls=40)
@@ -76,6 +79,7 @@ for kind, rows, n, k, dtype in CASES:
             )
         )(*sets[0])
     )
-    dt = ("" if select == "filter" else f"{select} ") + ("bf16 " if dtype == jnp.bfloat16 else "")
+    dt = ("" if select == "filter" else f"{select} ") + ("" if split else "clusters ")
+    dt += "bf16 " if dtype == jnp.bfloat16 else ""
     print(f"TIME {tag} {dt}{kind} {shape} k={k} {t:.2f}", flush=True)
     print(f"{'SAME' if np.array_equal(got, want) else 'DIFF'} {tag} {dt}{kind} {shape} k={k}")

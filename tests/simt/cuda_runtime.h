@@ -37,6 +37,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __launch_bounds__(...)
 #define __shared__ thread_local
 
@@ -87,16 +88,17 @@ template <class F>
 cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) {
   return cudaSuccess;
 }
-// One device 0 whose attributes are unknown: a launcher that reads one (an SM count) takes
-// its no-limit fallback here.
+// One device 0 whose SM count is unknown (a launcher that reads it takes its fallback here)
+// unless a run sets emu_sm_count.
 inline cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
+inline int emu_sm_count = 0;
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
-  *value = 0;
-  return cudaErrorInvalidValue;
+  *value = emu_sm_count;
+  return emu_sm_count > 0 ? cudaSuccess : cudaErrorInvalidValue;
 }
 enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
 struct cudaLaunchAttributeValue {
@@ -359,6 +361,14 @@ T atomicAdd(T* p, T v) {
 template <class T>
 T atomicOr(T* p, T v) {
   return std::atomic_ref<T>(*p).fetch_or(v);
+}
+
+// The CTAs of a launch without clusters run one after another: their global stores are seen by
+// every later one.
+inline void __threadfence() {}
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
 }
 
 // No occupancy model on the CPU.

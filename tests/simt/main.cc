@@ -1,5 +1,7 @@
 // Runs one launcher of the project's kernels on a case file written by tests/selection.py:
 //   kernels_emu filter|cluster|short CASE OUT (the top-k selects; format below)
+//   kernels_emu filter:S CASE OUT          (the filter select on S SMs with a split-rows
+//                                           workspace, poisoned: its split rows where they apply)
 //   kernels_emu onchip:CL CASE OUT         (the on-chip select, clusters of CL; at RunOnChip)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
 //   kernels_emu l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
@@ -231,20 +233,28 @@ int main(int argc, char** argv) {
   std::fclose(f);
   std::vector<int32_t> out(rows * k, 0x7eadbeef);
   const void* data = bf16 ? static_cast<const void*>(scores16.data()) : scores.data();
-  const dsv41::TopkArgs args{data,
-                             lens.data(),
-                             h[5] ? starts.data() : nullptr,
-                             h[6] ? members.data() : nullptr,
-                             out.data(),
-                             rows,
-                             n,
-                             h[6] ? m : 0,
-                             int32_t(k),
-                             int32_t(h[3]),
-                             static_cast<dsv41::TopkMode>(h[4]),
-                             bf16};
+  dsv41::TopkArgs args{data,
+                       lens.data(),
+                       h[5] ? starts.data() : nullptr,
+                       h[6] ? members.data() : nullptr,
+                       out.data(),
+                       rows,
+                       n,
+                       h[6] ? m : 0,
+                       int32_t(k),
+                       int32_t(h[3]),
+                       static_cast<dsv41::TopkMode>(h[4]),
+                       bf16};
   cudaError_t err = cudaErrorInvalidValue;
-  if (which == "filter") {
+  std::vector<uint32_t> workspace;
+  if (which.rfind("filter:", 0) == 0) {  // an SM count the launcher reads, then a workspace
+    emu_sm_count = std::atoi(which.c_str() + 7);
+    if (dsv41::PrepareFilterTopk() != cudaSuccess) return 2;
+    workspace.assign(size_t(rows * dsv41::kFilterSplitRowWords), 0xA5A5A5A5u);
+    args.workspace = workspace.data();
+    args.workspace_words = int64_t(workspace.size());
+  }
+  if (which.rfind("filter", 0) == 0) {
     GuardSharedMemory(dsv41::FilterTopkSharedMemory);
     err = dsv41::LaunchFilterTopk(args, nullptr);
   } else if (which == "short") {
