@@ -72,13 +72,18 @@ def _forced_selects(
     timer: Timer, op, shape, floor, sets, *, k, masked, block_size, mode, want
 ) -> list[Row]:
     """Rows "ffi <select>" for every CUDA select that takes the call (sets: (scores, lens) or,
-    `masked`, (scores, lens, blocks)), each checked against `want` (the reference's result on
+    `masked`, (scores, lens, blocks)), and "ffi filter clusters" (no split rows) where the
+    filter select may split them, each checked against `want` (the reference's result on
     sets[0])."""
+    from dsv41_jax import _ext
     from dsv41_jax.plan import Spec, device_record, select_declines
     from dsv41_jax.topk import ffi as topk_ffi
 
     rows = []
-    for algorithm in topk_ffi.ALGORITHMS:
+    variants = [(algorithm, True) for algorithm in topk_ffi.ALGORITHMS]
+    if not masked and len(sets[0][0]) <= _ext.limit("filter_split_max_rows"):
+        variants.append(("filter", False))
+    for algorithm, split in variants:
         members = sets[0][2] if masked else None
         spec_op = "select_candidate_blocks" if mode == "candidate_blocks" else "topk"
         spec = Spec.of(
@@ -87,7 +92,7 @@ def _forced_selects(
         if select_declines(algorithm, spec, device_record()):
             continue
 
-        def forced(s, lens, blocks=None, a=algorithm):
+        def forced(s, lens, blocks=None, a=algorithm, split=split):
             return topk_ffi.cuda_topk(
                 s,
                 lens,
@@ -97,10 +102,12 @@ def _forced_selects(
                 block_size=block_size,
                 mode=mode,
                 algorithm=a,
+                split=split,
             )
 
-        t = timer.jax_us(forced, sets, want=want, what=f"{op} {shape} ffi {algorithm}")
-        rows.append(Row(op, shape, f"ffi {algorithm}", t, floor))
+        name = f"ffi {algorithm}" + ("" if split else " clusters")
+        t = timer.jax_us(forced, sets, want=want, what=f"{op} {shape} {name}")
+        rows.append(Row(op, shape, name, t, floor))
     return rows
 
 
