@@ -64,28 +64,30 @@ def topk():
 
 
 def forced(algorithm):
-    """One CUDA select forced ("filter": split rows, a row-bar shortfall's restream and its
-    last-arriver merge, and rows in clusters with a sampled bar, cuts and the gather; "short": a
-    row over a cluster of 8 CTAs), on bf16 rows, ragged starts, the candidate-block mode and a
-    messy candidate mask."""
+    """One CUDA select forced, split rows asked for ("filter": split rows, a row-bar shortfall's
+    restream and its last-arriver merge, and rows in clusters with a sampled bar, cuts and the
+    gather; "short": a row over a cluster of 8 CTAs), on bf16 rows, ragged starts, the
+    candidate-block mode and a messy candidate mask."""
     from dsv41_jax.topk import ffi as topk_ffi
 
     long = jnp.asarray(rng.standard_normal((2, 1 << 17)).astype(np.float32))
     out = topk_ffi.cuda_topk(
-        long, jnp.array([1 << 17, 5000]), 2048, None, None, 8, "positions", algorithm
+        long, jnp.array([1 << 17, 5000]), 2048, None, None, 8, "positions", algorithm, True
     )
     half = topk_ffi.cuda_topk(
-        scores.astype(jnp.bfloat16), top_lens, 512, None, None, 8, "positions", algorithm
+        scores.astype(jnp.bfloat16), top_lens, 512, None, None, 8, "positions", algorithm, True
     )
     starts = jnp.array([0, 3, 69999], jnp.int32)
     ragged = topk_ffi.cuda_topk(
-        scores, jnp.array([5, 60000, 1]), 512, starts, None, 8, "positions", algorithm
+        scores, jnp.array([5, 60000, 1]), 512, starts, None, 8, "positions", algorithm, True
     )
     blocks = topk_ffi.cuda_topk(
-        scores[:, :16384], top_lens, 2048, None, None, 8, "candidate_blocks", algorithm
+        scores[:, :16384], top_lens, 2048, None, None, 8, "candidate_blocks", algorithm, True
     )
     members = jnp.asarray(rng.integers(-1, 9000, (3, 64)).astype(np.int32))  # messy on purpose
-    masked = topk_ffi.cuda_topk(scores, top_lens, 512, None, members, 8, "positions", algorithm)
+    masked = topk_ffi.cuda_topk(
+        scores, top_lens, 512, None, members, 8, "positions", algorithm, True
+    )
     total = int(out.sum() + half.sum() + ragged.sum() + blocks.sum() + masked.sum())
     if algorithm == "filter":
         # Fewer than k large keys, all where the row bar's sample looks: every chunk streams

@@ -239,7 +239,7 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypat
     scores, lens = jnp.zeros((3, 9000), jnp.float32), jnp.array([0, 5, 9000], jnp.int32)
     starts = jnp.array([0, 1, 0], jnp.int32)
 
-    def lowered(k, starts=None, members=None, mode="positions", split=True):
+    def lowered(k, starts=None, members=None, mode="positions", split=False):
         f = jax.jit(
             lambda s, n: topk_ffi.cuda_topk(s, n, k, starts, members, 8, mode, "filter", split)
         )
@@ -249,9 +249,9 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypat
     # The split rows' workspace: a second result, the limit's words a row where rows may split
     # (unmasked, few rows), else one word.
     words = 3 * _ext.limit("filter_split_row_words")
-    assert f"tensor<{words}xui32>" in lowered(512, starts)
-    assert "tensor<1xui32>" in lowered(512, split=False)
-    assert "tensor<1xui32>" in lowered(512, members=jnp.zeros((3, 4), jnp.int32))
+    assert f"tensor<{words}xui32>" in lowered(512, starts, split=True)
+    assert "tensor<1xui32>" in lowered(512)
+    assert "tensor<1xui32>" in lowered(512, members=jnp.zeros((3, 4), jnp.int32), split=True)
     assert "custom_call @dsv41_filter_topk" in lowered(2048, mode="candidate_blocks")
     max_k = _ext.limit("filter_topk_max_k")
     with pytest.raises(NotImplementedError, match=f"k = {max_k + 1} > {max_k}"):
@@ -304,14 +304,18 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
     assert target(4, 9000, 512) == "short"
     assert target(200, 16384, 512) == "short"  # one CTA a row: waves of single CTAs
     assert target(15, short_max, 512) == "short"  # 15 clusters of 8 CTAs run at once
-    # Few rows: the filter select splits each over twice the short select's CTAs or more.
-    assert target(8, short_max, 512) == "filter"  # 16 CTAs a row against 8
-    assert target(8, short_max, 2048) == "short"  # 6 (a slot holds k) against 8
-    assert target(1, 32768, 512) == "filter"  # 4 (a round each) against 2
-    assert target(8, short_max, 512, candidates=jnp.zeros((8, 64), jnp.int32)) == "short"
-    # The fused layers give the filter select no workspace: no split rows, the short select.
-    spec = Spec("topk", 8, short_max, "float32", 512)
-    assert cuda_select(spec, device_record(), split=False)[0] == "short"
+    # With split rows (asked for by no caller yet), the filter select where it splits each row
+    # over twice the short select's CTAs or more.
+    assert target(8, short_max, 512) == "short"
+
+    def split(rows, n, k, mask=None):
+        spec = Spec("topk", rows, n, "float32", k, mask_blocks=mask)
+        return cuda_select(spec, device_record(), split=True)[0]
+
+    assert split(8, short_max, 512) == "filter"  # 16 CTAs a row against 8
+    assert split(8, short_max, 2048) == "short"  # 6 (a slot holds k) against 8
+    assert split(1, 32768, 512) == "filter"  # 4 (a round each) against 2
+    assert split(8, short_max, 512, mask=64) == "short"
     assert target(16, short_max, 512) == "filter"  # 16 would run in two waves
     assert target(64, 32768, 512) == "short"
     assert target(200, 32768, 512) == "filter"  # 200 clusters would run in waves

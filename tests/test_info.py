@@ -112,7 +112,7 @@ def test_explain_reports_the_cuda_select_on_a_simulated_gpu(simulated_h200):
         sds((8,), jnp.int32),
     )
     assert [(c.op, c.implementation) for c in choices] == [
-        ("topk: CUDA select", "filter"),  # split rows: 16 CTAs a row against the short's 8
+        ("topk: CUDA select", "short"),
         ("topk", "ffi"),
     ]
 

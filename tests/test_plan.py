@@ -282,8 +282,8 @@ def test_explain_shows_the_cuda_select_and_its_reason_on_a_simulated_h200(simula
     assert choice.implementation == "ffi" and choice.plan is not None
     assert choice.plan.device == device_record(info.H200)
     assert (
-        "plan, CUDA select: filter (the filter-first select's split rows: 16 CTAs a row without "
-        "clusters, twice or more the short-row select's clusters of 8)" in str(choice)
+        "plan, CUDA select: short (the short-row select: the 8 rows' clusters of 8 CTAs run at "
+        "once (15 do on this device))" in str(choice)
     )
 
 

@@ -297,16 +297,16 @@ def select_declines(select: str, spec: Spec, device: Device) -> str | None:
 
 
 def cuda_select(
-    spec: Spec, device: Device, topk_algorithm: str | None = None, split: bool = True
+    spec: Spec, device: Device, topk_algorithm: str | None = None, split: bool = False
 ) -> tuple[str | None, str]:
     """(select, reason): the CUDA select for a call, by the H200 figures (BENCHMARKS.md, top-k
     rows): the short-row select wherever its cluster holds the row and every row's cluster runs
     at once (one CTA a row: always), unless the filter select's split rows take at least twice
     its CTAs a row; else the filter-first select, else (k past its limit, a mask too large for
-    its shared memory) the cluster radix select. `split`: whether the caller gives the filter
-    select the split rows' workspace (`cuda_topk` does, the fused layers do not). A forced
-    `topk_algorithm` runs wherever it takes the call. None where the device has no CUDA
-    select."""
+    its shared memory) the cluster radix select. `split`: whether the caller runs the filter
+    select with its split rows (`cuda_topk(..., split=True)`; no caller does until they have
+    run on a GPU, and the fused layers give no workspace). A forced `topk_algorithm` runs
+    wherever it takes the call. None where the device has no CUDA select."""
     why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
@@ -382,7 +382,7 @@ def sparse_select(
     if columns <= widest and topk_algorithm in (None, ONCHIP):
         return ONCHIP, f"the on-chip select: one CTA holds a sparse row of {columns} (<= {widest})"
     spec = Spec("topk", rows, columns, "float32", k, block_size=block_size)
-    select, reason = cuda_select(spec, device, topk_algorithm, split=False)
+    select, reason = cuda_select(spec, device, topk_algorithm)
     if columns > widest:
         reason = f"sparse rows of {columns} columns (> {widest}, on chip): {reason}"
     return select, reason

@@ -41,7 +41,7 @@ ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOP
 
 
 def cuda_topk(
-    scores, lengths, k, starts, members, block_size, mode, algorithm="cluster", split=True
+    scores, lengths, k, starts, members, block_size, mode, algorithm="cluster", split=False
 ) -> jax.Array:
     """The CUDA exact select over float32 or bfloat16 scores: ascending output, -1 padded. `mode`
     is "positions" (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest
@@ -52,10 +52,11 @@ def cuda_topk(
     cuda/smxx_short_topk.cu: rows of at most `plan.short_max_n` scores). Which one the public
     ops run is the plan's decision (`dsv41_jax.plan.cuda_select`).
 
-    The filter select may split each of at most LIMITS["filter_split_max_rows"] unmasked rows
-    over more CTAs than a cluster holds ("split rows", docs/topk.md), merging through a
-    workspace this call allocates (LIMITS["filter_split_row_words"] 32-bit words a row, a
-    second result of the custom call); `split=False` keeps every row in one cluster."""
+    With `split=True` the filter select may split each of at most
+    LIMITS["filter_split_max_rows"] unmasked rows over more CTAs than a cluster holds ("split
+    rows", docs/topk.md), merging through a workspace this call allocates
+    (LIMITS["filter_split_row_words"] 32-bit words a row, a second result of the custom call).
+    It is off by default, and the plan never asks for it, until it has run on a GPU."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
