@@ -546,6 +546,19 @@ __device__ int32_t GatherSlots(Shared& sh, uint32_t* keys, int32_t* pos, const S
   return total;
 }
 
+// A split launch's CTA: its buffer (keys | positions, kCap each) and its chunk `part` of `row`.
+struct SplitCta {
+  uint32_t* keys;
+  int32_t* pos;
+  int64_t row;
+  int part;
+};
+
+__device__ __forceinline__ SplitCta SplitCtaOf(uint32_t* dyn, int parts) {
+  return {dyn, reinterpret_cast<int32_t*>(dyn + kCap), int64_t(blockIdx.x / parts),
+          int(blockIdx.x % parts)};
+}
+
 // Split rows, kernel 1: CTA `part` of the row streams its chunk past the row bar into its slot.
 template <class T, bool kBlocks>
 __device__ __forceinline__ void SplitChunk(Shared& sh, const TopkArgs& a, int64_t row,
@@ -571,10 +584,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     FilterSplitKernel(TopkArgs a, int64_t chunk, int parts) {
   extern __shared__ uint32_t dyn[];
   __shared__ Shared sh;
-  uint32_t* keys = dyn;
-  int32_t* pos = reinterpret_cast<int32_t*>(dyn + kCap);
-  const int64_t row = blockIdx.x / parts;
-  const int part = int(blockIdx.x % parts);
+  const auto [keys, pos, row, part] = SplitCtaOf(dyn, parts);
   DSV41_STAMP(0);
   if (a.mode == TopkMode::kCandidateBlocks) {
     SplitChunk<T, true>(sh, a, row, chunk, parts, part, keys, pos);
@@ -608,10 +618,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     FilterMergeKernel(TopkArgs a, int64_t chunk, int parts) {
   extern __shared__ uint32_t dyn[];
   __shared__ Shared sh;
-  uint32_t* keys = dyn;
-  int32_t* pos = reinterpret_cast<int32_t*>(dyn + kCap);
-  const int64_t row = blockIdx.x / parts;
-  const int part = int(blockIdx.x % parts);
+  const auto [keys, pos, row, part] = SplitCtaOf(dyn, parts);
   const SplitRow w = SplitRowOf(a, row, parts);
   DSV41_STAMP(7);
   if (threadIdx.x < 32) {
