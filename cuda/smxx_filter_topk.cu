@@ -25,6 +25,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
@@ -359,6 +360,13 @@ struct RowChunkSource {
   }
 };
 
+// f(std::bool_constant<kBlocks>) for the call's mode (kBlocks: candidate blocks, compared as
+// keys), so that each mode's source is its own instantiation.
+template <class F>
+__device__ __forceinline__ auto ByMode(const TopkArgs& a, F f) {
+  return a.mode == TopkMode::kCandidateBlocks ? f(std::true_type{}) : f(std::false_type{});
+}
+
 // Chunk `part` of `row` (chunks of `chunk` elements) as a RowChunkSource.
 template <class T, bool kBlocks>
 __device__ __forceinline__ RowChunkSource<T, kBlocks> ChunkOf(const TopkArgs& a, int64_t row,
@@ -464,13 +472,10 @@ __global__ void __launch_bounds__(kThreads, 1) FilterTopkKernel(TopkArgs a, int6
     SelectRowChunk(sh, a, src, keys, pos, cluster, cl, rank, row, false);
   } else {
     const bool try_uncut = TryUncut(chunk, a.k, cl);
-    if (a.mode == TopkMode::kCandidateBlocks) {
-      SelectRowChunk(sh, a, ChunkOf<T, true>(a, row, chunk, rank), keys, pos, cluster, cl, rank,
-                     row, try_uncut);
-    } else {
-      SelectRowChunk(sh, a, ChunkOf<T, false>(a, row, chunk, rank), keys, pos, cluster, cl, rank,
-                     row, try_uncut);
-    }
+    ByMode(a, [&](auto blocks) {
+      SelectRowChunk(sh, a, ChunkOf<T, blocks.value>(a, row, chunk, rank), keys, pos, cluster, cl,
+                     rank, row, try_uncut);
+    });
   }
 }
 
@@ -506,7 +511,7 @@ __device__ __forceinline__ SplitRow SplitRowOf(const TopkArgs& a, int64_t row, i
 
 // Stores the buffer's `count` pairs in chunk `part`'s slot, and their count at word
 // `counts + part`; first cut to the top k where they exceed `limit` (<= the slot, >= k). All
-// threads call it; each thread's stores are fenced (device scope) before it returns.
+// threads call it.
 __device__ __forceinline__ void StoreSlot(Shared& sh, const TopkArgs& a, uint32_t* keys,
                                           int32_t* pos, int32_t count, int64_t limit,
                                           const SplitRow& w, int part, int counts) {
@@ -520,13 +525,11 @@ __device__ __forceinline__ void StoreSlot(Shared& sh, const TopkArgs& a, uint32_
     slot_keys[i] = keys[i], slot_pos[i] = pos[i];
   }
   if (threadIdx.x == 0) w.words[counts + part] = uint32_t(count);
-  __threadfence();
 }
 
-// Gathers the row's `parts` slots (counts at word `counts`) into the buffer in chunk order
-// through L2 (other CTAs wrote them). Returns the pairs gathered. All threads call it.
-__device__ int32_t GatherSlots(Shared& sh, uint32_t* keys, int32_t* pos, const SplitRow& w,
-                               int parts, int counts) {
+// The row's `parts` slots' offsets in chunk order (sh.slot_at; counts at word `counts`, read
+// through L2: other CTAs wrote them). Returns their total. All threads call it.
+__device__ int32_t SlotOffsets(Shared& sh, const SplitRow& w, int parts, int counts) {
   if (threadIdx.x < 32) {
     const int c = int(threadIdx.x);
     const int32_t n = c < parts ? int32_t(__ldcg(w.words + counts + c)) : 0;
@@ -535,7 +538,13 @@ __device__ int32_t GatherSlots(Shared& sh, uint32_t* keys, int32_t* pos, const S
     if (c == 0) sh.slot_at[0] = 0;
   }
   __syncthreads();
-  const int32_t total = sh.slot_at[parts];  // <= parts * slot <= kCap
+  return sh.slot_at[parts];  // <= parts * slot <= kCap
+}
+
+// Gathers the `total` pairs of the slots at sh.slot_at (SlotOffsets) into the buffer in chunk
+// order, through L2. All threads call it.
+__device__ void GatherSlots(const Shared& sh, uint32_t* keys, int32_t* pos, const SplitRow& w,
+                            int32_t total) {
   for (int32_t i = threadIdx.x; i < total; i += kThreads) {
     int c = 0;
     while (sh.slot_at[c + 1] <= i) ++c;
@@ -543,7 +552,6 @@ __device__ int32_t GatherSlots(Shared& sh, uint32_t* keys, int32_t* pos, const S
     keys[i] = __ldcg(w.Keys(c) + j), pos[i] = __ldcg(w.Positions(c) + j);
   }
   __syncthreads();
-  return total;
 }
 
 // A split launch's CTA: its buffer (keys | positions, kCap each) and its chunk `part` of `row`.
@@ -586,11 +594,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ Shared sh;
   const auto [keys, pos, row, part] = SplitCtaOf(dyn, parts);
   DSV41_STAMP(0);
-  if (a.mode == TopkMode::kCandidateBlocks) {
-    SplitChunk<T, true>(sh, a, row, chunk, parts, part, keys, pos);
-  } else {
-    SplitChunk<T, false>(sh, a, row, chunk, parts, part, keys, pos);
-  }
+  ByMode(a, [&](auto blocks) {
+    SplitChunk<T, blocks.value>(sh, a, row, chunk, parts, part, keys, pos);
+  });
 }
 
 // Split rows, the shortfall: CTA `part` streams its chunk again with no bar to its exact top k
@@ -602,7 +608,8 @@ __device__ __noinline__ bool RestreamChunk(Shared& sh, const TopkArgs& a, int64_
   const RowChunkSource<T, kBlocks> src = ChunkOf<T, kBlocks>(a, row, chunk, part);
   const int32_t count = StreamPastBar(sh, a, src, keys, pos, 1, false);
   StoreSlot(sh, a, keys, pos, count, a.k, w, part, SplitRow::kRestreamCounts);
-  __syncthreads();  // every thread's slot stores are fenced
+  __threadfence();  // this thread's slot stores are seen device-wide before the arrival below
+  __syncthreads();
   if (threadIdx.x == 0) {
     sh.last = atomicAdd(w.words + SplitRow::kArrived, 1u) == uint32_t(parts - 1);
     __threadfence();
@@ -621,24 +628,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto [keys, pos, row, part] = SplitCtaOf(dyn, parts);
   const SplitRow w = SplitRowOf(a, row, parts);
   DSV41_STAMP(7);
-  if (threadIdx.x < 32) {
-    const uint32_t n = threadIdx.x < unsigned(parts) ? __ldcg(w.words + threadIdx.x) : 0;
-    const uint32_t total = __reduce_add_sync(0xffffffffu, n);
-    if (threadIdx.x == 0) sh.total = int32_t(total);
-  }
-  __syncthreads();
-  int counts = SplitRow::kCounts;
-  if (sh.total < a.k && __ldcg(w.words + SplitRow::kBar) > 1) {  // uniform over the row
-    const bool last = a.mode == TopkMode::kCandidateBlocks
-                          ? RestreamChunk<T, true>(sh, a, row, chunk, part, keys, pos, w, parts)
-                          : RestreamChunk<T, false>(sh, a, row, chunk, part, keys, pos, w, parts);
+  int32_t count = SlotOffsets(sh, w, parts, SplitRow::kCounts);
+  if (count < a.k && __ldcg(w.words + SplitRow::kBar) > 1) {  // uniform over the row
+    const bool last = ByMode(a, [&](auto blocks) {
+      return RestreamChunk<T, blocks.value>(sh, a, row, chunk, part, keys, pos, w, parts);
+    });
     if (!last) return;
-    counts = SplitRow::kRestreamCounts;
+    count = SlotOffsets(sh, w, parts, SplitRow::kRestreamCounts);
   } else if (part != 0) {
     return;
   }
   DSV41_STAMP(8);
-  int32_t count = GatherSlots(sh, keys, pos, w, parts, counts);
+  GatherSlots(sh, keys, pos, w, count);
   DSV41_STAMP(9);
   if (count > a.k) {
     CutToTopK(sh, keys, pos, count, a.k);

@@ -116,8 +116,8 @@ MUTANTS = [
     ),
     (
         "shortfall-not-streamed-again",
-        "if (sh.total < a.k && __ldcg(w.words + SplitRow::kBar) > 1) {",
-        "if (sh.total < 0) {",
+        "if (count < a.k && __ldcg(w.words + SplitRow::kBar) > 1) {",
+        "if (count < 0) {",
     ),
     ("slot-overflow-not-cut", "if (count > limit) {  // uniform", "if (count > kCap) {"),
     ("gathered-before-all-arrived", "== uint32_t(parts - 1);", "== 0u;"),

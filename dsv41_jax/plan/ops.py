@@ -304,9 +304,9 @@ def cuda_select(
     at once (one CTA a row: always), unless the filter select's split rows take at least twice
     its CTAs a row; else the filter-first select, else (k past its limit, a mask too large for
     its shared memory) the cluster radix select. `split`: whether the caller runs the filter
-    select with its split rows (`cuda_topk(..., split=True)`; no caller does until they have
-    run on a GPU, and the fused layers give no workspace). A forced `topk_algorithm` runs
-    wherever it takes the call. None where the device has no CUDA select."""
+    select with its split rows (`cuda_topk(..., split=True)`; the public ops and the fused
+    layers, which give no workspace, do not). A forced `topk_algorithm` runs wherever it takes
+    the call. None where the device has no CUDA select."""
     why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none

@@ -56,7 +56,7 @@ def cuda_topk(
     LIMITS["filter_split_max_rows"] unmasked rows over more CTAs than a cluster holds ("split
     rows", docs/topk.md), merging through a workspace this call allocates
     (LIMITS["filter_split_row_words"] 32-bit words a row, a second result of the custom call).
-    It is off by default, and the plan never asks for it, until it has run on a GPU."""
+    It is off by default, and no default path asks for it (docs/topk.md, "Split rows")."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
