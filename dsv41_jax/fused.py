@@ -30,6 +30,7 @@ from dsv41_jax import _checks, _ext
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
+from dsv41_jax.plan import Spec, device_record, split_rows
 from dsv41_jax.plan.layers import StepMode
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
@@ -68,6 +69,17 @@ def _select_attr(select: str) -> np.int32:
     return np.int32(_ext.limit(f"select_{select}"))
 
 
+def _split_workspace(logits: jax.ShapeDtypeStruct, k: int, masked: bool = False):
+    """The layer's top-k's split-rows workspace (uint32 words): `LIMITS["filter_split_row_words"]`
+    a row where the plan splits its rows (`dsv41_jax.plan.split_rows`; the layer's select is
+    then the filter select, `LayerPlan.selects`), else one word (no split)."""
+    rows, width = logits.shape
+    spec = Spec("topk", rows, width, "float32", k, mask_blocks=1 if masked else None)
+    splits = split_rows(spec, device_record()) is not None
+    words = rows * _ext.limit("filter_split_row_words") if splits else 1
+    return jax.ShapeDtypeStruct((words,), jnp.uint32)
+
+
 def _logits_shape(query: QueryBundle, cache: PagedIndexCache, block_table) -> jax.ShapeDtypeStruct:
     width = logits_width(block_table.shape[1], cache.page_size)
     return jax.ShapeDtypeStruct((query.num_rows, width), jnp.float32)
@@ -91,8 +103,12 @@ def dense_select(
     has_members = members is not None
     if members is None:  # a dummy column, never read
         members = jnp.zeros((query.num_rows, 1), jnp.int32)
-    out = (jax.ShapeDtypeStruct((query.num_rows, k), jnp.int32), logits)
-    selected, _ = jax.ffi.ffi_call(DENSE_SELECT, out, vmap_method="sequential")(
+    out = (
+        jax.ShapeDtypeStruct((query.num_rows, k), jnp.int32),
+        logits,
+        _split_workspace(logits, k, masked=has_members),
+    )
+    selected, *_ = jax.ffi.ffi_call(DENSE_SELECT, out, vmap_method="sequential")(
         query.values,
         query.weights,
         cache.data,
@@ -164,6 +180,7 @@ def publish(
         logits,
         scores_ws,
         selected_ws,
+        _split_workspace(logits, k),
     )
     bt = _checks.int32(block_table)
     results = jax.ffi.ffi_call(PUBLISH, out, vmap_method="sequential")(
@@ -302,6 +319,7 @@ def decode_step(
         selected,  # the top-C blocks
         sparse_logits,
         columns,
+        _split_workspace(logits, k),  # the source's and the dense layers' (mask layers: none)
     )
     layers = [
         x for q, kv in zip(queries, caches, strict=True) for x in (q.values, q.weights, kv.data)

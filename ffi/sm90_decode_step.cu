@@ -18,7 +18,8 @@
 //         workspaces: lens [b], row_lens [rows], all_selected [rows, C] (all_blocks), row page
 //         table [rows, P] (next_n > 1), schedule [257, 2], logits [rows, cols], block scores
 //         [rows, nb], selected [rows, C], sparse logits [rows, C * 8], columns [rows, k] (each
-//         [1, ...] when unused).
+//         [1, ...] when unused), the top-k selects' split-rows workspace (uint32 words: the
+//         filter select splits its rows where it holds LIMITS filter_split_row_words a row).
 // `roles[i]` of layer i: 0 the source (layer 0 only), 1 dense, 2 mask (inside the table's
 // blocks), 3 sparse; `selects[i]` its select.
 #include <utility>
@@ -32,7 +33,7 @@ namespace dsv41 {
 namespace {
 
 constexpr const char* kOp = "dsv41_sm90_decode_step";
-constexpr size_t kArgsBefore = 2, kRetsBefore = 4, kWorkspaces = 10;
+constexpr size_t kArgsBefore = 2, kRetsBefore = 4, kWorkspaces = 11;
 enum Role : int32_t { kSource = 0, kDense = 1, kMask = 2, kSparse = 3 };
 
 GraphCache g_graphs;
@@ -95,6 +96,7 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
   DSV41_TRY(selected, RetAt<ffi::S32>(rets, ws + 7));
   DSV41_TRY(sparse_logits, RetAt<ffi::F32>(rets, ws + 8));
   DSV41_TRY(columns, RetAt<ffi::S32>(rets, ws + 9));
+  DSV41_TRY(split, RetAt<ffi::U32>(rets, ws + 10));
   if (schedule.element_count() != 2 * kSm90ScheduleRows) {
     return InvalidArgument(kOp, "expected the schedule [257, 2]");
   }
@@ -148,7 +150,7 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
     if (roles[i] == kSource) {
       DSV41_TRY(plan, PublishPlanOf(kOp, q, w, kv, lens, row_lens, block_table, rows_table,
                                     all_selected, out, {blocks, count, valid_lens, physical},
-                                    logits, block_scores, selected, k, selects[i], select_c,
+                                    logits, block_scores, selected, split, k, selects[i], select_c,
                                     block_size, page_size, all_blocks));
       step.source = plan;
     } else if (roles[i] == kSparse) {
@@ -157,8 +159,8 @@ ffi::ErrorOr<Step> StepOf(const ffi::RemainingArgs& args, const ffi::RemainingRe
       step.sparse.push_back(plan);
     } else {
       DSV41_TRY(plan, DensePlanOf(kOp, q, w, kv, lens, row_lens, block_table,
-                                  roles[i] == kMask ? &blocks : nullptr, out, logits, k, selects[i],
-                                  block_size));
+                                  roles[i] == kMask ? &blocks : nullptr, out, logits, split, k,
+                                  selects[i], block_size));
       if (plan.call.next_n != next_n) {
         return InvalidArgument(kOp, "every layer needs the same next_n");
       }

@@ -48,8 +48,8 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
                                     const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
                                     const Buffer<ffi::S32>& block_table,
                                     const Buffer<ffi::S32>* members, int32_t* out,
-                                    const Buffer<ffi::F32>& logits, int32_t k, int32_t select,
-                                    int32_t block_size) {
+                                    const Buffer<ffi::F32>& logits, const Buffer<ffi::U32>& split,
+                                    int32_t k, int32_t select, int32_t block_size) {
   const auto ld = logits.dimensions();
   if (ld.size() != 2 || (members && members->dimensions().size() != 2)) {
     return InvalidArgument(op, "expected logits [rows, cols], members [rows, m]");
@@ -72,6 +72,8 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
                    members ? members->typed_data() : nullptr,
                    m,
                    out,
+                   split.typed_data(),
+                   int64_t(split.element_count()),
                    *sel,
                    k,
                    block_size};
@@ -92,7 +94,9 @@ ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
                       p.k,
                       p.block_size,
                       TopkMode::kPositions,
-                      false};
+                      false,
+                      p.split,
+                      p.split_words};
   return CudaStatus(op, LaunchTopk(p.select, args, stream));
 }
 
@@ -102,10 +106,10 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
     const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table,
     const Buffer<ffi::S32>& all_selected, int32_t* out, const PublishTable& table,
     const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
-    const Buffer<ffi::S32>& selected, int32_t k, int32_t select, int32_t select_c,
-    int32_t block_size, int32_t page_size, bool all_blocks) {
-  auto topk = DensePlanOf(op, q, weights, kv, lens, row_lens, block_table, nullptr, out, logits, k,
-                          select, block_size);
+    const Buffer<ffi::S32>& selected, const Buffer<ffi::U32>& split, int32_t k, int32_t select,
+    int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks) {
+  auto topk = DensePlanOf(op, q, weights, kv, lens, row_lens, block_table, nullptr, out, logits,
+                          split, k, select, block_size);
   if (topk.has_error()) return topk.error();
   auto sel_c = SelectOf(op, select_c);
   if (sel_c.has_error()) return sel_c.error();
@@ -233,13 +237,14 @@ ffi::Error DenseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F3
                            Buffer<ffi::U8> kv, Buffer<ffi::S32> lens, Buffer<ffi::S32> row_lens,
                            Buffer<ffi::S32> block_table, Buffer<ffi::S32> schedule,
                            Buffer<ffi::S32> members, Result<ffi::S32> out, Result<ffi::F32> logits,
-                           int32_t k, int32_t select, int32_t block_size, bool has_members) {
+                           Result<ffi::U32> split, int32_t k, int32_t select, int32_t block_size,
+                           bool has_members) {
   constexpr const char* kOp = "dsv41_sm90_dense_select";
   if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
   if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
   auto plan = DensePlanOf(kOp, q, weights, kv, lens, row_lens, block_table,
-                          has_members ? &members : nullptr, out->typed_data(), *logits, k, select,
-                          block_size);
+                          has_members ? &members : nullptr, out->typed_data(), *logits, *split, k,
+                          select, block_size);
   if (plan.has_error()) return plan.error();
   return LaunchDense(kOp, stream, *plan, schedule.typed_data());
 }
@@ -251,15 +256,15 @@ ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> w
                        Result<ffi::S32> out, Result<ffi::S32> blocks, Result<ffi::S32> count,
                        Result<ffi::S32> valid_lens, Result<ffi::S32> physical,
                        Result<ffi::F32> logits, Result<ffi::F32> block_scores,
-                       Result<ffi::S32> selected, int32_t k, int32_t select, int32_t select_c,
-                       int32_t block_size, int32_t page_size, bool all_blocks) {
+                       Result<ffi::S32> selected, Result<ffi::U32> split, int32_t k, int32_t select,
+                       int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks) {
   constexpr const char* kOp = "dsv41_sm90_publish";
   if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
   if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
-  auto plan = PublishPlanOf(kOp, q, weights, kv, lens, row_lens, block_table, row_block_table,
-                            all_selected, out->typed_data(),
-                            {*blocks, *count, *valid_lens, *physical}, *logits, *block_scores,
-                            *selected, k, select, select_c, block_size, page_size, all_blocks);
+  auto plan = PublishPlanOf(
+      kOp, q, weights, kv, lens, row_lens, block_table, row_block_table, all_selected,
+      out->typed_data(), {*blocks, *count, *valid_lens, *physical}, *logits, *block_scores,
+      *selected, *split, k, select, select_c, block_size, page_size, all_blocks);
   if (plan.has_error()) return plan.error();
   return LaunchPublish(kOp, stream, *plan, schedule.typed_data());
 }
@@ -292,6 +297,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DenseSelectSm90FFI, DenseSelectSm90,
                                   .Arg<Buffer<ffi::S32>>()  // members [rows, m] (has_members)
                                   .Ret<Buffer<ffi::S32>>()  // out [rows, k]
                                   .Ret<Buffer<ffi::F32>>()  // logits workspace [rows, cols]
+                                  .Ret<Buffer<ffi::U32>>()  // split-rows workspace (words)
                                   .Attr<int32_t>("k")
                                   .Attr<int32_t>("select")
                                   .Attr<int32_t>("block_size")
@@ -318,6 +324,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PublishSm90FFI, PublishSm90,
                                   .Ret<Buffer<ffi::F32>>()  // logits workspace [rows, cols]
                                   .Ret<Buffer<ffi::F32>>()  // block scores workspace [rows, nb]
                                   .Ret<Buffer<ffi::S32>>()  // selected workspace [rows, C]
+                                  .Ret<Buffer<ffi::U32>>()  // split-rows workspace (words)
                                   .Attr<int32_t>("k")
                                   .Attr<int32_t>("select")
                                   .Attr<int32_t>("select_c")

@@ -26,6 +26,10 @@ struct DensePlan {
   const int32_t* members;  // [rows, num_members] block ids, or null
   int64_t num_members;
   int32_t* out;  // [rows, k]
+  // The top-k's split-rows workspace (TopkArgs::workspace): the filter select splits its rows
+  // where it holds kFilterSplitRowWords words a row.
+  uint32_t* split;
+  int64_t split_words;
   Select select;
   int32_t k, block_size;
 };
@@ -38,8 +42,8 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
                                     const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
                                     const Buffer<ffi::S32>& block_table,
                                     const Buffer<ffi::S32>* members, int32_t* out,
-                                    const Buffer<ffi::F32>& logits, int32_t k, int32_t select,
-                                    int32_t block_size);
+                                    const Buffer<ffi::F32>& logits, const Buffer<ffi::U32>& split,
+                                    int32_t k, int32_t select, int32_t block_size);
 
 // The candidate source layer: its top-k, then the published table (blocks, count, valid_lens,
 // physical). `all_selected` [rows, C] (every block a candidate) replaces the block scores and
@@ -70,8 +74,8 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
     const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table,
     const Buffer<ffi::S32>& all_selected, int32_t* out, const PublishTable& table,
     const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
-    const Buffer<ffi::S32>& selected, int32_t k, int32_t select, int32_t select_c,
-    int32_t block_size, int32_t page_size, bool all_blocks);
+    const Buffer<ffi::S32>& selected, const Buffer<ffi::U32>& split, int32_t k, int32_t select,
+    int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks);
 
 // A consumer's top-k over its candidate blocks only: the sparse logits kernel scores the blocks
 // where they lie in the paged cache (sm90_sparse_logits.h), the select runs over those columns,

@@ -239,7 +239,7 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypat
     scores, lens = jnp.zeros((3, 9000), jnp.float32), jnp.array([0, 5, 9000], jnp.int32)
     starts = jnp.array([0, 1, 0], jnp.int32)
 
-    def lowered(k, starts=None, members=None, mode="positions", split=False):
+    def lowered(k, starts=None, members=None, mode="positions", split=None):
         f = jax.jit(
             lambda s, n: topk_ffi.cuda_topk(s, n, k, starts, members, 8, mode, "filter", split)
         )
@@ -247,11 +247,21 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypat
 
     assert "custom_call @dsv41_filter_topk" in lowered(512, starts)
     # The split rows' workspace: a second result, the limit's words a row where rows may split
-    # (unmasked, few rows), else one word.
-    words = 3 * _ext.limit("filter_split_row_words")
-    assert f"tensor<{words}xui32>" in lowered(512, starts, split=True)
-    assert "tensor<1xui32>" in lowered(512)
+    # (forced: unmasked, few rows; by default where the plan's split_rows says), else one word.
+    words = _ext.limit("filter_split_row_words")
+    assert f"tensor<{3 * words}xui32>" in lowered(512, starts, split=True)
+    assert "tensor<1xui32>" in lowered(512)  # rows the short select holds: not split
     assert "tensor<1xui32>" in lowered(512, members=jnp.zeros((3, 4), jnp.int32), split=True)
+    for rows, split, want in ((8, None, 8 * words), (9, None, 1), (8, False, 1), (33, True, 1)):
+        long = jax.ShapeDtypeStruct((rows, 131073), jnp.float32)
+        long_lens = jax.ShapeDtypeStruct((rows,), jnp.int32)
+        f = jax.jit(
+            lambda s, n, split=split: topk_ffi.cuda_topk(
+                s, n, 512, None, None, 8, "positions", "filter", split
+            )
+        )
+        text = f.trace(long, long_lens).lower(lowering_platforms=("cuda",)).as_text()
+        assert f"tensor<{want}xui32>" in text, (rows, split)
     assert "custom_call @dsv41_filter_topk" in lowered(2048, mode="candidate_blocks")
     max_k = _ext.limit("filter_topk_max_k")
     with pytest.raises(NotImplementedError, match=f"k = {max_k + 1} > {max_k}"):
@@ -286,7 +296,7 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
     select, else the cluster radix select; `topk_algorithm=` reroutes every call the forced
     select takes, and only those."""
     import dsv41_jax as dj
-    from dsv41_jax.plan import Spec, cuda_select, device_record, short_max_n
+    from dsv41_jax.plan import Spec, cuda_select, device_record, short_max_n, split_rows
     from dsv41_jax.topk import ffi as topk_ffi
 
     simulate(_ext.H200)
@@ -304,18 +314,20 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
     assert target(4, 9000, 512) == "short"
     assert target(200, 16384, 512) == "short"  # one CTA a row: waves of single CTAs
     assert target(15, short_max, 512) == "short"  # 15 clusters of 8 CTAs run at once
-    # With split rows (asked for by no caller yet), the filter select where it splits each row
-    # over twice the short select's CTAs or more.
-    assert target(8, short_max, 512) == "short"
+    assert target(8, short_max, 512) == "short"  # faster than the split rows (H100)
 
-    def split(rows, n, k, mask=None):
+    # The filter select splits few unmasked rows past the short select's reach.
+    def splits(rows, n, k=512, mask=None):
         spec = Spec("topk", rows, n, "float32", k, mask_blocks=mask)
-        return cuda_select(spec, device_record(), split=True)[0]
+        select, why = cuda_select(spec, device_record())
+        assert (split_rows(spec, device_record()) is not None) == ("split rows" in why)
+        return select == "filter" and "split rows" in why
 
-    assert split(8, short_max, 512) == "filter"  # 16 CTAs a row against 8
-    assert split(8, short_max, 2048) == "short"  # 6 (a slot holds k) against 8
-    assert split(1, 32768, 512) == "filter"  # 4 (a round each) against 2
-    assert split(8, short_max, 512, mask=64) == "short"
+    assert splits(8, short_max + 1) and splits(1, 1 << 20, 2048)
+    assert not splits(9, short_max + 1)  # more rows: the clusters, as measured at 16 and 32
+    assert not splits(8, short_max)  # the short select's row
+    assert not splits(8, short_max + 1, mask=64)  # masked rows never split
+    assert not splits(8, short_max + 1, 5000)  # the cluster select's k
     assert target(16, short_max, 512) == "filter"  # 16 would run in two waves
     assert target(64, 32768, 512) == "short"
     assert target(200, 32768, 512) == "filter"  # 200 clusters would run in waves

@@ -196,6 +196,40 @@ def test_fused_decode_step_equals_its_ops(rng, pages, path):
     _assert_same(got, want)
 
 
+@pytest.mark.gpu
+def test_fused_layers_split_long_rows(rng):
+    """Few rows past the short select's reach: the plan splits each over CTAs without a cluster
+    (`dsv41_jax.plan.split_rows`), and the fused publish, plain layer and decode step, given the
+    split rows' workspace, select bitwise what the ops do and the contract's top-k says."""
+    from dsv41_jax.plan import Spec, device_record, split_rows
+
+    cfg = _config()
+    pages, batch = 2050, 2  # 131200 positions a row: past the short select's 131072
+    capacity = pages * 64
+    q = query(rng, batch, 1, cfg.num_heads, 128)
+    cache, bt = paged_cache(rng, batch, pages, 64, 128)
+    lens = jnp.array([capacity, capacity - 4999], jnp.int32)
+    width = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi").shape[1]
+    assert split_rows(Spec("topk", batch, width, "float32", cfg.index_topk), device_record())
+    got, want = _both(lambda fuse: lambda *a: dj.publish(*a, cfg, fuse=fuse), q, cache, lens, bt)
+    _assert_same(got, want)
+    logits = dj.paged_mqa_logits(q, cache, lens, bt, implementation="ffi")
+    ref = np.asarray(dj.topk(logits, lens, cfg.index_topk, implementation="reference"))
+    np.testing.assert_array_equal(got[0], ref)
+    make = lambda fuse: lambda *a: dj.select_plain(*a, cfg, fuse=fuse)  # noqa: E731
+    got, want = _both(make, q, cache, lens, bt)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, ref)
+    layers = (20, 24, 1)
+    queries = {layer: query(rng, batch, 1, cfg.num_heads, 128) for layer in layers}
+    caches = {layer: paged_cache(rng, batch, pages, 64, 128)[0] for layer in layers}
+    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24,), plain_layers=(1,))
+    step = lambda ix, *a: ix.decode(*a, physical=True)  # noqa: E731
+    poison_device_memory()
+    got = _in_mode(ix, "graphs", step, queries, caches, lens, bt)
+    _assert_same(got, _in_mode(ix, "ops", step, queries, caches, lens, bt))
+
+
 # ------------------------------------------------ the whole decode step as one custom call
 
 

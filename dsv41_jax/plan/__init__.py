@@ -26,6 +26,7 @@ from dsv41_jax.plan.ops import (
     ONCHIP,
     OPS,
     SELECTS,
+    SPLIT_MAX_ROWS,
     Op,
     Plan,
     Spec,
@@ -36,6 +37,7 @@ from dsv41_jax.plan.ops import (
     select_declines,
     short_max_n,
     sparse_select,
+    split_rows,
 )
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "ONCHIP",
     "OPS",
     "SELECTS",
+    "SPLIT_MAX_ROWS",
     "Decision",
     "Device",
     "LayerPlan",
@@ -64,4 +67,5 @@ __all__ = [
     "select_declines",
     "short_max_n",
     "sparse_select",
+    "split_rows",
 ]

@@ -317,7 +317,7 @@ def layer_selects(
         specs.append(("candidate blocks", blocks))
     out = []
     for what, s in specs:
-        select, why = cuda_select(s, device, topk_algorithm)  # no workspace: no split rows
+        select, why = cuda_select(s, device, topk_algorithm)
         assert select is not None, why
         out.append(Decision(what, select, why))
     return tuple(out)

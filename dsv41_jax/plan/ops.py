@@ -33,6 +33,9 @@ PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "ref
 # The CUDA selects of any scores (cuda/smxx_{short,filter,cluster}_topk.cu), and the SM90 sparse
 # consumer's one-kernel select, which scores and selects a sparse row on chip.
 SELECTS = ("short", "filter", "cluster")
+# The most rows the filter select splits by default (`split_rows`; the kernel takes up to
+# LIMITS["filter_split_max_rows"]).
+SPLIT_MAX_ROWS = 8
 ONCHIP = "onchip"
 
 
@@ -297,16 +300,14 @@ def select_declines(select: str, spec: Spec, device: Device) -> str | None:
 
 
 def cuda_select(
-    spec: Spec, device: Device, topk_algorithm: str | None = None, split: bool = False
+    spec: Spec, device: Device, topk_algorithm: str | None = None
 ) -> tuple[str | None, str]:
     """(select, reason): the CUDA select for a call, by the H200 figures (BENCHMARKS.md, top-k
     rows): the short-row select wherever its cluster holds the row and every row's cluster runs
-    at once (one CTA a row: always), unless the filter select's split rows take at least twice
-    its CTAs a row; else the filter-first select, else (k past its limit, a mask too large for
-    its shared memory) the cluster radix select. `split`: whether the caller runs the filter
-    select with its split rows (`cuda_topk(..., split=True)`; the public ops and the fused
-    layers, which give no workspace, do not). A forced `topk_algorithm` runs wherever it takes
-    the call. None where the device has no CUDA select."""
+    at once (one CTA a row: always); else the filter-first select (with its split rows where
+    `split_rows` says), else (k past its limit, a mask too large for its shared memory) the
+    cluster radix select. A forced `topk_algorithm` runs wherever it takes the call. None where
+    the device has no CUDA select."""
     why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
@@ -315,13 +316,15 @@ def cuda_select(
         forced_why = select_declines(topk_algorithm, spec, device)
         if forced_why is None:
             return topk_algorithm, f"topk_algorithm={topk_algorithm!r}, as asked"
-    select, reason = _policy(spec, device, split)
+    select, reason = _policy(spec, device)
+    if select == "filter" and (split_why := split_rows(spec, device)) is not None:
+        reason += f"; {split_why}"
     if forced_why is not None:
         reason += f"; topk_algorithm={topk_algorithm!r} declines: {forced_why}"
     return select, reason
 
 
-def _policy(spec: Spec, device: Device, split: bool) -> tuple[str, str]:
+def _policy(spec: Spec, device: Device) -> tuple[str, str]:
     rows, n = spec.rows, spec.columns
     chunk, widest = device.limit("short_topk_chunk"), short_max_n(device)
     ctas = max(-(-n // chunk), 1)
@@ -330,11 +333,6 @@ def _policy(spec: Spec, device: Device, split: bool) -> tuple[str, str]:
     elif ctas == 1:
         return "short", f"the short-row select: one CTA holds a row of {n} scores (<= {chunk})"
     elif rows <= (at_once := device.clusters_at_once(ctas)):
-        if split and (parts := _filter_split_parts(spec, device)) >= 2 * ctas:
-            return "filter", (
-                f"the filter-first select's split rows: {parts} CTAs a row without clusters, "
-                f"twice or more the short-row select's clusters of {ctas}"
-            )
         return "short", (
             f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run at once "
             f"({at_once} do on this device)"
@@ -350,13 +348,22 @@ def _policy(spec: Spec, device: Device, split: bool) -> tuple[str, str]:
     )
 
 
-def _filter_split_parts(spec: Spec, device: Device) -> int:
-    """The CTAs a row the filter select's split rows take for `spec` (0: no split; the
-    extension's own rule, `FilterSplitParts`)."""
-    if spec.mask_blocks is not None or select_declines("filter", spec, device):
-        return 0
-    ext = _ext.extension()
-    return int(ext.filter_split_parts(spec.rows, spec.columns, spec.k, device.sm_count))
+def split_rows(spec: Spec, device: Device) -> str | None:
+    """Why the filter select splits each row of `spec` over CTAs without a cluster ("split
+    rows", docs/topk.md; the caller gives it a workspace, `cuda_topk`), or None: unmasked rows
+    longer than the short-row select holds, at most SPLIT_MAX_ROWS of them. Measured (H100,
+    kernel time, split against clusters): faster at 1, 4 and 8 rows of 1M scores (28.9 against
+    39.3, 39.6 against 44.5 µs at k = 512); at 128K the short-row select is faster than either,
+    and at 16 and 32 rows of 128K the clusters are (22.0 against 25.0, 28.4 against 30.2)."""
+    widest = short_max_n(device)
+    if spec.mask_blocks is not None or spec.rows > SPLIT_MAX_ROWS or spec.columns <= widest:
+        return None
+    if select_declines("filter", spec, device) is not None:
+        return None
+    return (
+        f"split rows: {spec.rows} unmasked rows (<= {SPLIT_MAX_ROWS}) of {spec.columns} scores "
+        f"(> {widest}), each over CTAs without a cluster"
+    )
 
 
 def sparse_select(

@@ -10,7 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext
-from dsv41_jax.plan import Device, Op, Spec, device_record, ffi_declines, select_declines
+from dsv41_jax.plan import (
+    Device,
+    Op,
+    Spec,
+    device_record,
+    ffi_declines,
+    select_declines,
+    split_rows,
+)
 
 TARGET = "dsv41_logical_to_physical"
 
@@ -41,7 +49,15 @@ ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOP
 
 
 def cuda_topk(
-    scores, lengths, k, starts, members, block_size, mode, algorithm="cluster", split=False
+    scores,
+    lengths,
+    k,
+    starts,
+    members,
+    block_size,
+    mode,
+    algorithm="cluster",
+    split: bool | None = None,
 ) -> jax.Array:
     """The CUDA exact select over float32 or bfloat16 scores: ascending output, -1 padded. `mode`
     is "positions" (the top-k of visible scores) or "candidate_blocks" (the top-C blocks, newest
@@ -52,11 +68,12 @@ def cuda_topk(
     cuda/smxx_short_topk.cu: rows of at most `plan.short_max_n` scores). Which one the public
     ops run is the plan's decision (`dsv41_jax.plan.cuda_select`).
 
-    With `split=True` the filter select may split each of at most
-    LIMITS["filter_split_max_rows"] unmasked rows over more CTAs than a cluster holds ("split
+    The filter select may split each unmasked row over more CTAs than a cluster holds ("split
     rows", docs/topk.md), merging through a workspace this call allocates
     (LIMITS["filter_split_row_words"] 32-bit words a row, a second result of the custom call).
-    It is off by default, and no default path asks for it (docs/topk.md, "Split rows")."""
+    `split`: None, where the plan says (`dsv41_jax.plan.split_rows`: few rows longer than the
+    short-row select holds); True, wherever the kernel may (at most
+    LIMITS["filter_split_max_rows"] rows: its tests and benchmarks force it so); False, never."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
     if scores.dtype not in (jnp.float32, jnp.bfloat16):
@@ -75,6 +92,8 @@ def cuda_topk(
         return jnp.full((rows, k), -1, jnp.int32)
     results = [jax.ShapeDtypeStruct((rows, k), jnp.int32)]
     if algorithm == "filter":  # the workspace: one word where no row may be split
+        if split is None:
+            split = split_rows(spec, device_record()) is not None
         splits = split and not has_members and rows <= _ext.limit("filter_split_max_rows")
         words = rows * _ext.limit("filter_split_row_words") if splits else 1
         results.append(jax.ShapeDtypeStruct((words,), jnp.uint32))
