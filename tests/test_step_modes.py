@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 import dsv41_jax as dj
-from dsv41_jax import fused, info
+from dsv41_jax import _ext, fused, info
 from dsv41_jax.plan.layers import STEP_MODES
 
 sds = jax.ShapeDtypeStruct
@@ -131,6 +131,28 @@ def test_explain_says_why_a_step_or_a_layer_runs_apart(simulated_h200):
         "op by op",
         (("fused", "fuse=False, as asked"),),
     )
+
+
+@pytest.mark.parametrize("pages", [PAGES, PAGES + 2])
+def test_fused_top_k_carries_the_split_rows_workspace(simulated_h200, pages):
+    """The fused publish, plain layer and one-call step hand their top-k a split-rows workspace
+    (`LIMITS["filter_split_row_words"]` words a row) exactly where the plan splits the rows (few
+    rows past the short select's 131072: here 2 rows of 131200), else one word."""
+    query, cache, lens, bt = _layer_inputs()
+    cache = dj.PagedIndexCache(sds((BATCH * pages, *cache.data.shape[1:]), jnp.uint8), "fp8")
+    bt = sds((BATCH, pages), jnp.int32)
+    words = BATCH * CFG.next_n * _ext.limit("filter_split_row_words") if pages > PAGES else 1
+    layers = {
+        "publish": lambda *a: dj.publish(*a, CFG),
+        "plain": lambda *a: dj.select_plain(*a, CFG),
+    }
+    for name, f in layers.items():
+        calls, text = _calls(jax.jit(f).trace(query, cache, lens, bt))
+        assert calls.keys() & FUSED_LAYERS and f"tensor<{words}xui32>" in text, (name, calls)
+    step = jax.jit(lambda ix, *a: ix.decode(*a).selections)
+    args = dict.fromkeys(LAYERS, query), dict.fromkeys(LAYERS, cache), lens, bt
+    calls, text = _calls(step.trace(_indexer("graphs"), *args))
+    assert calls[fused.STEP] == 1 and f"tensor<{words}xui32>" in text, calls
 
 
 def test_no_step_mode_context_managers_remain():
