@@ -6,9 +6,15 @@
 // offsets known, 11 = emitted. Filter select (-DPROBE_FILTER): 1 = bar sampled, 2 = chunk
 // streamed, 3 = chunk cut to k, 4 = chunks gathered, 5 = row cut to k, 6 = emitted. Short-row
 // select (-DPROBE_SHORT): 1 = keys loaded, 2/3/4 = digit pass 1/2/3 decided, 5 = emitted.
-// Build: nvcc -O3 -std=c++20 -arch=sm_90a -Icuda [-DPROBE_FILTER|-DPROBE_SHORT]
+// The filter select's split rows (-DPROBE_SPLIT, given a workspace; both kernels stamp the same
+// CTA's row): 1 = row bar sampled, 2 = chunk streamed, 3 = slot stored; 7 = merge started,
+// 8 = slot offsets read, 9 = slots gathered, 10 = cut and emitted.
+// Build: nvcc -O3 -std=c++20 -arch=sm_90a -Icuda [-DPROBE_FILTER|-DPROBE_SPLIT|-DPROBE_SHORT]
 //        scripts/probes/topk_phases.cu
 #define DSV41_PHASE_STAMPS
+#if defined(PROBE_SPLIT) && !defined(PROBE_FILTER)
+#define PROBE_FILTER
+#endif
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -32,7 +38,10 @@ using namespace dsv41;
 
 int main() {
   if (PREPARE() != cudaSuccess) return 1;
-#ifdef PROBE_SHORT
+#if defined(PROBE_SPLIT)
+  const int64_t shapes[][3] = {
+      {1, 131072, 512}, {8, 131072, 512}, {1, 1 << 20, 512}, {8, 1 << 20, 512}, {4, 1 << 20, 2048}};
+#elif defined(PROBE_SHORT)
   const int64_t shapes[][3] = {{1, 16384, 512},   {8, 16384, 512},  {64, 16384, 512},
                                {8, 16384, 2048},  {8, 65536, 512},  {8, 131072, 512},
                                {16, 131072, 512}, {8, 131072, 2048}};
@@ -56,6 +65,10 @@ int main() {
     TopkArgs a{
         scores, d_lens, nullptr, nullptr, out, rows, n, 0, int32_t(k), 8, TopkMode::kPositions,
         false};
+#ifdef PROBE_SPLIT
+    a.workspace_words = rows * kFilterSplitRowWords;
+    cudaMalloc(&a.workspace, a.workspace_words * 4);
+#endif
     for (int i = 0; i < 3; ++i) LAUNCH(a, 0);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0), cudaEventCreate(&e1);
@@ -88,7 +101,7 @@ int main() {
       if (any) printf(" %d:%.2f", p, m / 1000.0);
     }
     printf("\n");
-    cudaFree(scores), cudaFree(d_lens), cudaFree(out);
+    cudaFree(scores), cudaFree(d_lens), cudaFree(out), cudaFree(a.workspace);
   }
   printf("OK %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
