@@ -328,6 +328,9 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
     assert not splits(8, short_max)  # the short select's row
     assert not splits(8, short_max + 1, mask=64)  # masked rows never split
     assert not splits(8, short_max + 1, 5000)  # the cluster select's k
+    forced = Spec("topk", 8, short_max + 1, "float32", 512)
+    assert "split rows" in cuda_select(forced, device_record(), "filter")[1]
+    assert "split rows" not in cuda_select(forced, device_record(), "cluster")[1]
     assert target(16, short_max, 512) == "filter"  # 16 would run in two waves
     assert target(64, 32768, 512) == "short"
     assert target(200, 32768, 512) == "filter"  # 200 clusters would run in waves

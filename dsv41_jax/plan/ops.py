@@ -314,13 +314,14 @@ def cuda_select(
     forced_why = None
     if topk_algorithm is not None:
         forced_why = select_declines(topk_algorithm, spec, device)
-        if forced_why is None:
-            return topk_algorithm, f"topk_algorithm={topk_algorithm!r}, as asked"
-    select, reason = _policy(spec, device)
+    if topk_algorithm is not None and forced_why is None:
+        select, reason = topk_algorithm, f"topk_algorithm={topk_algorithm!r}, as asked"
+    else:
+        select, reason = _policy(spec, device)
+        if forced_why is not None:
+            reason += f"; topk_algorithm={topk_algorithm!r} declines: {forced_why}"
     if select == "filter" and (split_why := split_rows(spec, device)) is not None:
         reason += f"; {split_why}"
-    if forced_why is not None:
-        reason += f"; topk_algorithm={topk_algorithm!r} declines: {forced_why}"
     return select, reason
 
 
