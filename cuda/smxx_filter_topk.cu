@@ -666,6 +666,16 @@ cudaError_t LaunchSplit(const TopkArgs& args, int parts, cudaStream_t stream) {
                       parts);
 }
 
+// The CTAs each of `rows` unmasked rows of `n` scores takes split on a device of `sms` SMs (0:
+// not split): one CTA an SM, at most kSplitMaxParts, a whole round a chunk, and a chunk's slot
+// (kCap / parts pairs) holding k. The launcher splits where that beats the CTAs a row its
+// clusters would take.
+int64_t FilterSplitParts(int64_t rows, int64_t n, int32_t k, int sms) {
+  if (rows < 1 || rows > kFilterSplitMaxRows || sms < 1 || k < 1) return 0;
+  const int64_t parts = std::min({int64_t(kSplitMaxParts), sms / rows, n / kRound, kCap / k});
+  return parts >= 2 ? parts : 0;
+}
+
 template <class T, bool kMasked>
 cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
   // Split a row while the doubled clusters still run in one wave (two waves measured up to
@@ -689,12 +699,6 @@ cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
 }
 
 }  // namespace
-
-int64_t FilterSplitParts(int64_t rows, int64_t n, int32_t k, int sms) {
-  if (rows < 1 || rows > kFilterSplitMaxRows || sms < 1 || k < 1) return 0;
-  const int64_t parts = std::min({int64_t(kSplitMaxParts), sms / rows, n / kRound, kCap / k});
-  return parts >= 2 ? parts : 0;
-}
 
 cudaError_t PrepareFilterTopk() {
   const cudaError_t err = SetMaxDynamicSmem(

@@ -19,12 +19,6 @@ inline constexpr int32_t kFilterMaxK = 4096;
 inline constexpr int64_t kFilterSplitMaxRows = 32;
 inline constexpr int64_t kFilterSplitRowWords = 64 + 2 * kFilterCapacity;
 
-// The CTAs each of `rows` unmasked rows of `n` scores takes split on a device of `sms` SMs (0:
-// not split): one CTA an SM, at most 16, a whole round of 8192 scores a chunk, and a chunk's slot
-// (kFilterCapacity / parts pairs) holding k. The launcher splits where that beats the CTAs a row
-// its clusters would take.
-int64_t FilterSplitParts(int64_t rows, int64_t n, int32_t k, int sms);
-
 // Shared memory a masked call may add to the buffer (candidate bitmap + ordered block list).
 inline constexpr int64_t kFilterMaskSmem = 100 * 1024;
 

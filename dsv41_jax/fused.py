@@ -74,8 +74,8 @@ def _split_workspace(logits: jax.ShapeDtypeStruct, k: int, masked: bool = False)
     a row where the plan splits its rows (`dsv41_jax.plan.split_rows`; the layer's select is
     then the filter select, `LayerPlan.selects`), else one word (no split)."""
     rows, width = logits.shape
-    spec = Spec("topk", rows, width, "float32", k, mask_blocks=1 if masked else None)
-    splits = split_rows(spec, device_record()) is not None
+    spec = Spec("topk", rows, width, "float32", k)
+    splits = not masked and split_rows(spec, device_record()) is not None
     words = rows * _ext.limit("filter_split_row_words") if splits else 1
     return jax.ShapeDtypeStruct((words,), jnp.uint32)
 

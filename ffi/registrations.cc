@@ -110,8 +110,6 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   });
   // Shared memory a masked filter top-k needs beyond its buffer (declined above the limit).
   m.def("filter_topk_mask_bytes", &dsv41::FilterTopkMaskBytes);
-  // CTAs a row of the filter select's split rows on a device of `sms` SMs (0: not split).
-  m.def("filter_split_parts", &dsv41::FilterSplitParts);
   // Workspace sizes of the SM100 sparse logits call (extra results of the FFI call).
   m.def("sm100_sparse_workspace_bytes", [](int64_t rows) {
     return pybind11::make_tuple(dsv41::Sm100SparseMetadataBytes(rows),

@@ -71,24 +71,23 @@ def bench_topk(timer: Timer, rng, bw, impls: Sequence[str]) -> list[Row]:
 def _forced_selects(
     timer: Timer, op, shape, floor, sets, *, k, masked, block_size, mode, want
 ) -> list[Row]:
-    """Rows "ffi <select>" for every CUDA select that takes the call (sets: (scores, lens) or,
-    `masked`, (scores, lens, blocks)), and "ffi filter clusters" (no split rows) where the
-    filter select may split them, each checked against `want` (the reference's result on
-    sets[0])."""
+    """Rows "ffi <select>" for every CUDA select that takes the call, as `topk_algorithm=`
+    forces it (sets: (scores, lens) or, `masked`, (scores, lens, blocks)), and where the filter
+    select may split the rows, its other form than the plan's ("ffi filter split" or "ffi filter
+    clusters"), each checked against `want` (the reference's result on sets[0])."""
     from dsv41_jax import _ext
-    from dsv41_jax.plan import Spec, device_record, select_declines
+    from dsv41_jax.plan import Spec, device_record, select_declines, split_rows
     from dsv41_jax.topk import ffi as topk_ffi
 
+    members = sets[0][2] if masked else None
+    spec_op = "select_candidate_blocks" if mode == "candidate_blocks" else "topk"
+    spec = Spec.of(spec_op, sets[0][0], k, starts=None, candidates=members, block_size=block_size)
+    variants = [(algorithm, None, f"ffi {algorithm}") for algorithm in topk_ffi.ALGORITHMS]
+    if not masked and spec.rows <= _ext.limit("filter_split_max_rows"):
+        split = split_rows(spec, device_record()) is None  # the form the plan does not take
+        variants.append(("filter", split, "ffi filter " + ("split" if split else "clusters")))
     rows = []
-    variants = [(algorithm, True) for algorithm in topk_ffi.ALGORITHMS]
-    if not masked and len(sets[0][0]) <= _ext.limit("filter_split_max_rows"):
-        variants.append(("filter", False))
-    for algorithm, split in variants:
-        members = sets[0][2] if masked else None
-        spec_op = "select_candidate_blocks" if mode == "candidate_blocks" else "topk"
-        spec = Spec.of(
-            spec_op, sets[0][0], k, starts=None, candidates=members, block_size=block_size
-        )
+    for algorithm, split, name in variants:
         if select_declines(algorithm, spec, device_record()):
             continue
 
@@ -105,7 +104,6 @@ def _forced_selects(
                 split=split,
             )
 
-        name = f"ffi {algorithm}" + ("" if split else " clusters")
         t = timer.jax_us(forced, sets, want=want, what=f"{op} {shape} {name}")
         rows.append(Row(op, shape, name, t, floor))
     return rows
