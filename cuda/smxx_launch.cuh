@@ -43,24 +43,32 @@ inline int CurrentDeviceAttribute(cudaDeviceAttr attribute) {
 }
 
 // A launch configuration of `grid` CTAs of `block` threads with `smem` bytes of dynamic shared
-// memory, in clusters of `cluster` CTAs along x when `cluster` > 0 (it owns the attribute its
-// config points to, hence no copies).
+// memory, in clusters of `cluster` CTAs along x when `cluster` > 0, with programmatic stream
+// serialization when `pdl` (it owns the attributes its config points to, hence no copies).
 struct ClusterConfig {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attr[1] = {};
-  ClusterConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster) {
+  cudaLaunchAttribute attr[2] = {};
+  ClusterConfig(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, unsigned cluster,
+                bool pdl = false) {
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = stream;
+    unsigned n = 0;
     if (cluster > 0) {
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = cluster;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      config.attrs = attr;
-      config.numAttrs = 1;
+      attr[n].id = cudaLaunchAttributeClusterDimension;
+      attr[n].val.clusterDim.x = cluster;
+      attr[n].val.clusterDim.y = 1;
+      attr[n].val.clusterDim.z = 1;
+      ++n;
     }
+    if (pdl) {
+      attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[n].val.programmaticStreamSerializationAllowed = 1;
+      ++n;
+    }
+    config.attrs = n > 0 ? attr : nullptr;
+    config.numAttrs = n;
   }
   ClusterConfig(const ClusterConfig&) = delete;
   ClusterConfig& operator=(const ClusterConfig&) = delete;
@@ -72,6 +80,17 @@ template <class Kernel, class... Args>
 cudaError_t LaunchKernel(Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                          unsigned cluster, Args... args) {
   const ClusterConfig c(grid, block, smem, stream, cluster);
+  return cudaLaunchKernelEx(&c.config, kernel, args...);
+}
+
+// The same, as a programmatic dependent launch (PDL): its CTAs may start once every CTA of the
+// grid before it in the stream called LaunchDependentGrid (smxx_pdl.cuh) or exited, so its
+// launch overlaps that grid's tail. `kernel` calls WaitPrimaryGrid before it reads anything
+// earlier work wrote. Inside an XLA command buffer, capture turns it into a programmatic edge.
+template <class Kernel, class... Args>
+cudaError_t LaunchDependentKernel(Kernel kernel, dim3 grid, dim3 block, size_t smem,
+                                  cudaStream_t stream, Args... args) {
+  const ClusterConfig c(grid, block, smem, stream, 0, true);
   return cudaLaunchKernelEx(&c.config, kernel, args...);
 }
 

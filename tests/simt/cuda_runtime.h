@@ -65,6 +65,7 @@ inline float __uint_as_float(uint32_t u) {
 }
 inline int __popc(uint32_t x) { return __builtin_popcount(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(unsigned(x)); }
 template <class A, class B>
 inline std::common_type_t<A, B> min(A a, B b) {
   using T = std::common_type_t<A, B>;
@@ -100,11 +101,16 @@ inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
   *value = emu_sm_count;
   return emu_sm_count > 0 ? cudaSuccess : cudaErrorInvalidValue;
 }
-enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
+// Programmatic serialization (PDL) changes nothing here: a launch's grids run one after another.
+enum cudaLaunchAttributeID {
+  cudaLaunchAttributeClusterDimension = 4,
+  cudaLaunchAttributeProgrammaticStreamSerialization = 6
+};
 struct cudaLaunchAttributeValue {
   struct {
     unsigned x, y, z;
   } clusterDim;
+  int programmaticStreamSerializationAllowed;
 };
 struct cudaLaunchAttribute {
   cudaLaunchAttributeID id;
@@ -340,16 +346,30 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
   emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
 }
 
-// Every lane of the warp calls it (the mask is not modelled): the sum over the warp's lanes.
-inline unsigned __reduce_add_sync(unsigned, unsigned v) {
-  emu::Cta* c = emu::tl_cta;
+namespace emu {
+// Every lane of the warp calls it: `op` folded over the warp's lanes' values, from `init`.
+template <class Op>
+unsigned WarpReduce(unsigned v, unsigned init, Op op) {
+  Cta* c = tl_cta;
   const int t = c->cur, w = t / 32;
   c->lanes[t] = v;
-  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
-  unsigned out = 0;
-  for (int l = 0; l < 32; ++l) out += unsigned(c->lanes[w * 32 + l]);
-  emu::Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  Arrive(c->warp_gen[w], c->warp_count[w], 32);
+  unsigned out = init;
+  for (int l = 0; l < 32; ++l) out = op(out, unsigned(c->lanes[w * 32 + l]));
+  Arrive(c->warp_gen[w], c->warp_count[w], 32);
   return out;
+}
+}  // namespace emu
+
+// Every lane of the warp calls them (the mask is not modelled): the sum, AND, OR over the lanes.
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+  return emu::WarpReduce(v, 0u, [](unsigned x, unsigned y) { return x + y; });
+}
+inline unsigned __reduce_and_sync(unsigned, unsigned v) {
+  return emu::WarpReduce(v, ~0u, [](unsigned x, unsigned y) { return x & y; });
+}
+inline unsigned __reduce_or_sync(unsigned, unsigned v) {
+  return emu::WarpReduce(v, 0u, [](unsigned x, unsigned y) { return x | y; });
 }
 
 // Atomic across OS threads too: a cluster's CTAs run concurrently and may add into one peer's
@@ -361,6 +381,10 @@ T atomicAdd(T* p, T v) {
 template <class T>
 T atomicOr(T* p, T v) {
   return std::atomic_ref<T>(*p).fetch_or(v);
+}
+template <class T>
+T atomicAnd(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_and(v);
 }
 
 // The CTAs of a launch without clusters run one after another: their global stores are seen by
