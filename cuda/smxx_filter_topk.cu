@@ -31,6 +31,7 @@
 #include "smxx_block_scan.cuh"
 #include "smxx_filter_topk.cuh"
 #include "smxx_launch.cuh"
+#include "smxx_pdl.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_radix_digit.cuh"
 #include "smxx_topk_keys.cuh"
@@ -49,6 +50,11 @@ constexpr int kSample = kThreads;        // one sampled key per thread
 constexpr int kMaxCluster = 8;           // portable cluster size: one CTA per SM fits a GPC
 constexpr int kSplitMaxParts = 16;       // split rows: CTAs a row at most
 constexpr int kRowSamplePer = 4;         // split rows: the row bar's sample, keys a thread
+// Split rows: the merge kernel is a programmatic dependent launch (its CTAs start as the streaming
+// kernel's CTAs exit, not after the whole grid). The phase probe turns it off to compare.
+#ifndef DSV41_FILTER_SPLIT_PDL
+#define DSV41_FILTER_SPLIT_PDL 1
+#endif
 constexpr int64_t kCap = kFilterCapacity;
 static_assert(kFilterMaxK + kRound <= kCap, "a cut buffer plus one round must fit");
 using topk::kExcluded;
@@ -64,6 +70,7 @@ struct Shared {
   int32_t cut;                          // whether each chunk is cut to its top k before the gather
   int32_t slot_at[kSplitMaxParts + 1];  // split rows: where each chunk's pairs go when gathered
   int32_t last;                         // split rows: this CTA arrived last at the merge
+  uint32_t key_and, key_or;             // CommonTopBytes: every key's bits ANDed, ORed
 };
 
 // The rank in a strided sample of `samples` keys of the entry bar for `mine` keys (about 2k keys
@@ -88,14 +95,20 @@ __device__ __forceinline__ bool TryUncut(int64_t chunk, int32_t k, int cl) {
 
 // The k-th largest of the keys that `for_keys` hands each thread (kExcluded skipped), to its top
 // 8 * `passes` bits: sh.radix (RadixState). With `whole_bin`, it stops after a step whose bin
-// holds exactly the keys still needed (every key of it is taken). All threads call it.
+// holds exactly the keys still needed (every key of it is taken). From step `first` on, where
+// every key's top `first` bytes are `prefix`'s (a step over them decides nothing). All threads
+// call it.
 template <class ForKeys>
 __device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys,
-                            bool whole_bin = false) {
+                            bool whole_bin = false, int first = 0, uint32_t prefix = 0) {
   __syncthreads();  // every thread has read the previous selection's results
-  if (threadIdx.x == 0) sh.radix = {0, 0, k, 0, 0};
+  if (threadIdx.x == 0) {
+    const uint32_t mask = first == 0 ? 0u : ~0u << (32 - 8 * first);
+    sh.radix = {prefix & mask, mask, k, 0, 0};
+  }
+  if (first >= passes) __syncthreads();  // no step (whose barriers publish sh.radix) runs
   auto block_sum = [](int, int32_t sum) { return sum; };  // one CTA: its copies' sum
-  for (int pass = 0; pass < passes; ++pass) {
+  for (int pass = first; pass < passes; ++pass) {
     if (RadixDigitStep<kThreads>(sh.radix, sh.hist, pass, for_keys, block_sum, sh.warp_sums,
                                  &sh.scan_total)) {
       break;  // at most k keys
@@ -104,20 +117,42 @@ __device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys,
   }
 }
 
+// How many leading bytes (0-4) all `n` keys of the buffer share (their bits: `common`). All
+// threads call it.
+__device__ int CommonTopBytes(Shared& sh, const uint32_t* keys, int32_t n, uint32_t& common) {
+  if (threadIdx.x == 0) sh.key_and = ~0u, sh.key_or = 0;
+  __syncthreads();
+  uint32_t all = ~0u, any = 0;
+  for (int32_t i = threadIdx.x; i < n; i += kThreads) all &= keys[i], any |= keys[i];
+  all = __reduce_and_sync(0xffffffffu, all);
+  any = __reduce_or_sync(0xffffffffu, any);
+  if (threadIdx.x % 32 == 0) atomicAnd(&sh.key_and, all), atomicOr(&sh.key_or, any);
+  __syncthreads();
+  common = sh.key_and;
+  return __clz(int(sh.key_and ^ sh.key_or)) / 8;  // __clz(0) = 32: all equal
+}
+
 // Cuts the buffer's n > k pairs, in place and in order, to its top k by (key desc, buffer index
 // asc). Returns the least key a later pair needs to get in: one above the k-th key, or the lowest
 // key of its bin where the bin was taken whole (the later pairs it lets in are cut later).
-__device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t n, int32_t k) {
+// `one_bar`: the pairs all passed one entry bar near the k-th key (a split row's slots), so
+// they likely share their top bytes and the radix steps start below them (CommonTopBytes); where
+// the keys span more (a chunk's buffer) that pass measured slower than the steps it saves.
+__device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t n, int32_t k,
+                              bool one_bar = false) {
+  uint32_t common = 0;
+  const int first = one_bar ? CommonTopBytes(sh, keys, n, common) : 0;
   RadixSelect(
       sh, k, 4,
       [&](auto add) {
         for (int32_t i = threadIdx.x; i < n; i += kThreads) add(keys[i]);
       },
-      true);
+      true, first, common);
   // n > k valid keys (>= 1). Where the k-th key's bin is taken whole, every key from the bin's
   // lowest (the prefix, low bits 0) up is kept (`kth` the key below it); otherwise `kth` is the
-  // k-th key and its first `need_eq` ties in buffer order are kept.
-  const bool whole = sh.radix.in_bin == sh.radix.k_rem;
+  // k-th key and its first `need_eq` ties in buffer order are kept (all n keys equal: no step
+  // ran, and `kth` is that key).
+  const bool whole = first < 4 && sh.radix.in_bin == sh.radix.k_rem;
   const uint32_t kth = whole ? topk::Below(sh.radix.prefix) : sh.radix.prefix;
   const int32_t need_eq = whole ? 0 : sh.radix.k_rem;
   EmitState st = {0, 0};
@@ -198,22 +233,31 @@ __device__ __forceinline__ uint64_t SampledBar(Shared& sh, int64_t mine, int32_t
   return sh.radix.all ? 1 : max(uint64_t(sh.radix.prefix), uint64_t(1));
 }
 
+// The thread's scores of the source's first round.
+template <class Source>
+__device__ __forceinline__ void LoadFirstRound(const Source& src, float (&first)[kPer]) {
+  src.Load(int64_t(threadIdx.x) * kPer, first);
+}
+
 // Streams the source's elements once, appending the keys at or above `first_bar` to the buffer
 // in position order (cut to its top k, with the bar raised, where a round would overflow it).
 // With `restream`, streams again with no bar where fewer than k entered past a sampled bar.
+// `first`: the thread's scores of the first round, loaded by the caller (LoadFirstRound) before
+// it sampled its bar, so that their latency overlapped the sample's select.
 // Returns the buffer's pairs: a superset of the streamed keys' exact top k, or (no restream,
 // fewer than k entered) every key at or above the bar.
 template <class Source>
 __device__ __forceinline__ int32_t StreamPastBar(Shared& sh, const TopkArgs& a, const Source& src,
                                                  uint32_t* keys, int32_t* pos, uint64_t first_bar,
-                                                 bool restream) {
+                                                 bool restream, float (&first)[kPer]) {
   const int64_t mine = src.mine;
   const int32_t k = a.k;
   int32_t count = 0;
   for (EntryBar bar = MakeBar(first_bar);; bar = MakeBar(1)) {
     count = 0;
     float v[kPer];
-    src.Load(int64_t(threadIdx.x) * kPer, v);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = first[j];
     for (int64_t base = 0; base < mine; base += kRound) {
       const int64_t i0 = base + int64_t(threadIdx.x) * kPer;
       float s[kPer];  // this round's scores; v takes the next round's loads meanwhile
@@ -235,6 +279,7 @@ __device__ __forceinline__ int32_t StreamPastBar(Shared& sh, const TopkArgs& a, 
     }
     __syncthreads();
     if (!restream || count >= k || bar.key <= 1) break;  // uniform
+    LoadFirstRound(src, first);                          // streamed again from its start
   }
   return count;
 }
@@ -250,10 +295,12 @@ __device__ __forceinline__ void SelectRowChunk(Shared& sh, const TopkArgs& a, co
 
   // ---- the entry bar (keys >= bar enter the buffer), then the chunk streamed once (again
   // without a bar if the sampled one kept fewer than k)
+  float first[kPer];
+  LoadFirstRound(src, first);
   const uint64_t sampled_bar =
       SampledBar<1>(sh, mine, k, [&](int64_t i) { return src.KeyAt(a, i); });
   DSV41_STAMP(1);
-  int32_t count = StreamPastBar(sh, a, src, keys, pos, sampled_bar, true);
+  int32_t count = StreamPastBar(sh, a, src, keys, pos, sampled_bar, true, first);
   DSV41_STAMP(2);
 
   // ---- this chunk's top k, then the row's: the first CTA gathers the chunks' (chunk order).
@@ -573,10 +620,12 @@ __device__ __forceinline__ void SplitChunk(Shared& sh, const TopkArgs& a, int64_
                                            int64_t chunk, int parts, int part, uint32_t* keys,
                                            int32_t* pos) {
   const RowChunkSource<T, kBlocks> src = ChunkOf<T, kBlocks>(a, row, chunk, part);
+  float first[kPer];
+  LoadFirstRound(src, first);
   const uint64_t bar =
       SampledBar<kRowSamplePer>(sh, src.r.len, a.k, [&](int64_t p) { return src.RowKey(a, p); });
   DSV41_STAMP(1);
-  const int32_t count = StreamPastBar(sh, a, src, keys, pos, bar, false);
+  const int32_t count = StreamPastBar(sh, a, src, keys, pos, bar, false, first);
   DSV41_STAMP(2);
   const SplitRow w = SplitRowOf(a, row, parts);
   StoreSlot(sh, a, keys, pos, count, w.slot, w, part, SplitRow::kCounts);
@@ -597,6 +646,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   ByMode(a, [&](auto blocks) {
     SplitChunk<T, blocks.value>(sh, a, row, chunk, parts, part, keys, pos);
   });
+  // Only now: a merge CTA launched earlier would wait on an SM, and its CUPTI duration (the
+  // benchmark's kernel time) would count the wait.
+  LaunchDependentGrid();
 }
 
 // Split rows, the shortfall: CTA `part` streams its chunk again with no bar to its exact top k
@@ -606,7 +658,9 @@ __device__ __noinline__ bool RestreamChunk(Shared& sh, const TopkArgs& a, int64_
                                            int64_t chunk, int part, uint32_t* keys, int32_t* pos,
                                            const SplitRow& w, int parts) {
   const RowChunkSource<T, kBlocks> src = ChunkOf<T, kBlocks>(a, row, chunk, part);
-  const int32_t count = StreamPastBar(sh, a, src, keys, pos, 1, false);
+  float first[kPer];
+  LoadFirstRound(src, first);
+  const int32_t count = StreamPastBar(sh, a, src, keys, pos, 1, false, first);
   StoreSlot(sh, a, keys, pos, count, a.k, w, part, SplitRow::kRestreamCounts);
   __threadfence();  // this thread's slot stores are seen device-wide before the arrival below
   __syncthreads();
@@ -627,6 +681,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ Shared sh;
   const auto [keys, pos, row, part] = SplitCtaOf(dyn, parts);
   const SplitRow w = SplitRowOf(a, row, parts);
+  WaitPrimaryGrid();  // every slot of the streaming kernel is stored and visible
   DSV41_STAMP(7);
   int32_t count = SlotOffsets(sh, w, parts, SplitRow::kCounts);
   if (count < a.k && __ldcg(w.words + SplitRow::kBar) > 1) {  // uniform over the row
@@ -642,7 +697,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   GatherSlots(sh, keys, pos, w, count);
   DSV41_STAMP(9);
   if (count > a.k) {
-    CutToTopK(sh, keys, pos, count, a.k);
+    CutToTopK(sh, keys, pos, count, a.k, true);
     count = a.k;
   }
   int32_t* out = a.out + row * int64_t(a.k);
@@ -662,6 +717,10 @@ cudaError_t LaunchSplit(const TopkArgs& args, int parts, cudaStream_t stream) {
   const cudaError_t err =
       LaunchKernel(FilterSplitKernel<T>, grid, block, kBufferSmem, stream, 0, args, chunk, parts);
   if (err != cudaSuccess) return err;
+  if (DSV41_FILTER_SPLIT_PDL) {
+    return LaunchDependentKernel(FilterMergeKernel<T>, grid, block, kBufferSmem, stream, args,
+                                 chunk, parts);
+  }
   return LaunchKernel(FilterMergeKernel<T>, grid, block, kBufferSmem, stream, 0, args, chunk,
                       parts);
 }

@@ -4,7 +4,8 @@ first CTA's uncut where they fit, and a plateau of ties at the bar makes them no
 chunk is cut to its top k first), rows of 2 chunks with k = 4096 (no bar: the buffer is cut to
 its top k while streaming and the bar rises), keys ascending with position, ties at the k-th key
 across chunks, and rows whose large keys sit exactly where the sample looks (the bar lets fewer
-than k through: the chunk is streamed again), against the oracle; and mutants of those paths,
+than k through: the chunk is streamed again), rows of equal keys (cut with every key tied),
+against the oracle; and mutants of those paths,
 each of which the rows catch; and mutants of the radix digit step it shares with the cluster
 select, each of which both selects' rows catch. (tests/test_topk.py runs the select at every
 width through the public op.)"""
@@ -20,7 +21,8 @@ SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
 SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
 # (n, k, chunks) -> the kinds of rows run there; the launcher splits a row into `chunks` CTAs.
 ROWS = {
-    (60000, 512, 4): ("negative", "spread", "trap", "ties", "plateau", "zeros"),
+    (60000, 512, 4): ("negative", "spread", "trap", "ties", "plateau", "zeros", "equal"),
+    (4000, 40, 1): ("equal", "ties", "spread"),  # one CTA, no bar: the buffer is cut once
     (30000, 4096, 2): ("ascending", "ties", "zeros-cut"),
     (104000, 64, 8): ("spread", "plateau"),
 }
@@ -28,7 +30,7 @@ ROWS = {
 
 def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
     """Spread random keys (all negative ones too); keys ascending with position; ties at the k-th
-    key across chunks; scores around +-0 (factories.SIGNED_ZERO_ODDS);
+    key across chunks; scores around +-0 (factories.SIGNED_ZERO_ODDS); every score equal;
     fewer large keys than k in the row, all of them where the sample looks; or a plateau of
     3500 ties a chunk above the rest (every chunk's buffer past the sampled bar holds them, 4 or
     8 x 3500 pairs: more than the first CTA's buffer of 12288)."""
@@ -36,6 +38,8 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
         return signed_zero_scores(rng, n, kind)
     if kind == "ascending":
         return np.sort(rng.standard_normal(n)).astype(np.float32)
+    if kind == "equal":  # every key the same: the buffer overflows and is cut with no radix step
+        return np.full(n, np.float32(rng.standard_normal()))
     if kind == "trap":
         row = np.full(n, -5.0, np.float32)
         mine = n // chunks

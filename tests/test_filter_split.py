@@ -3,10 +3,11 @@ FilterMergeKernel) on the CPU stand-in: the launcher is told an SM count, so tha
 split over more CTAs than a cluster holds, and given a poisoned workspace. Rows of 12 chunks at
 k = 512 and of 3 chunks at k = 4096 (a slot of exactly k pairs): spread keys, keys ascending
 with position (the last chunk's pairs overflow its slot and are cut), ties at the k-th key,
-a plateau of ties in every chunk, rows whose large keys sit exactly where the row sample looks
-(fewer than k reach the row bar: every chunk is streamed again and the last to arrive merges),
-length cuts, short and empty rows, candidate blocks and ragged starts; against the oracle. And
-mutants of the split paths, each of which the rows catch."""
+a plateau of ties in every chunk (the merge cuts keys all equal; other rows' gathered keys
+share their top bytes, where its radix steps start), rows whose large keys sit exactly where
+the row sample looks (fewer than k reach the row bar: every chunk is streamed again and the
+last to arrive merges), length cuts, short and empty rows, candidate blocks and ragged starts;
+against the oracle. And mutants of the split paths, each of which the rows catch."""
 
 from __future__ import annotations
 
@@ -126,6 +127,13 @@ MUTANTS = [
         "keys[i] = __ldcg(w.Keys(c) + j), pos[i] = __ldcg(w.Positions(c) + j);",
         "keys[i] = __ldcg(w.Keys(0) + j), pos[i] = __ldcg(w.Positions(0) + j);",
     ),
+    # The merge's cut starts below the gathered keys' common top bytes (CommonTopBytes).
+    (
+        "merge-cut-skips-a-byte-too-many",
+        "return __clz(int(sh.key_and ^ sh.key_or)) / 8;",
+        "return min(__clz(int(sh.key_and ^ sh.key_or)) / 8 + 1, 4);",
+    ),
+    ("merge-cut-of-equal-keys-unpublished", "if (first >= passes) __syncthreads();", ""),
 ]
 
 
