@@ -96,8 +96,8 @@ __device__ __forceinline__ bool TryUncut(int64_t chunk, int32_t k, int cl) {
 // The k-th largest of the keys that `for_keys` hands each thread (kExcluded skipped), to its top
 // 8 * `passes` bits: sh.radix (RadixState). With `whole_bin`, it stops after a step whose bin
 // holds exactly the keys still needed (every key of it is taken). From step `first` on, where
-// every key's top `first` bytes are `prefix`'s (a step over them decides nothing). All threads
-// call it.
+// every key's top `first` bytes are `prefix`'s (a step over them decides nothing); `first` > 0
+// needs more than k keys (no step sets `all` then). All threads call it.
 template <class ForKeys>
 __device__ void RadixSelect(Shared& sh, int32_t k, int passes, ForKeys for_keys,
                             bool whole_bin = false, int first = 0, uint32_t prefix = 0) {
