@@ -151,8 +151,8 @@ __device__ uint64_t CutToTopK(Shared& sh, uint32_t* keys, int32_t* pos, int32_t 
   // n > k valid keys (>= 1). Where the k-th key's bin is taken whole, every key from the bin's
   // lowest (the prefix, low bits 0) up is kept (`kth` the key below it); otherwise `kth` is the
   // k-th key and its first `need_eq` ties in buffer order are kept (all n keys equal: no step
-  // ran, and `kth` is that key).
-  const bool whole = first < 4 && sh.radix.in_bin == sh.radix.k_rem;
+  // ran, in_bin stayed 0 < k, and `kth` is that key).
+  const bool whole = sh.radix.in_bin == sh.radix.k_rem;
   const uint32_t kth = whole ? topk::Below(sh.radix.prefix) : sh.radix.prefix;
   const int32_t need_eq = whole ? 0 : sh.radix.k_rem;
   EmitState st = {0, 0};

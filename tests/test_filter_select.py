@@ -5,10 +5,9 @@ chunk is cut to its top k first), rows of 2 chunks with k = 4096 (no bar: the bu
 its top k while streaming and the bar rises), keys ascending with position, ties at the k-th key
 across chunks, and rows whose large keys sit exactly where the sample looks (the bar lets fewer
 than k through: the chunk is streamed again), rows of equal keys (cut with every key tied),
-against the oracle; and mutants of those paths,
-each of which the rows catch; and mutants of the radix digit step it shares with the cluster
-select, each of which both selects' rows catch. (tests/test_topk.py runs the select at every
-width through the public op.)"""
+against the oracle; and mutants of those paths, each of which the rows catch; and mutants of
+the radix digit step it shares with the cluster select, each of which both selects' rows catch.
+(tests/test_topk.py runs the select at every width through the public op.)"""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
         return signed_zero_scores(rng, n, kind)
     if kind == "ascending":
         return np.sort(rng.standard_normal(n)).astype(np.float32)
-    if kind == "equal":  # every key the same: the buffer overflows and is cut with no radix step
+    if kind == "equal":  # every key the same: the buffer is cut with every key tied
         return np.full(n, np.float32(rng.standard_normal()))
     if kind == "trap":
         row = np.full(n, -5.0, np.float32)
