@@ -123,6 +123,26 @@ __device__ __forceinline__ int32_t FindBin(Shared& sh, const uint32_t* h, const 
   return total;
 }
 
+// Column i of a row whose columns are its candidate blocks' positions, eight a block.
+struct BlockPositions {
+  const int32_t* __restrict__ blocks;
+  __device__ __forceinline__ int32_t operator()(int32_t i) const {
+    return blocks[i / 8] * 8 + i % 8;
+  }
+};
+
+// Unpacked pass-1 counts (kBins words, a digit's count each, then kGroups words): the groups' from
+// the digits', one warp a group. Every thread of the CTA calls it once the digits' are complete;
+// the groups' are complete after the CTA's next barrier.
+template <int kThreads>
+__device__ __forceinline__ void SumGroups(uint32_t* counts) {
+  const int lane = int(threadIdx.x) % 32;
+  for (int g = int(threadIdx.x) / 32; g < kGroups; g += kThreads / 32) {
+    const uint32_t sum = __reduce_add_sync(0xffffffffu, counts[32 * g + lane]);
+    if (lane == 0) counts[kBins + g] = sum;
+  }
+}
+
 // The columns of a warp's candidates: its keys at or above `lowest` (>= 1), in column order,
 // into sh.list from `lo` (the warp's first column: a warp's candidates never outgrow its keys).
 // Returns how many (every lane).
@@ -168,13 +188,11 @@ __device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t* keys, int
 // The output in column order, from each warp's candidates (`count` columns from sh.list + lo):
 // those above the k-th key `thresh`, and (kTies) the first `need` > 0 equal to it. Each warp's
 // counts of both (above | equal << 16: a row's stay below 2^15 each) and one barrier give the
-// warp its first slots.
-template <bool kTies>
+// warp its first slots. A column i is written as position(i).
+template <bool kTies, class Position>
 __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t lo, int32_t count,
-                                     uint32_t thresh, int32_t need,
-                                     const int32_t* __restrict__ blocks,
+                                     uint32_t thresh, int32_t need, Position position,
                                      int32_t* __restrict__ out) {
-  constexpr int32_t kBlock = 8;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const auto column = [&](int32_t t) { return t < count ? sh.list[lo + t] : -1; };
@@ -184,7 +202,6 @@ __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t l
   const auto equal = [&](uint32_t key) {
     return kTies ? __ballot_sync(0xffffffffu, key == thresh) : 0u;
   };
-  const auto position = [&](int32_t i) { return blocks[i / kBlock] * kBlock + i % kBlock; };
   int32_t counts = 0;
   for (int32_t t0 = 0; t0 < count; t0 += 32) {
     const uint32_t key = key_of(column(t0 + lane));
@@ -215,30 +232,49 @@ __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t l
   }
 }
 
-// The row's top-k: out[0, k) = the positions blocks[col / 8] * 8 + col % 8 of its k best columns
-// in column order, -1 past the keys there are. `keys` [0, n) are the row's (n <= kMaxRow),
-// `counts` their pass-1 counts (CountKey), `blocks` and `out` the row's; k >= 1 (the caller
-// checks). Every thread of the CTA calls it. Each thread loads its keys once, and once pass 1's
-// digit is known keeps the columns of the candidates (Candidates): passes 2 and 3 and the output
-// read only those (about k plus the k-th key's pass-1 bin: ~1K of a 16K-column row).
+// A warp's keys in registers in the consumer's layout: lane l's key j is the row's column
+// lo + 32 j + l, the warp's columns [lo, hi) of the row's n (loaded before pass 1's digit is
+// found); the candidates kept from sh.list + lo (Candidates).
 template <int kThreads>
+struct StridedKeys {
+  int32_t lo;
+  uint32_t key[kSteps<kThreads>];
+  __device__ __forceinline__ StridedKeys(const uint32_t* keys, int32_t n) {
+    constexpr int kWarps = kThreads / 32;
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    const int32_t seg = (n + 32 * kWarps - 1) / (32 * kWarps) * 32;
+    lo = min(warp * seg, n);
+    const int32_t hi = min(lo + seg, n);
+#pragma unroll
+    for (int j = 0; j < kSteps<kThreads>; ++j) {
+      const int32_t i = lo + 32 * j + lane;
+      key[j] = i < hi ? keys[i] : topk::kExcluded;
+    }
+  }
+  __device__ __forceinline__ int32_t Keep(Shared& sh, uint32_t lowest) const {
+    return Candidates<kThreads>(sh, key, lo, lowest);
+  }
+};
+
+// The row's top-k: out[0, k) = the positions position(col) of its k best columns in column
+// order, -1 past the keys there are. `keys` are the row's by column (at most kMaxRow), `counts`
+// their pass-1 counts: CountKey's packed layout (kPacked), or kBins words then kGroups
+// (SumGroups); `mine` the thread's keys, whose warp keeps its candidates from sh.list + mine.lo
+// (`mine.Keep(sh, lowest)`: its keys >= lowest, in column order; the warps' columns ascending
+// with the warp); k >= 1 (the caller checks). Every thread of the CTA calls it. Once pass 1's
+// digit is known the warps keep their candidates: passes 2 and 3 and the output read only those
+// (about k plus the k-th key's pass-1 bin: ~1K of a 16K-column row).
+template <int kThreads, bool kPacked, class Keys, class Position>
 __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
-                                  int32_t n, int32_t k, const int32_t* __restrict__ blocks,
+                                  const Keys& mine, int32_t k, Position position,
                                   int32_t* __restrict__ out) {
-  constexpr int kWarps = kThreads / 32, kN = kSteps<kThreads>;
+  constexpr int kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kWarps <= 32, "one warp adds the warps' counts");
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const int32_t seg = (n + 32 * kWarps - 1) / (32 * kWarps) * 32;
-  const int32_t lo = min(warp * seg, n), hi = min(lo + seg, n);
-  if (warp == 0) {  // pass 1's digit while the other warps load their keys
-    const int32_t total = FindBin<kBins, true>(sh, counts, counts + kBins / 2, k);
+  if (warp == 0) {  // pass 1's digit while the other warps zero the histograms
+    const int32_t total =
+        FindBin<kBins, kPacked>(sh, counts, counts + (kPacked ? kBins / 2 : kBins), k);
     if (lane == 0) sh.total = total;
-  }
-  uint32_t key[kN];
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    const int32_t i = lo + 32 * j + lane;
-    key[j] = i < hi ? keys[i] : topk::kExcluded;
   }
   for (int i = int(threadIdx.x); i < 2 * (kBins + kGroups); i += kThreads) {
     (&sh.hist[0][0])[i] = 0;
@@ -258,7 +294,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
     thresh = topk::Below(prefix << 21);
   }
   const bool more = total > k && sh.in_bin != k_rem;  // not every key of the bin taken
-  const int32_t count = Candidates<kThreads>(sh, key, lo, lowest);
+  const int32_t lo = mine.lo, count = mine.Keep(sh, lowest);
   DSV41_STAMP(14);
   if (more) {
     const Digit d1 = DigitPass<10, 11>(sh, keys, lo, count, prefix, k_rem);
@@ -277,9 +313,9 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
     }
   }
   if (need == 0) {
-    Emit<false>(sh, keys, lo, count, thresh, need, blocks, out);
+    Emit<false>(sh, keys, lo, count, thresh, need, position, out);
   } else {
-    Emit<true>(sh, keys, lo, count, thresh, need, blocks, out);
+    Emit<true>(sh, keys, lo, count, thresh, need, position, out);
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
   DSV41_STAMP(9);
@@ -304,7 +340,10 @@ __device__ void SelectRow(Shared& sh, const uint32_t* keys, uint32_t* counts, in
     cluster.sync();
   }
   DSV41_STAMP(4);
-  if (rank == 0) SelectToPositions<kThreads>(sh, keys, counts, n, k, blocks, out);
+  if (rank == 0) {
+    SelectToPositions<kThreads, true>(sh, keys, counts, StridedKeys<kThreads>(keys, n), k,
+                                      BlockPositions{blocks}, out);
+  }
 }
 
 }  // namespace onchip

@@ -10,11 +10,15 @@
 //     cluster's lower-ranked CTAs: no buffer, no sort.
 // Latency, not bytes, bounds short rows: one dependent load, three histogram passes and one
 // scan, where the filter and cluster selects pay four-pass cuts or cluster-wide passes over
-// global memory.
+// global memory. A row of one CTA (at most kShortChunk scores) is issue-bound: each of its
+// 32 warps' instructions costs the SM 8 cycles, so it takes pass 1 over its keys in registers
+// and then the sparse consumer's on-chip select (smxx_onchip_select.cuh), whose passes 2 and 3
+// and output read only the k-th key's pass-1 bin and above (about k plus one bin: ~1K of 16K).
 #include <cooperative_groups.h>
 
 #include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
+#include "smxx_onchip_select.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_short_topk.cuh"
 #include "smxx_topk_keys.cuh"
@@ -23,6 +27,10 @@ namespace cg = cooperative_groups;
 
 namespace dsv41 {
 namespace {
+
+#ifndef DSV41_SHORT_ONE_CTA  // 0: rows of one CTA take the cluster kernel (the probes' A/B)
+#define DSV41_SHORT_ONE_CTA 1
+#endif
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -103,6 +111,146 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
 }
 
+// The keys of a thread's tiles (v from topk::LoadScores at chunk elements seg + 32 * kVec * j).
+// Where every position may be selected (kPositions without a candidate bitmap) a score's key is
+// its PositionKey alone: LoadScores left NoScore, never selected, past the chunk.
+template <class T, int kTiles, int kVec>
+__device__ __forceinline__ void TileKeys(const TopkArgs& a, const topk::Row<T>& r, int64_t mine,
+                                         int64_t seg, const float (&v)[kTiles][kVec],
+                                         uint32_t (&key)[kPer]) {
+  if (a.mode == TopkMode::kPositions && r.member_bits == nullptr) {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) key[kVec * j + e] = topk::PositionKey(v[j][e]);
+    }
+    return;
+  }
+  if (a.mode == TopkMode::kCandidateBlocks) {  // KeyOf's, by the thread's offsets in 32 bits
+    const int32_t left = int32_t(min(max(mine - seg, int64_t(0)), int64_t(kPer * 32)));
+    const int64_t pin = r.newest - r.lo - seg;  // the newest block's offset
+    const int32_t pinned = pin >= 0 && pin < kPer * 32 ? int32_t(pin) : -1;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const int32_t i = 32 * kVec * j + e;
+        const float x = v[j][e];
+        const uint32_t kk = x > -INFINITY ? topk::OrderedKey(x) : topk::kLowest;
+        key[kVec * j + e] = i >= left ? kExcluded : i == pinned ? topk::kPinned : kk;
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    uint32_t kk[kVec];
+    topk::ScoresToKeys<kVec>(a, r, mine, seg + 32 * kVec * j, v[j], kk);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) key[kVec * j + e] = kk[e];
+  }
+}
+
+// A row of one CTA: its keys in shared memory for the on-chip select, and its pass-1 counts.
+struct CtaShared {
+  onchip::Shared select;
+  uint32_t counts[kBins + onchip::kGroups];  // a digit's count a word, then the groups' (SumGroups)
+  uint32_t keys[kShortChunk];
+  uint32_t member_bits[kMaskWords];
+};
+static_assert(kShortChunk == onchip::kMaxRow && kBins == onchip::kBins);
+
+// A warp's candidates for the on-chip select from the keys its lanes hold (TileKeys): lane l's
+// tile j holds the chunk's elements lo + 32 kVec j + kVec l + [0, kVec), lo = warp * kSegment.
+// Each tile's counts scanned over the lanes at once, packed in fields of 32 / kTiles bits (a
+// tile's count is at most 32 kVec < 2^(32 / kTiles)): no ballots, no popcounts (each a quarter
+// of the SM's issue rate), no shared-memory reload of the keys.
+template <int kVec>
+struct TileCandidates {
+  static constexpr int kTiles = kPer / kVec, kBits = 32 / kTiles;
+  static_assert(32 * kVec < (1 << kBits), "a tile's count fits its field");
+  int32_t lo;
+  const uint32_t (&key)[kPer];
+  __device__ __forceinline__ int32_t Keep(onchip::Shared& sh, uint32_t lowest) const {
+    const int lane = int(threadIdx.x) % 32;
+    uint32_t c = 0;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) c += uint32_t(key[kVec * j + e] >= lowest) << (kBits * j);
+    }
+    const uint32_t inclusive = uint32_t(WarpInclusiveScan(int32_t(c)));
+    const uint32_t tiles = __shfl_sync(0xffffffffu, inclusive, 31), before = inclusive - c;
+    constexpr uint32_t kMask = (1u << kBits) - 1u;
+    int32_t count = 0;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      int32_t slot = lo + count + int32_t((before >> (kBits * j)) & kMask);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (key[kVec * j + e] >= lowest) sh.list[slot++] = lo + 32 * kVec * j + kVec * lane + e;
+      }
+      count += int32_t((tiles >> (kBits * j)) & kMask);
+    }
+    __syncwarp();  // the warp's lanes read each other's
+    return count;
+  }
+};
+
+// Position i of a one-CTA row's chunk: the chunk starts at the row's (start) position 0.
+struct ChunkPositions {
+  __device__ __forceinline__ int32_t operator()(int32_t i) const { return i; }
+};
+
+// A row of at most kShortChunk scores on one CTA: each thread loads and keys 16 of them, stores
+// them for the on-chip select and counts their pass-1 digits; the on-chip select does the rest,
+// each warp's candidates kept from its lanes' keys (TileCandidates).
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, int64_t chunk) {
+  extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
+  CtaShared& sh = *reinterpret_cast<CtaShared*>(dyn);
+  const int64_t row = blockIdx.x;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  DSV41_STAMP(0);
+  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
+  const int64_t mine = r.hi - r.lo;
+  const bool aligned = topk::Aligned(r);
+  constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
+  const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
+  float v[kTiles][kVec];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+    topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
+  for (int i = threadIdx.x; i < kBins; i += kThreads) sh.counts[i] = 0;
+  if (a.members != nullptr) {  // the candidate blocks of the row (it synchronises)
+    const int64_t b1 = (r.hi + a.block_size - 1) / a.block_size;
+    MarkIds<kThreads>(sh.member_bits, 0, b1, a.members + row * a.num_members, a.num_members);
+    r.member_bits = sh.member_bits, r.member_base = 0;
+  } else {
+    __syncthreads();
+  }
+  uint32_t key[kPer];
+  TileKeys<T>(a, r, mine, seg, v, key);
+#pragma unroll
+  for (int q = 0; q < kPer / 4; ++q) {  // tile j's keys are chunk elements seg + 32 * kVec * j + e
+    const int j = 4 * q / kVec, e = 4 * q % kVec;
+    *reinterpret_cast<uint4*>(&sh.keys[seg + 32 * kVec * j + e]) =
+        make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (key[i] != kExcluded) atomicAdd(&sh.counts[key[i] >> 21], 1u);
+  }
+  __syncthreads();
+  onchip::SumGroups<kThreads>(sh.counts);
+  __syncthreads();
+  DSV41_STAMP(1);
+  onchip::SelectToPositions<kThreads, false>(sh.select, sh.keys, sh.counts,
+                                             TileCandidates<kVec>{warp * kSegment, key}, a.k,
+                                             ChunkPositions{}, a.out + row * int64_t(a.k));
+  DSV41_STAMP(15);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
@@ -140,13 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   // above are in flight meanwhile.
   if (cl > 1) cluster.sync();
   uint32_t key[kPer];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    uint32_t kk[kVec];
-    topk::ScoresToKeys<kVec>(a, r, mine, seg + 32 * kVec * j, v[j], kk);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) key[kVec * j + e] = kk[e];
-  }
+  TileKeys<T>(a, r, mine, seg, v, key);
   DSV41_STAMP(1);
 
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
@@ -239,6 +381,12 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
   // Fewest CTAs that hold the row, equal chunks of whole warp segments (16-byte aligned).
   const int64_t cl = max((args.n + kShortChunk - 1) / kShortChunk, int64_t(1));
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
+#if DSV41_SHORT_ONE_CTA
+  if (cl == 1) {
+    return topk::LaunchRowClusters(ShortTopkCtaKernel<T>, args, chunk, 1, kThreads,
+                                   sizeof(CtaShared), stream);
+  }
+#endif
   return topk::LaunchRowClusters(ShortTopkKernel<T>, args, chunk, int(cl), kThreads, sizeof(Shared),
                                  stream);
 }
@@ -246,11 +394,19 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t PrepareShortTopk() {
-  return SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
+  const cudaError_t err =
+      SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
+  if (err != cudaSuccess) return err;
+  return SetMaxDynamicSmem(sizeof(CtaShared), ShortTopkCtaKernel<float>,
+                           ShortTopkCtaKernel<topk::Bf16>);
 }
 
 int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
   if (cluster < 1 || cluster > kShortMaxCluster) return 0;
+#if DSV41_SHORT_ONE_CTA
+  if (cluster == 1)
+    return MaxActiveClusters(ShortTopkCtaKernel<float>, 1, kThreads, sizeof(CtaShared));
+#endif
   return MaxActiveClusters(ShortTopkKernel<float>, cluster, kThreads, sizeof(Shared));
 }
 

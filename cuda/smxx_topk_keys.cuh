@@ -82,7 +82,7 @@ __device__ __forceinline__ Row<T> RowChunk(const TopkArgs& a, int64_t row, int64
 
 // A score's key where every position may be selected (kPositions, no member bitmap).
 __device__ __forceinline__ uint32_t PositionKey(float v) {
-  return (v != v || v == -INFINITY) ? kExcluded : OrderedKey(v);
+  return v > -INFINITY ? OrderedKey(v) : kExcluded;  // false for NaN and -inf
 }
 
 template <class T>

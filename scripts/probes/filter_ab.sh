@@ -9,15 +9,18 @@
 #
 #   VARIANTS="base:base/cuda new:cuda nopdl:cuda:DSV41_FILTER_SPLIT_PDL=0" \
 #     REPEATS=2 bash scripts/probes/filter_ab.sh
+#   PROBES=PROBE_SHORT VARIANTS="base:cuda:DSV41_SHORT_ONE_CTA=0 new:cuda" \
+#     bash scripts/probes/filter_ab.sh   # the short-row select instead
 set -u
 VARIANTS=${VARIANTS:-new:cuda}
 REPEATS=${REPEATS:-2}
+PROBES=${PROBES:-PROBE_SPLIT PROBE_FILTER}
 dir=$(mktemp -d)
 for v in $VARIANTS; do
   IFS=: read -r name inc defs <<<"$v"
   flags=()
   for d in ${defs//,/ }; do flags+=("-D$d"); done
-  for probe in PROBE_SPLIT PROBE_FILTER; do
+  for probe in $PROBES; do
     nvcc -O3 -std=c++20 -arch=sm_90a -I"$inc" -D$probe "${flags[@]}" \
       scripts/probes/topk_phases.cu -o "$dir/${name}_$probe" &
   done
@@ -26,7 +29,7 @@ wait
 for r in $(seq "$REPEATS"); do
   for v in $VARIANTS; do
     name=${v%%:*}
-    for probe in PROBE_SPLIT PROBE_FILTER; do
+    for probe in $PROBES; do
       "$dir/${name}_$probe" | sed "s/^/$name $probe /"
     done
   done

@@ -1,0 +1,118 @@
+"""The short-row select's rows of one CTA (cuda/smxx_short_topk.cu, ShortTopkCtaKernel) on the
+CPU stand-in: keys made by the thread's tiles (TileKeys: positions, candidate blocks with the
+newest pinned, bf16), pass 1 counted into shared memory, each warp's candidates kept from its
+lanes' keys (TileCandidates), then the on-chip select. Rows whose k-th key is found at each
+digit pass, ties, NaN / -inf runs and short lengths against the oracle; and mutants of the
+kernel's own steps, each of which those rows catch. (tests/test_topk.py runs the select at
+every width through the public op; tests/test_onchip_select.py the on-chip select's steps.)"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import oracle
+from selection import ROOT, UNWRITTEN, digit_row, emulate, emulate_equals_oracle, mutants_survived
+
+SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
+N = 16384  # one CTA: kShortChunk
+
+
+def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties, a row of one value but a
+    few, a random row with NaN and -inf runs, and random rows cut short (lengths 0, 1, 7, k + 1
+    and one inside a warp's last tile)."""
+    rows = [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)]
+    flat = np.full(n, 0.5, np.float32)
+    flat[rng.choice(n, 7, replace=False)] = 2.0
+    special = rng.standard_normal(n).astype(np.float32)
+    special[100:140], special[900:905] = np.nan, -np.inf
+    rows += [flat, special]
+    lens = [n] * len(rows)
+    for length in (0, 1, 7, k + 1, n - 3):
+        rows.append(rng.standard_normal(n).astype(np.float32))
+        lens.append(length)
+    return np.stack(rows), np.asarray(lens, np.int32)
+
+
+def _candidate_rows(exe, rng, n: int, c: int) -> None:
+    """Candidate blocks (mode 1): the newest block pinned, NaN and -inf blocks lowest (and
+    taken where fewer than c blocks are left: rows 1 and 2), lengths in positions (blocks of 8)
+    ending inside a block, at a block's end and inside the first block."""
+    scores = rng.standard_normal((5, n)).astype(np.float32)
+    scores[1, 10:60] = np.nan
+    scores[2, 5:30] = -np.inf
+    scores[3] = 1.0  # all tied: the lowest blocks and the newest
+    lens = np.asarray([n * 8 - 3, 8 * 200 + 1, 8 * 150, n * 8, 5], np.int32)
+    status, got = emulate(exe, "short", scores, lens, c, mode=1)
+    assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
+    for r in range(len(got)):
+        want = oracle.candidate_row(scores[r], int(lens[r]), c, 8)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"candidate row {r}")
+
+
+def _check(exe, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k = 64
+    scores, lens = _rows(rng, N, k)
+    emulate_equals_oracle(exe, "short", scores, lens, k, "float")
+    scores, lens = _rows(rng, 5000, 512)  # 10 warps of keys
+    emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
+    _candidate_rows(exe, rng, 3000, 256)
+    bf = rng.standard_normal((2, N)).astype(jnp.bfloat16)  # bf16: many ties
+    status, got = emulate(exe, "short", bf, np.asarray([N, N - 9], np.int32), k)
+    assert status == 0
+    for r in range(2):
+        want = oracle.topk_row(np.asarray(bf[r], np.float32), N - 9 * r, k)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")
+
+
+def test_one_cta_rows_equal_the_oracle(simt_topk, rng):
+    _check(simt_topk, int(rng.integers(1 << 30)))
+
+
+# (what, the text of the source, its replacement): each breaks a step of the one-CTA rows.
+MUTANTS = [
+    (
+        "candidates-tile-offset-dropped",
+        "int32_t slot = lo + count + int32_t(",
+        "int32_t slot = lo + int32_t(",
+    ),
+    (
+        "candidates-column-of-the-lane-wrong",
+        "lo + 32 * kVec * j + kVec * lane + e;",
+        "lo + 32 * kVec * j + lane + e;",
+    ),
+    (
+        "candidates-bin-start-dropped",
+        "if (key[kVec * j + e] >= lowest) sh.list",
+        "if (key[kVec * j + e] > lowest) sh.list",
+    ),
+    (
+        "candidates-tile-field-narrow",
+        "kMask = (1u << kBits) - 1u;",
+        "kMask = (1u << (kBits - 1)) - 1u;",
+    ),
+    ("groups-not-summed", "  onchip::SumGroups<kThreads>(sh.counts);\n", ""),
+    (
+        "keys-stored-at-the-tile-start",
+        "&sh.keys[seg + 32 * kVec * j + e]",
+        "&sh.keys[seg + 32 * kVec * j]",
+    ),
+    ("newest-not-pinned", "i == pinned ? topk::kPinned : kk", "kk"),
+    ("past-the-chunk-kept", "i >= left ? kExcluded : i == pinned", "i == pinned"),
+    (
+        "nan-blocks-excluded",
+        "x > -INFINITY ? topk::OrderedKey(x) : topk::kLowest",
+        "x > -INFINITY ? topk::OrderedKey(x) : kExcluded",
+    ),
+]
+
+
+def test_mutants_of_the_one_cta_rows_are_caught(simt_topk, rng, tmp_path):
+    """Each mutant (an edited copy of the source, shadowing cuda/ when only short_topk.cc is
+    compiled again) fails the rows that the source itself passes."""
+    survived = mutants_survived(
+        simt_topk, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check, int(rng.integers(1 << 30))
+    )
+    assert not survived, f"mutants not caught: {survived}"
