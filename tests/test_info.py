@@ -29,14 +29,21 @@ def no_cuda_here(reason: str) -> bool:
 def test_explain_names_the_choice_and_the_declines_on_cpu():
     if jax.default_backend() == "gpu":
         pytest.skip("CPU view")
-    (choice,) = info.explain(dj.topk, sds((8, 4096), jnp.float32), sds((8,), jnp.int32), 64)
-    assert choice.op == "topk" and choice.implementation == "reference"
-    # Rows of one CTA try the Pallas select first (it measured faster there).
+    blocks = sds((8, 4096), jnp.float32)
+    lens = sds((8,), jnp.int32)
+    (choice,) = info.explain(dj.select_candidate_blocks, blocks, lens, num_candidates=64)
+    assert choice.op == "select_candidate_blocks" and choice.implementation == "reference"
+    # Candidate rows of one CTA try the Pallas select first (it measured faster there).
     assert [name for name, _ in choice.declined] == ["pallas", "ffi"]
-    assert no_cuda_here(choice.declined[1][1]) and "topk: reference" in str(choice)
-    assert choice.declined[0][1] == "topk pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
-    (long,) = info.explain(dj.topk, sds((8, 40000), jnp.float32), sds((8,), jnp.int32), 64)
-    assert [name for name, _ in long.declined] == ["ffi", "pallas"]
+    assert no_cuda_here(choice.declined[1][1]) and "select_candidate_blocks: reference" in str(
+        choice
+    )
+    assert choice.declined[0][1] == (
+        "select_candidate_blocks pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
+    )
+    for n in (4096, 40000):  # top-k rows: the CUDA selects first
+        (plain,) = info.explain(dj.topk, sds((8, n), jnp.float32), sds((8,), jnp.int32), 64)
+        assert [name for name, _ in plain.declined] == ["ffi", "pallas"]
     # A name given explicitly: only it, nothing declined.
     (only,) = info.explain(
         dj.topk, sds((2, 64), jnp.float32), sds((2,), jnp.int32), 4, implementation="reference"

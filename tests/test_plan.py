@@ -39,12 +39,12 @@ def test_the_public_names():
 
 # (op, scores, k, starts, mask blocks, block size) -> the order of implementation=None.
 ORDERS = [
-    ("topk", sds((8, 4096)), 64, False, None, 8, "pallas"),  # one CTA a row
-    ("topk", sds((8, 16384)), 512, False, None, 8, "pallas"),
+    ("topk", sds((8, 4096)), 64, False, None, 8, "ffi"),  # the short select's one CTA a row
+    ("topk", sds((8, 16384)), 512, False, None, 8, "ffi"),
     ("topk", sds((8, 16385)), 512, False, None, 8, "ffi"),  # longer rows
     ("topk", sds((8, 131072)), 512, False, None, 8, "ffi"),
     ("topk", sds((8, 4096)), 64, True, None, 8, "ffi"),  # ragged rows: no Pallas program
-    ("topk", sds((8, 4096), BF16), 64, False, None, 8, "pallas"),
+    ("topk", sds((8, 4096), BF16), 64, False, None, 8, "ffi"),
     ("topk", sds((8, 4100), BF16), 64, False, None, 8, "ffi"),  # bf16 rows of a multiple of 8
     ("topk", sds((8, 4096), jnp.float16), 64, False, None, 8, "ffi"),
     ("topk", sds((8, 131072)), 512, False, 2048, 8, "pallas"),  # gathered: 16K positions
@@ -304,7 +304,7 @@ def test_the_plan_names_the_implementation_that_runs():
     """`runs`: the first implementation of the order that supports the call on the device
     record (each implementation's `supports`), with the reasons of those passed over; the op
     runs exactly it."""
-    p = dj.plan("topk", sds((8, 4096)), 64, device=CPU)
+    p = dj.plan("select_candidate_blocks", sds((8, 4096)), 64, device=CPU)
     assert p.runs == "reference" and [n for n, _ in p.declined] == ["pallas", "ffi"]
     assert "needs a CUDA GPU backend" in p.declined[0][1]
     assert ("runs", "reference") == p.decisions()[2][:2]
@@ -317,7 +317,9 @@ def test_the_plan_names_the_implementation_that_runs():
 @needs_ext
 def test_the_implementation_that_runs_on_a_simulated_h200():
     h200 = info.H200
-    assert dj.plan("topk", sds((8, 4096)), 64, device=h200).runs == "pallas"
+    assert dj.plan("topk", sds((8, 4096)), 64, device=h200).runs == "ffi"
+    blocks = dj.plan("select_candidate_blocks", sds((8, 4096)), 64, device=h200)
+    assert blocks.runs == "pallas"
     assert dj.plan("topk", sds((8, 131072)), 512, device=h200).runs == "ffi"
     starts = sds((8,), jnp.int32)
     p = dj.plan("topk", sds((8, 4096)), 64, starts=starts, device=h200)

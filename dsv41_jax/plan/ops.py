@@ -232,11 +232,12 @@ def check_algorithm(topk_algorithm: str | None) -> str | None:
 
 
 def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
-    """The order of `implementation=None`, by measurement (H200, BENCHMARKS.md): the Pallas select
-    first where it is the fastest (rows it holds in one CTA, up to 16,384 columns: less than the
-    CUDA select's time, candidate selection too, and the masked rows it gathers), else the CUDA
-    selects (the rows topk k=512 [8, 128K] and [64, 1M]), then the XLA reference (hundreds of
-    µs)."""
+    """The order of `implementation=None`, by measurement (BENCHMARKS.md): the Pallas select
+    first where it is the fastest (candidate selection over up to 16,384 blocks: 10.2 against
+    the short select's 10.9 µs at top-2048 [8, 16K] on an H100; the masked rows it gathers),
+    else the CUDA selects (top-k rows of up to 16,384 columns, which the short select takes on
+    one CTA: 6.5 against 8.1 µs at k=512 [1, 16K], 8.7 against 8.7 at [8, 16K]; longer rows:
+    topk k=512 [8, 128K] and [64, 1M]), then the XLA reference (hundreds of µs)."""
     # Imported here: the topk package imports this module.
     from dsv41_jax.topk import mgpu_select, pallas_mgpu
 
@@ -260,10 +261,15 @@ def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
             f"the CUDA selects first: the Pallas select does not gather a mask of "
             f"{spec.mask_blocks} blocks of {spec.block_size} over {spec.columns} columns"
         )
-    if spec.columns <= mgpu_select.CHUNK:
+    if spec.columns <= mgpu_select.CHUNK and blocks:
         return PALLAS_FIRST, (
             f"the Pallas select first: rows of {spec.columns} {what} fit one CTA "
             f"(<= {mgpu_select.CHUNK}; measured fastest there)"
+        )
+    if spec.columns <= mgpu_select.CHUNK:
+        return FFI_FIRST, (
+            f"the CUDA selects first: rows of {spec.columns} {what} fit the short select's one "
+            f"CTA (<= {mgpu_select.CHUNK}; measured faster there than the Pallas select)"
         )
     return FFI_FIRST, (
         f"the CUDA selects first: rows of {spec.columns} {what} (> {mgpu_select.CHUNK}, the "
