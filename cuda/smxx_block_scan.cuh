@@ -7,12 +7,14 @@
 
 namespace dsv41 {
 
-// The sum of v over the warp's lanes up to this one (every lane of the warp calls it).
-__device__ __forceinline__ int32_t WarpInclusiveScan(int32_t v) {
+// The sum of v over the warp's lanes up to this one (every lane of the warp calls it); T
+// unsigned for sums that may wrap (packed fields).
+template <class T>
+__device__ __forceinline__ T WarpInclusiveScan(T v) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const int32_t y = __shfl_up_sync(0xffffffffu, v, d);
+    const T y = __shfl_up_sync(0xffffffffu, v, d);
     if (lane >= d) v += y;
   }
   return v;

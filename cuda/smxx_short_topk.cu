@@ -179,7 +179,7 @@ struct TileCandidates {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) c += uint32_t(key[kVec * j + e] >= lowest) << (kBits * j);
     }
-    const uint32_t inclusive = uint32_t(WarpInclusiveScan(int32_t(c)));
+    const uint32_t inclusive = WarpInclusiveScan(c);  // unsigned: the fields fill 32 bits
     const uint32_t tiles = __shfl_sync(0xffffffffu, inclusive, 31), before = inclusive - c;
     constexpr uint32_t kMask = (1u << kBits) - 1u;
     int32_t count = 0;
