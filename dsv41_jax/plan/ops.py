@@ -261,12 +261,12 @@ def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
             f"the CUDA selects first: the Pallas select does not gather a mask of "
             f"{spec.mask_blocks} blocks of {spec.block_size} over {spec.columns} columns"
         )
-    if spec.columns <= mgpu_select.CHUNK and blocks:
-        return PALLAS_FIRST, (
-            f"the Pallas select first: rows of {spec.columns} {what} fit one CTA "
-            f"(<= {mgpu_select.CHUNK}; measured fastest there)"
-        )
     if spec.columns <= mgpu_select.CHUNK:
+        if blocks:
+            return PALLAS_FIRST, (
+                f"the Pallas select first: rows of {spec.columns} {what} fit one CTA "
+                f"(<= {mgpu_select.CHUNK}; measured fastest there)"
+            )
         return FFI_FIRST, (
             f"the CUDA selects first: rows of {spec.columns} {what} fit the short select's one "
             f"CTA (<= {mgpu_select.CHUNK}; measured faster there than the Pallas select)"
