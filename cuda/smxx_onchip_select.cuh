@@ -256,44 +256,34 @@ struct StridedKeys {
   }
 };
 
-// The row's top-k: out[0, k) = the positions position(col) of its k best columns in column
-// order, -1 past the keys there are. `keys` are the row's by column (at most kMaxRow), `counts`
-// their pass-1 counts: CountKey's packed layout (kPacked), or kBins words then kGroups
-// (SumGroups); `mine` the thread's keys, whose warp keeps its candidates from sh.list + mine.lo
-// (`mine.Keep(sh, lowest)`: its keys >= lowest, in column order; the warps' columns ascending
-// with the warp); k >= 1 (the caller checks). Every thread of the CTA calls it. Once pass 1's
-// digit is known the warps keep their candidates: passes 2 and 3 and the output read only those
-// (about k plus the k-th key's pass-1 bin: ~1K of a 16K-column row).
-template <int kThreads, bool kPacked, class Keys, class Position>
-__device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
-                                  const Keys& mine, int32_t k, Position position,
-                                  int32_t* __restrict__ out) {
-  constexpr int kWarps = kThreads / 32;
-  static_assert(kThreads % 32 == 0 && kWarps <= 32, "one warp adds the warps' counts");
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  if (warp == 0) {  // pass 1's digit while the other warps zero the histograms
-    const int32_t total =
-        FindBin<kBins, kPacked>(sh, counts, counts + (kPacked ? kBins / 2 : kBins), k);
-    if (lane == 0) sh.total = total;
-  }
-  for (int i = int(threadIdx.x); i < 2 * (kBins + kGroups); i += kThreads) {
-    (&sh.hist[0][0])[i] = 0;
-  }
-  DSV41_STAMP(10);
-  __syncthreads();
+// Pass 1's result over a row: the keys that may be selected (`total`) and, where total > k, the
+// digit (top 11 bits) of the k-th key, the keys in the digits above it and in it.
+struct First {
+  int32_t total, bin, above, in_bin;
+};
 
+// The row's top-k once pass 1's digit is known (`first`, for k >= 1): out[0, k) = the positions
+// position(col) of its k best columns in column order, -1 past the keys there are. `keys` are
+// the row's by column; `mine` the thread's keys, whose warp keeps its candidates from
+// sh.list + mine.lo (`mine.Keep(sh, lowest)`: its keys >= lowest, in column order; the warps'
+// columns ascending with the warp); sh.hist zero. Every thread of the CTA calls it. Passes 2
+// and 3 and the output read only the candidates (about k plus the k-th key's pass-1 bin: ~1K of
+// a 16K-column row).
+template <int kThreads, class Keys, class Position>
+__device__ __forceinline__ void SelectFromFirst(Shared& sh, const uint32_t* keys, const Keys& mine,
+                                                int32_t k, const First& first, Position position,
+                                                int32_t* __restrict__ out) {
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
   uint32_t thresh = 0, prefix = 0, lowest = 1;  // candidates: every key that may be selected
-  const int32_t total = sh.total;               // keys that may be selected
-  DSV41_STAMP(5);
+  const int32_t total = first.total;
   if (total > k) {
-    prefix = uint32_t(sh.bin);
-    k_rem -= sh.above;
+    prefix = uint32_t(first.bin);
+    k_rem -= first.above;
     lowest = max(prefix << 21, 1u);  // candidates: the keys of the k-th key's bin and above
     thresh = topk::Below(prefix << 21);
   }
-  const bool more = total > k && sh.in_bin != k_rem;  // not every key of the bin taken
+  const bool more = total > k && first.in_bin != k_rem;  // not every key of the bin taken
   const int32_t lo = mine.lo, count = mine.Keep(sh, lowest);
   DSV41_STAMP(14);
   if (more) {
@@ -319,6 +309,30 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
   }
   for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
   DSV41_STAMP(9);
+}
+
+// The row's top-k (SelectFromFirst) from its pass-1 counts: `counts` in CountKey's packed layout
+// (kPacked), or kBins words then kGroups (SumGroups). Every thread of the CTA calls it.
+template <int kThreads, bool kPacked, class Keys, class Position>
+__device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
+                                  const Keys& mine, int32_t k, Position position,
+                                  int32_t* __restrict__ out) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kThreads % 32 == 0 && kWarps <= 32, "one warp adds the warps' counts");
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  if (warp == 0) {  // pass 1's digit while the other warps zero the histograms
+    const int32_t total =
+        FindBin<kBins, kPacked>(sh, counts, counts + (kPacked ? kBins / 2 : kBins), k);
+    if (lane == 0) sh.total = total;
+  }
+  for (int i = int(threadIdx.x); i < 2 * (kBins + kGroups); i += kThreads) {
+    (&sh.hist[0][0])[i] = 0;
+  }
+  DSV41_STAMP(10);
+  __syncthreads();
+  DSV41_STAMP(5);
+  SelectFromFirst<kThreads>(sh, keys, mine, k, First{sh.total, sh.bin, sh.above, sh.in_bin},
+                            position, out);
 }
 
 // Once every CTA of the row's cluster (of `cl`) stored its keys through RowKeys and counted them

@@ -31,6 +31,9 @@ namespace {
 #ifndef DSV41_SHORT_ONE_CTA  // 0: rows of one CTA take the cluster kernel (the probes' A/B)
 #define DSV41_SHORT_ONE_CTA 1
 #endif
+#ifndef DSV41_SHORT_GATHER  // 0: rows of a cluster never gather their candidates (the A/B)
+#define DSV41_SHORT_GATHER 1
+#endif
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
@@ -39,6 +42,8 @@ constexpr int kSegment = 32 * kPer;                // a warp's consecutive score
 constexpr int kBins = 2048;                        // the widest digit: 11 bits
 // A chunk's candidate bitmap: at block size 1 one bit per score, plus the straddling ends.
 constexpr int kMaskWords = int(kShortChunk / 32) + 2;
+// The candidates a row of a cluster may gather into its rank 0 (GatherSelect).
+constexpr int32_t kGather = 8192;
 static_assert(kShortChunk % kThreads == 0 && kPer % 8 == 0, "whole 16-byte vectors per thread");
 using topk::kExcluded;
 
@@ -50,6 +55,12 @@ struct Shared {
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
   uint32_t member_bits[kMaskWords];
+  // GatherSelect: the candidates of the lower-ranked CTAs (they add), the warps' own; rank 0's
+  // on-chip select and the row's candidates' keys and positions
+  int32_t gather_base, warp_kept[kWarps];
+  onchip::Shared select;
+  uint32_t gather_keys[kGather];
+  int32_t gather_positions[kGather];
 };
 
 struct Digit {
@@ -169,10 +180,15 @@ template <int kVec>
 struct TileCandidates {
   static constexpr int kTiles = kPer / kVec, kBits = 32 / kTiles;
   static_assert(32 * kVec < (1 << kBits), "a tile's count fits its field");
+  static constexpr uint32_t kMask = (1u << kBits) - 1u;
   int32_t lo;
   const uint32_t (&key)[kPer];
-  __device__ __forceinline__ int32_t Keep(onchip::Shared& sh, uint32_t lowest) const {
-    const int lane = int(threadIdx.x) % 32;
+  // The lane's tiles' counts of keys >= lowest scanned over the warp: the lanes' before it
+  // (`before`) and the warp's (`tiles`), a field a tile.
+  struct Scan {
+    uint32_t before, tiles;
+  };
+  __device__ __forceinline__ Scan Count(uint32_t lowest) const {
     uint32_t c = 0;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
@@ -180,20 +196,38 @@ struct TileCandidates {
       for (int e = 0; e < kVec; ++e) c += uint32_t(key[kVec * j + e] >= lowest) << (kBits * j);
     }
     const uint32_t inclusive = WarpInclusiveScan(c);  // unsigned: the fields fill 32 bits
-    const uint32_t tiles = __shfl_sync(0xffffffffu, inclusive, 31), before = inclusive - c;
-    constexpr uint32_t kMask = (1u << kBits) - 1u;
+    return Scan{inclusive - c, __shfl_sync(0xffffffffu, inclusive, 31)};
+  }
+  // The warp's candidates (every lane).
+  __device__ __forceinline__ static int32_t Total(const Scan& s) {
+    int32_t count = 0;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) count += int32_t((s.tiles >> (kBits * j)) & kMask);
+    return count;
+  }
+  // Each of the warp's candidates, in position order, to sink(slot, i, key): slots from `base`
+  // up, i its element of the warp's segment.
+  template <class Sink>
+  __device__ __forceinline__ void Write(const Scan& s, uint32_t lowest, int32_t base,
+                                        Sink sink) const {
+    const int lane = int(threadIdx.x) % 32;
     int32_t count = 0;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      int32_t slot = lo + count + int32_t((before >> (kBits * j)) & kMask);
+      int32_t slot = base + count + int32_t((s.before >> (kBits * j)) & kMask);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
-        if (key[kVec * j + e] >= lowest) sh.list[slot++] = lo + 32 * kVec * j + kVec * lane + e;
+        const uint32_t kk = key[kVec * j + e];
+        if (kk >= lowest) sink(slot++, 32 * kVec * j + kVec * lane + e, kk);
       }
-      count += int32_t((tiles >> (kBits * j)) & kMask);
+      count += int32_t((s.tiles >> (kBits * j)) & kMask);
     }
+  }
+  __device__ __forceinline__ int32_t Keep(onchip::Shared& sh, uint32_t lowest) const {
+    const Scan s = Count(lowest);
+    Write(s, lowest, lo, [&](int32_t slot, int32_t i, uint32_t) { sh.list[slot] = lo + i; });
     __syncwarp();  // the warp's lanes read each other's
-    return count;
+    return Total(s);
   }
 };
 
@@ -251,6 +285,66 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   DSV41_STAMP(15);
 }
 
+// Rank 0's gathered candidates (GatherSelect), every one at or above the k-th key's pass-1 bin:
+// warp w keeps [w seg, (w + 1) seg) of them, no key compared.
+struct GatheredKeys {
+  int32_t lo, n;
+  __device__ __forceinline__ explicit GatheredKeys(int32_t kept) {
+    const int32_t seg = (kept + kThreads - 1) / kThreads * 32, warp = int32_t(threadIdx.x) / 32;
+    lo = min(warp * seg, kept), n = min(lo + seg, kept) - lo;
+  }
+  __device__ __forceinline__ int32_t Keep(onchip::Shared& sh, uint32_t) const {
+    for (int32_t t = int32_t(threadIdx.x) % 32; t < n; t += 32) sh.list[lo + t] = lo + t;
+    __syncwarp();  // the warp's lanes read each other's
+    return n;
+  }
+};
+
+struct GatheredPositions {
+  const int32_t* positions;
+  __device__ __forceinline__ int32_t operator()(int32_t i) const { return positions[i]; }
+};
+
+// A row of 2-8 CTAs whose candidates (its keys at or above the k-th key's pass-1 bin: `kept` <=
+// kGather over the cluster, from pass 1's `d0`) fit one CTA: every CTA stores its candidates'
+// keys and positions into rank 0's shared memory in position order, and rank 0 takes passes 2
+// and 3 and the output alone, on chip (onchip::SelectFromFirst). Two cluster barriers (the
+// CTAs' offsets, the stores), where the cluster-wide passes pay a histogram exchange and a
+// barrier each and the output two more. Every thread of the cluster calls it.
+template <int kVec>
+__device__ void GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
+                             const cg::cluster_group& cluster, int cl, int rank, int64_t chunk_lo,
+                             const Digit& d0, int32_t kept, int32_t k, int32_t* out) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const uint32_t lowest = d0.total > k ? max(uint32_t(d0.bin) << 21, 1u) : 1u;
+  const TileCandidates<kVec> mine{warp * kSegment, key};
+  const auto scan = mine.Count(lowest);
+  if (lane == 0) {  // the warp's count: to this CTA's warps after it, and to the later CTAs
+    const int32_t count = mine.Total(scan);
+    sh.warp_kept[warp] = count;
+    for (int q = rank + 1; q < cl; ++q)
+      atomicAdd(cluster.map_shared_rank(&sh.gather_base, q), count);
+  }
+  cluster.sync();
+  DSV41_STAMP(3);
+  const int32_t base =
+      sh.gather_base +
+      int32_t(__reduce_add_sync(0xffffffffu, lane < warp ? uint32_t(sh.warp_kept[lane]) : 0u));
+  uint32_t* keys = rank == 0 ? sh.gather_keys : cluster.map_shared_rank(sh.gather_keys, 0);
+  int32_t* positions =
+      rank == 0 ? sh.gather_positions : cluster.map_shared_rank(sh.gather_positions, 0);
+  const int32_t p0 = int32_t(chunk_lo) + warp * kSegment;
+  mine.Write(scan, lowest, base, [&](int32_t slot, int32_t i, uint32_t kk) {
+    keys[slot] = kk, positions[slot] = p0 + i;
+  });
+  cluster.sync();  // rank 0 holds the row's candidates; no CTA reads a peer's memory after it
+  DSV41_STAMP(4);
+  if (rank != 0) return;
+  onchip::SelectFromFirst<kThreads>(sh.select, sh.gather_keys, GatheredKeys(kept), k,
+                                    onchip::First{d0.total, d0.bin, d0.above, d0.in_bin},
+                                    GatheredPositions{sh.gather_positions}, out);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
@@ -276,6 +370,11 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (cl > 1) {
     for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;
+    if (threadIdx.x == 0) sh.gather_base = 0;
+    if (rank == 0) {  // GatherSelect's histograms
+      for (int i = threadIdx.x; i < 2 * (kBins + onchip::kGroups); i += kThreads)
+        (&sh.select.hist[0][0])[i] = 0;
+    }
   }
   if (a.members != nullptr) {  // the candidate blocks this chunk overlaps (it synchronises)
     const int64_t b0 = r.lo / a.block_size, b1 = (r.hi + a.block_size - 1) / a.block_size;
@@ -297,6 +396,13 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   const Digit d0 = DigitPass<21, 11>(sh, key, cluster, cl, 0, k_rem);
   const int32_t total = d0.total;  // keys that may be selected
   DSV41_STAMP(2);
+#if DSV41_SHORT_GATHER
+  const int32_t kept = total > a.k ? d0.above + d0.in_bin : total;  // uniform over the cluster
+  if (cl > 1 && kept <= kGather) {
+    GatherSelect<kVec>(sh, key, cluster, cl, rank, r.lo, d0, kept, a.k, a.out + row * int64_t(a.k));
+    return;
+  }
+#endif
   if (total > a.k) {  // uniform over the cluster: every CTA summed the same histograms
     uint32_t prefix = uint32_t(d0.bin);
     k_rem -= d0.above;

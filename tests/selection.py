@@ -363,6 +363,24 @@ def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "") -> None:
         np.testing.assert_array_equal(got[r], want, err_msg=f"{what} row {r}")
 
 
+def candidate_rows_equal_the_oracle(exe, rng, n: int, c: int) -> None:
+    """Runs the short select on rows of n candidate blocks (mode 1, c kept) against the oracle:
+    the newest block pinned, NaN and -inf blocks lowest (and taken where fewer than c blocks are
+    left: rows 1 and 2), all blocks tied (row 3), lengths in positions (blocks of 8) ending
+    inside a block, at a block's end and inside the first block."""
+    scores = rng.standard_normal((5, n)).astype(np.float32)
+    scores[1, 10:60] = np.nan
+    scores[2, 5:30] = -np.inf
+    scores[3] = 1.0  # all tied: the lowest blocks and the newest
+    lens = np.asarray([n * 8 - 3, 8 * 200 + 1, 8 * 150, n * 8, 5], np.int32)
+    status, got = emulate(exe, "short", scores, lens, c, mode=1)
+    assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
+    for r in range(len(got)):
+        want = oracle.candidate_row(scores[r], int(lens[r]), c, 8)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"candidate row {r}")
+
+
 def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
     """Runs LaunchSortCandidateBlocks on the CPU stand-in; returns (cudaError, CandidateTable
     fields as numpy arrays: blocks, count, valid_lens, physical)."""

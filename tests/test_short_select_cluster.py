@@ -1,42 +1,77 @@
-"""The short-row select's cluster exchange (cuda/smxx_short_topk.cu) on the CPU stand-in: each
-CTA adds its nonzero counts of a pass into every CTA's sums, and every CTA reads the cluster's
-histogram from its own shared memory. Rows of two CTAs whose k-th key is found at each digit
-pass, ties and random scores, against the oracle; and mutants of the exchange, each of which
-those rows catch. (tests/test_topk.py runs the select at every width through the public op.)"""
+"""The short-row select's rows of a cluster (cuda/smxx_short_topk.cu, ShortTopkKernel) on the
+CPU stand-in. Pass 1's exchange: each CTA adds its nonzero counts into every CTA's sums, and
+every CTA reads the cluster's histogram from its own shared memory. Then, where the row's
+candidates (its keys at or above the k-th key's pass-1 bin) fit kGather, each CTA stores them
+into rank 0 in position order and rank 0 selects on chip (GatherSelect); where they do not, the
+cluster-wide passes 2 and 3 and the output. Rows of two and three CTAs taking each way, whose
+k-th key is found at each digit pass, with ties, NaN / -inf, short lengths and candidate blocks,
+against the oracle; and mutants of both ways, each of which those rows catch.
+(tests/test_topk.py runs the select at every width through the public op.)"""
 
 from __future__ import annotations
 
 import numpy as np
-from selection import ROOT, digit_row, emulate_equals_oracle, mutants_survived
+from selection import (
+    BASE,
+    ROOT,
+    candidate_rows_equal_the_oracle,
+    digit_row,
+    emulate_equals_oracle,
+    mutants_survived,
+)
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
 N = 16384 + 37  # two CTAs a row (kShortChunk), the second holding 37 + a warp's padding
+N3 = 2 * 16384 + 100  # three CTAs
+GATHER = 8192  # kGather: the candidates rank 0 takes
 
 
-def _rows(rng, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties, a row of one value but a
-    few, and a random one; full lengths but one cut inside the second CTA."""
-    rows = [digit_row(rng, N, k, stop) for stop in (0, 1, 2, 3)]
-    flat = np.full(N, 0.5, np.float32)
-    flat[rng.choice(N, 7, replace=False)] = 2.0
-    rows += [flat, rng.standard_normal(N).astype(np.float32)]
-    lens = np.full(len(rows), N, np.int32)
-    lens[-1] = N - 20
+def _crowded(rng, row: np.ndarray, kept: int) -> np.ndarray:
+    """A digit_row (stop >= 1) whose keys below the k-th key's pass-0 bin are moved into that
+    bin, under the k-th key's pass-1 bin, until the row's candidates number `kept`."""
+    digits = row.view(np.uint32) - np.uint32(BASE)
+    a = digits >> 21
+    move = kept - int((a >= 2).sum())
+    pick = rng.choice(np.flatnonzero(a < 2), move, replace=False)
+    digits[pick] = (2 << 21) | (rng.integers(0, 7, move) << 10) | rng.integers(0, 1 << 10, move)
+    return (digits + np.uint32(BASE)).view(np.float32)
+
+
+def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties, with few candidates
+    (gathered) and with kGather and kGather + 1 of them (the cluster-wide passes past it); a row
+    of one value but a few; random rows, one with NaN and -inf runs; full lengths but one cut
+    inside the last CTA and one shorter than k."""
+    rows = [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)]
+    rows += [_crowded(rng, digit_row(rng, n, k, stop), GATHER + 1) for stop in (1, 2, 3)]
+    rows.append(_crowded(rng, digit_row(rng, n, k, 2), GATHER))
+    flat = np.full(n, 0.5, np.float32)
+    flat[rng.choice(n, 7, replace=False)] = 2.0
+    special = rng.standard_normal(n).astype(np.float32)
+    special[100:140], special[n - 900 : n - 895] = np.nan, -np.inf
+    rows += [flat, special, rng.standard_normal(n).astype(np.float32)]
+    rows.append(rng.standard_normal(n).astype(np.float32))
+    lens = np.full(len(rows), n, np.int32)
+    lens[-2], lens[-1] = n - 20, k - 3
     return np.stack(rows), lens
 
 
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    k = 64
-    scores, lens = _rows(rng, k)
-    emulate_equals_oracle(exe, "short", scores, lens, k)
+    scores, lens = _rows(rng, N, 64)
+    emulate_equals_oracle(exe, "short", scores, lens, 64, "two CTAs")
+    # Three CTAs: the top keys all in the last CTA, all in the first, and random.
+    ramp = np.linspace(-1.0, 1.0, N3, dtype=np.float32)
+    rows = np.stack([ramp, ramp[::-1].copy(), rng.standard_normal(N3).astype(np.float32)])
+    emulate_equals_oracle(exe, "short", rows, np.full(3, N3, np.int32), 512, "three CTAs")
+    candidate_rows_equal_the_oracle(exe, rng, N, 256)
 
 
-def test_two_cta_rows_equal_the_oracle(simt_topk, rng):
+def test_cluster_rows_equal_the_oracle(simt_topk, rng):
     _check(simt_topk, int(rng.integers(1 << 30)))
 
 
-# (what, the text of the source, its replacement): each breaks the exchange.
+# (what, the text of the source, its replacement): each breaks the exchange or the gather.
 MUTANTS = [
     (
         "sums-own-only",
@@ -55,6 +90,27 @@ MUTANTS = [
         "",
     ),
     ("own-counts-scanned", "    h = s;\n", ""),
+    ("gather-base-dropped", "      sh.gather_base +\n", ""),
+    ("gather-warps-before-miscounted", "lane < warp ? uint32_t(", "lane <= warp ? uint32_t("),
+    (
+        "gather-own-rank-counted",
+        "for (int q = rank + 1; q < cl; ++q)",
+        "for (int q = rank; q < cl; ++q)",
+    ),
+    ("gather-chunk-start-dropped", "p0 = int32_t(chunk_lo) + warp", "p0 = warp"),
+    (
+        "gather-bin-dropped",
+        "max(uint32_t(d0.bin) << 21, 1u)",
+        "max(uint32_t(d0.bin + 1) << 21, 1u)",
+    ),
+    (
+        "gather-kept-bin-only",
+        "total > a.k ? d0.above + d0.in_bin : total",
+        "total > a.k ? d0.in_bin : total",
+    ),
+    ("gather-past-its-room", "kept <= kGather) {", "kept <= kGather + 1) {"),
+    ("gathered-segments-floor", "(kept + kThreads - 1) / kThreads * 32", "kept / kThreads * 32"),
+    ("gather-histograms-not-zeroed", "(&sh.select.hist[0][0])[i] = 0;", "(void)i;"),
 ]
 
 

@@ -11,7 +11,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import oracle
-from selection import ROOT, UNWRITTEN, digit_row, emulate, emulate_equals_oracle, mutants_survived
+from selection import (
+    ROOT,
+    candidate_rows_equal_the_oracle,
+    digit_row,
+    emulate,
+    emulate_equals_oracle,
+    mutants_survived,
+)
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
 N = 16384  # one CTA: kShortChunk
@@ -34,23 +41,6 @@ def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(rows), np.asarray(lens, np.int32)
 
 
-def _candidate_rows(exe, rng, n: int, c: int) -> None:
-    """Candidate blocks (mode 1): the newest block pinned, NaN and -inf blocks lowest (and
-    taken where fewer than c blocks are left: rows 1 and 2), lengths in positions (blocks of 8)
-    ending inside a block, at a block's end and inside the first block."""
-    scores = rng.standard_normal((5, n)).astype(np.float32)
-    scores[1, 10:60] = np.nan
-    scores[2, 5:30] = -np.inf
-    scores[3] = 1.0  # all tied: the lowest blocks and the newest
-    lens = np.asarray([n * 8 - 3, 8 * 200 + 1, 8 * 150, n * 8, 5], np.int32)
-    status, got = emulate(exe, "short", scores, lens, c, mode=1)
-    assert status == 0, f"launch error {status}"
-    assert not (got == UNWRITTEN).any(), "an output element was never written"
-    for r in range(len(got)):
-        want = oracle.candidate_row(scores[r], int(lens[r]), c, 8)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"candidate row {r}")
-
-
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
     k = 64
@@ -58,7 +48,7 @@ def _check(exe, seed: int) -> None:
     emulate_equals_oracle(exe, "short", scores, lens, k, "float")
     scores, lens = _rows(rng, 5000, 512)  # 10 warps of keys
     emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
-    _candidate_rows(exe, rng, 3000, 256)
+    candidate_rows_equal_the_oracle(exe, rng, 3000, 256)
     bf = rng.standard_normal((2, N)).astype(jnp.bfloat16)  # bf16: many ties
     status, got = emulate(exe, "short", bf, np.asarray([N, N - 9], np.int32), k)
     assert status == 0
@@ -75,18 +65,18 @@ def test_one_cta_rows_equal_the_oracle(simt_topk, rng):
 MUTANTS = [
     (
         "candidates-tile-offset-dropped",
-        "int32_t slot = lo + count + int32_t(",
-        "int32_t slot = lo + int32_t(",
+        "int32_t slot = base + count + int32_t(",
+        "int32_t slot = base + int32_t(",
     ),
     (
         "candidates-column-of-the-lane-wrong",
-        "lo + 32 * kVec * j + kVec * lane + e;",
-        "lo + 32 * kVec * j + lane + e;",
+        "sink(slot++, 32 * kVec * j + kVec * lane + e, kk);",
+        "sink(slot++, 32 * kVec * j + lane + e, kk);",
     ),
     (
         "candidates-bin-start-dropped",
-        "if (key[kVec * j + e] >= lowest) sh.list",
-        "if (key[kVec * j + e] > lowest) sh.list",
+        "if (kk >= lowest) sink(",
+        "if (kk > lowest) sink(",
     ),
     (
         "candidates-tile-field-narrow",

@@ -5,10 +5,11 @@
 // CTAs). Cluster radix select: 1 = keys cached, 2/3 + 2p = pass p counted / merged, 10 =
 // offsets known, 11 = emitted. Filter select (-DPROBE_FILTER): 1 = bar sampled, 2 = chunk
 // streamed, 3 = chunk cut to k, 4 = chunks gathered, 5 = row cut to k, 6 = emitted. Short-row
-// select (-DPROBE_SHORT): 1 = keys loaded, 2/3/4 = digit pass 1/2/3 decided, 5 = emitted; its
-// rows of one CTA: 1 = keys stored and pass 1 counted, then the on-chip select's (10 = pass 1's
-// digit found, 14 = candidates kept, 6/7 = pass 2/3 decided, 8 = slots known, 9 = emitted),
-// 15 = done.
+// select (-DPROBE_SHORT): 1 = keys loaded, 2/3/4 = digit pass 1/2/3 decided, 5 = emitted;
+// where a cluster gathers its candidates into rank 0, 3 = offsets known, 4 = gathered, then
+// the on-chip select's (from 14, below); its rows of one CTA: 1 = keys stored and pass 1
+// counted, then the on-chip select's (10 = pass 1's digit found, 14 = candidates kept, 6/7 =
+// pass 2/3 decided, 8 = slots known, 9 = emitted), 15 = done.
 // The filter select's split rows (-DPROBE_SPLIT, given a workspace; both kernels stamp the same
 // CTA's row): 1 = row bar sampled, 2 = chunk streamed, 3 = slot stored; 7 = merge started,
 // 8 = slot offsets read, 9 = slots gathered, 10 = cut and emitted.
