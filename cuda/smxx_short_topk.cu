@@ -55,9 +55,9 @@ struct Shared {
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
   uint32_t member_bits[kMaskWords];
-  // GatherSelect: the candidates of the lower-ranked CTAs (they add), the warps' own; rank 0's
-  // on-chip select and the row's candidates' keys and positions
-  int32_t gather_base, warp_kept[kWarps];
+  // GatherSelect: the warps' candidates, a CTA's outgrew its region (peers set it); rank 0's
+  // on-chip select, the CTAs' candidates (peers store) and their keys and positions
+  int32_t warp_kept[kWarps], overflow, region_kept[kShortMaxCluster];
   onchip::Shared select;
   uint32_t gather_keys[kGather];
   int32_t gather_positions[kGather];
@@ -286,15 +286,23 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
 }
 
 // Rank 0's gathered candidates (GatherSelect), every one at or above the k-th key's pass-1 bin:
-// warp w keeps [w seg, (w + 1) seg) of them, no key compared.
+// CTA r's `region_kept[r]` from column r * room, in position order. Warp w keeps the kept
+// candidates [w seg, (w + 1) seg) of the `kept` over all regions, no key compared.
 struct GatheredKeys {
-  int32_t lo, n;
-  __device__ __forceinline__ explicit GatheredKeys(int32_t kept) {
+  int32_t lo, n, room, cl;
+  const int32_t* region_kept;
+  __device__ __forceinline__ GatheredKeys(int32_t kept, int32_t room_, int cl_,
+                                          const int32_t* region_kept_)
+      : room(room_), cl(cl_), region_kept(region_kept_) {
     const int32_t seg = (kept + kThreads - 1) / kThreads * 32, warp = int32_t(threadIdx.x) / 32;
     lo = min(warp * seg, kept), n = min(lo + seg, kept) - lo;
   }
   __device__ __forceinline__ int32_t Keep(onchip::Shared& sh, uint32_t) const {
-    for (int32_t t = int32_t(threadIdx.x) % 32; t < n; t += 32) sh.list[lo + t] = lo + t;
+    for (int32_t t = int32_t(threadIdx.x) % 32; t < n; t += 32) {
+      int32_t i = lo + t, r = 0;
+      while (r < cl - 1 && i >= region_kept[r]) i -= region_kept[r], ++r;
+      sh.list[lo + t] = r * room + i;
+    }
     __syncwarp();  // the warp's lanes read each other's
     return n;
   }
@@ -306,43 +314,52 @@ struct GatheredPositions {
 };
 
 // A row of 2-8 CTAs whose candidates (its keys at or above the k-th key's pass-1 bin: `kept` <=
-// kGather over the cluster, from pass 1's `d0`) fit one CTA: every CTA stores its candidates'
-// keys and positions into rank 0's shared memory in position order, and rank 0 takes passes 2
-// and 3 and the output alone, on chip (onchip::SelectFromFirst). Two cluster barriers (the
-// CTAs' offsets, the stores), where the cluster-wide passes pay a histogram exchange and a
-// barrier each and the output two more. Every thread of the cluster calls it.
+// kGather over the cluster, from pass 1's `d0`) may fit one CTA: every CTA stores its
+// candidates' keys and positions, in position order, into its region of rank 0's shared memory
+// (kGather / cl of them), and rank 0 takes passes 2 and 3 and the output alone, on chip
+// (onchip::SelectFromFirst). One cluster barrier, where the cluster-wide passes pay a histogram
+// exchange and a barrier each and the output two more. Returns false (every CTA) where a CTA's
+// candidates outgrow its region: the row takes the cluster-wide passes. Every thread of the
+// cluster calls it.
 template <int kVec>
-__device__ void GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
+__device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
                              const cg::cluster_group& cluster, int cl, int rank, int64_t chunk_lo,
                              const Digit& d0, int32_t kept, int32_t k, int32_t* out) {
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const uint32_t lowest = d0.total > k ? max(uint32_t(d0.bin) << 21, 1u) : 1u;
   const TileCandidates<kVec> mine{warp * kSegment, key};
   const auto scan = mine.Count(lowest);
-  if (lane == 0) {  // the warp's count: to this CTA's warps after it, and to the later CTAs
-    const int32_t count = mine.Total(scan);
-    sh.warp_kept[warp] = count;
-    for (int q = rank + 1; q < cl; ++q)
-      atomicAdd(cluster.map_shared_rank(&sh.gather_base, q), count);
-  }
-  cluster.sync();
+  if (lane == 0) sh.warp_kept[warp] = mine.Total(scan);
+  __syncthreads();
+  static_assert(kWarps == 32, "a lane a warp's count");
+  const uint32_t warp_kept = uint32_t(sh.warp_kept[lane]);
+  const int32_t base = int32_t(__reduce_add_sync(0xffffffffu, lane < warp ? warp_kept : 0u));
+  const int32_t count = int32_t(__reduce_add_sync(0xffffffffu, warp_kept));
   DSV41_STAMP(3);
-  const int32_t base =
-      sh.gather_base +
-      int32_t(__reduce_add_sync(0xffffffffu, lane < warp ? uint32_t(sh.warp_kept[lane]) : 0u));
-  uint32_t* keys = rank == 0 ? sh.gather_keys : cluster.map_shared_rank(sh.gather_keys, 0);
-  int32_t* positions =
-      rank == 0 ? sh.gather_positions : cluster.map_shared_rank(sh.gather_positions, 0);
-  const int32_t p0 = int32_t(chunk_lo) + warp * kSegment;
-  mine.Write(scan, lowest, base, [&](int32_t slot, int32_t i, uint32_t kk) {
-    keys[slot] = kk, positions[slot] = p0 + i;
-  });
+  const int32_t room = kGather / cl;
+  if (count <= room) {
+    const int32_t at = rank * room;
+    uint32_t* keys = (rank == 0 ? sh.gather_keys : cluster.map_shared_rank(sh.gather_keys, 0)) + at;
+    int32_t* positions =
+        (rank == 0 ? sh.gather_positions : cluster.map_shared_rank(sh.gather_positions, 0)) + at;
+    const int32_t p0 = int32_t(chunk_lo) + warp * kSegment;
+    mine.Write(scan, lowest, base, [&](int32_t slot, int32_t i, uint32_t kk) {
+      keys[slot] = kk, positions[slot] = p0 + i;
+    });
+    if (threadIdx.x == 0) *cluster.map_shared_rank(&sh.region_kept[rank], 0) = count;
+  } else if (threadIdx.x == 0) {
+    for (int q = 0; q < cl; ++q) *cluster.map_shared_rank(&sh.overflow, q) = 1;
+  }
   cluster.sync();  // rank 0 holds the row's candidates; no CTA reads a peer's memory after it
   DSV41_STAMP(4);
-  if (rank != 0) return;
-  onchip::SelectFromFirst<kThreads>(sh.select, sh.gather_keys, GatheredKeys(kept), k,
-                                    onchip::First{d0.total, d0.bin, d0.above, d0.in_bin},
-                                    GatheredPositions{sh.gather_positions}, out);
+  if (sh.overflow != 0) return false;  // uniform: every CTA was told
+  if (rank == 0) {
+    onchip::SelectFromFirst<kThreads>(sh.select, sh.gather_keys,
+                                      GatheredKeys(kept, room, cl, sh.region_kept), k,
+                                      onchip::First{d0.total, d0.bin, d0.above, d0.in_bin},
+                                      GatheredPositions{sh.gather_positions}, out);
+  }
+  return true;
 }
 
 template <class T>
@@ -370,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (cl > 1) {
     for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;
-    if (threadIdx.x == 0) sh.gather_base = 0;
+    if (threadIdx.x == 0) sh.overflow = 0;
     if (rank == 0) {  // GatherSelect's histograms
       for (int i = threadIdx.x; i < 2 * (kBins + onchip::kGroups); i += kThreads)
         (&sh.select.hist[0][0])[i] = 0;
@@ -398,10 +415,10 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   DSV41_STAMP(2);
 #if DSV41_SHORT_GATHER
   const int32_t kept = total > a.k ? d0.above + d0.in_bin : total;  // uniform over the cluster
-  if (cl > 1 && kept <= kGather) {
-    GatherSelect<kVec>(sh, key, cluster, cl, rank, r.lo, d0, kept, a.k, a.out + row * int64_t(a.k));
+  if (cl > 1 && kept <= kGather &&
+      GatherSelect<kVec>(sh, key, cluster, cl, rank, r.lo, d0, kept, a.k,
+                         a.out + row * int64_t(a.k)))
     return;
-  }
 #endif
   if (total > a.k) {  // uniform over the cluster: every CTA summed the same histograms
     uint32_t prefix = uint32_t(d0.bin);

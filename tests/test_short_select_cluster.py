@@ -1,12 +1,13 @@
 """The short-row select's rows of a cluster (cuda/smxx_short_topk.cu, ShortTopkKernel) on the
 CPU stand-in. Pass 1's exchange: each CTA adds its nonzero counts into every CTA's sums, and
 every CTA reads the cluster's histogram from its own shared memory. Then, where the row's
-candidates (its keys at or above the k-th key's pass-1 bin) fit kGather, each CTA stores them
-into rank 0 in position order and rank 0 selects on chip (GatherSelect); where they do not, the
-cluster-wide passes 2 and 3 and the output. Rows of two and three CTAs taking each way, whose
-k-th key is found at each digit pass, with ties, NaN / -inf, short lengths and candidate blocks,
-against the oracle; and mutants of both ways, each of which those rows catch.
-(tests/test_topk.py runs the select at every width through the public op.)"""
+candidates (its keys at or above the k-th key's pass-1 bin) fit kGather and each CTA's fit its
+region of it, each CTA stores them into rank 0 in position order and rank 0 selects on chip
+(GatherSelect); otherwise the cluster-wide passes 2 and 3 and the output. Rows of two and three
+CTAs taking each way (a region exactly full, one candidate over), whose k-th key is found at
+each digit pass, with ties, NaN / -inf, short lengths and candidate blocks, against the oracle;
+and mutants of both ways, each of which those rows catch. (tests/test_topk.py runs the select
+at every width through the public op.)"""
 
 from __future__ import annotations
 
@@ -21,16 +22,18 @@ from selection import (
 )
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
-N = 16384 + 37  # two CTAs a row (kShortChunk), the second holding 37 + a warp's padding
+N = 16384 + 37  # two CTAs a row: chunks of 8704 and 7717 scores (whole warp segments)
+CHUNK = 8704
 N3 = 2 * 16384 + 100  # three CTAs
-GATHER = 8192  # kGather: the candidates rank 0 takes
+GATHER = 8192  # kGather: the candidates rank 0 takes, kGather / CTAs from each
 
 
-def _crowded(rng, row: np.ndarray, kept: int) -> np.ndarray:
-    """A digit_row (stop >= 1) whose keys below the k-th key's pass-0 bin are moved into that
-    bin, under the k-th key's pass-1 bin, until the row's candidates number `kept`."""
+def _crowded(rng, row: np.ndarray, kept: int, end: int | None = None) -> np.ndarray:
+    """A digit_row (stop >= 1) whose keys below the k-th key's pass-0 bin, in positions
+    [0, end), are moved into that bin under the k-th key's pass-1 bin until the row's
+    candidates there number `kept`."""
     digits = row.view(np.uint32) - np.uint32(BASE)
-    a = digits >> 21
+    a = digits[:end] >> 21
     move = kept - int((a >= 2).sum())
     pick = rng.choice(np.flatnonzero(a < 2), move, replace=False)
     digits[pick] = (2 << 21) | (rng.integers(0, 7, move) << 10) | rng.integers(0, 1 << 10, move)
@@ -38,13 +41,15 @@ def _crowded(rng, row: np.ndarray, kept: int) -> np.ndarray:
 
 
 def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties, with few candidates
-    (gathered) and with kGather and kGather + 1 of them (the cluster-wide passes past it); a row
-    of one value but a few; random rows, one with NaN and -inf runs; full lengths but one cut
-    inside the last CTA and one shorter than k."""
+    """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties: with few candidates
+    (gathered), kGather + 1 of them (the cluster-wide passes), the first CTA's region exactly
+    full (gathered) and one over (the cluster-wide passes); a row of one value but a few; random
+    rows, one with NaN and -inf runs; full lengths but one cut inside the last CTA and one
+    shorter than k."""
     rows = [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)]
     rows += [_crowded(rng, digit_row(rng, n, k, stop), GATHER + 1) for stop in (1, 2, 3)]
-    rows.append(_crowded(rng, digit_row(rng, n, k, 2), GATHER))
+    rows.append(_crowded(rng, digit_row(rng, n, k, 2), GATHER // 2, CHUNK))
+    rows.append(_crowded(rng, digit_row(rng, n, k, 3), GATHER // 2 + 1, CHUNK))
     flat = np.full(n, 0.5, np.float32)
     flat[rng.choice(n, 7, replace=False)] = 2.0
     special = rng.standard_normal(n).astype(np.float32)
@@ -90,12 +95,27 @@ MUTANTS = [
         "",
     ),
     ("own-counts-scanned", "    h = s;\n", ""),
-    ("gather-base-dropped", "      sh.gather_base +\n", ""),
-    ("gather-warps-before-miscounted", "lane < warp ? uint32_t(", "lane <= warp ? uint32_t("),
     (
-        "gather-own-rank-counted",
-        "for (int q = rank + 1; q < cl; ++q)",
-        "for (int q = rank; q < cl; ++q)",
+        "gather-warps-before-miscounted",
+        "lane < warp ? warp_kept : 0u",
+        "lane <= warp ? warp_kept : 0u",
+    ),
+    ("gather-regions-overlap", "const int32_t at = rank * room;", "const int32_t at = 0;"),
+    (
+        "gather-region-count-wrong",
+        "&sh.region_kept[rank], 0) = count;",
+        "&sh.region_kept[rank], 0) = room;",
+    ),
+    ("gather-region-overfilled", "if (count <= room) {", "if (count <= room + 1) {"),
+    (
+        "gather-overflow-not-told-to-rank-0",
+        "for (int q = 0; q < cl; ++q) *cluster",
+        "for (int q = 1; q < cl; ++q) *cluster",
+    ),
+    (
+        "gather-overflow-ignored",
+        "  if (sh.overflow != 0) return false;",
+        "  if (false) return false;",
     ),
     ("gather-chunk-start-dropped", "p0 = int32_t(chunk_lo) + warp", "p0 = warp"),
     (
@@ -108,8 +128,8 @@ MUTANTS = [
         "total > a.k ? d0.above + d0.in_bin : total",
         "total > a.k ? d0.in_bin : total",
     ),
-    ("gather-past-its-room", "kept <= kGather) {", "kept <= kGather + 1) {"),
     ("gathered-segments-floor", "(kept + kThreads - 1) / kThreads * 32", "kept / kThreads * 32"),
+    ("gathered-region-walk-off-by-one", "i >= region_kept[r]) i -=", "i > region_kept[r]) i -="),
     ("gather-histograms-not-zeroed", "(&sh.select.hist[0][0])[i] = 0;", "(void)i;"),
 ]
 
