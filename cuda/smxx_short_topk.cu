@@ -1,19 +1,22 @@
 // Exact top-k for short rows (up to 8 x 16384 scores): a row is split over a cluster of 1-8 CTAs
 // of 1024 threads, and each thread loads 16 scores of its CTA's chunk once, as order-preserving
 // keys held in registers. Nothing is buffered and the row is never read again:
-//   - three digit passes (11, 11 and 10 bits) of shared-memory histograms find the k-th key.
-//     Every CTA adds its nonzero counts into every CTA's sums through distributed shared
-//     memory, so each holds the cluster's histogram and all take the same branches; the search
-//     stops after a pass whose bin holds exactly the keys still needed;
-//   - the output comes in position order from one block scan of per-tile counts of keys above
-//     the k-th and equal to it (the first ties by position), offset by the counts of the
-//     cluster's lower-ranked CTAs: no buffer, no sort.
-// Latency, not bytes, bounds short rows: one dependent load, three histogram passes and one
-// scan, where the filter and cluster selects pay four-pass cuts or cluster-wide passes over
-// global memory. A row of one CTA (at most kShortChunk scores) is issue-bound: each of its
-// 32 warps' instructions costs the SM 8 cycles, so it takes pass 1 over its keys in registers
-// and then the sparse consumer's on-chip select (smxx_onchip_select.cuh), whose passes 2 and 3
-// and output read only the k-th key's pass-1 bin and above (about k plus one bin: ~1K of 16K).
+//   - pass 1 (the keys' top 11 bits) counted into shared-memory histograms: every CTA adds its
+//     nonzero counts into every CTA's sums through distributed shared memory, so each holds
+//     the cluster's histogram, finds the k-th key's digit and takes the same branches;
+//   - then each CTA's candidates (its keys in that digit's bin and above: about k plus one bin
+//     of the row) meet in rank 0 (GatherSelect), which takes passes 2 and 3 (11 and 10 bits)
+//     and the output alone: the sparse consumer's on-chip select (smxx_onchip_select.cuh);
+//   - a row whose candidates do not fit takes passes 2 and 3 over the cluster as pass 1, and
+//     the output in position order from one block scan of per-tile counts of keys above the
+//     k-th and equal to it (the first ties by position), offset by the counts of the cluster's
+//     lower-ranked CTAs: no buffer, no sort.
+// Latency, not bytes, bounds short rows: one dependent load, one cluster-wide histogram pass and
+// one cluster barrier, where the filter and cluster selects pay four-pass cuts or cluster-wide
+// passes over global memory. A row of one CTA (at most kShortChunk scores) is issue-bound: each
+// of its 32 warps' instructions costs the SM 8 cycles, so it takes pass 1 over its keys in
+// registers and then the on-chip select, whose passes 2 and 3 and output read only the
+// candidates (~1K of 16K).
 #include <cooperative_groups.h>
 
 #include "smxx_bitmap.cuh"
@@ -59,8 +62,8 @@ struct Shared {
   // on-chip select, the CTAs' candidates (peers store) and their keys and positions
   int32_t warp_kept[kWarps], overflow, region_kept[kShortMaxCluster];
   onchip::Shared select;
-  uint32_t gather_keys[kGather];
-  int32_t gather_positions[kGather];
+  alignas(16) uint32_t gather_keys[kGather];
+  alignas(16) int32_t gather_positions[kGather];
 };
 
 struct Digit {
@@ -85,6 +88,7 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
     if (in) atomicAdd(&h[(key[i] >> kShift) & (kDigits - 1)], 1u);
   }
   __syncthreads();
+  if (kPass == 0) DSV41_STAMP(10);
   if (cl > 1) {
     // Each CTA adds its nonzero counts into every CTA's sums (its own included): a pass's keys
     // fall in few digits, so few words cross the cluster, and each CTA then reads the
@@ -97,6 +101,7 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
       }
     }
     cluster.sync();
+    if (kPass == 0) DSV41_STAMP(15);
     h = s;
   }
   // Thread t holds digits kDigits - 1 - t * kDigitsPer - j, descending: its exclusive scan is the
@@ -336,17 +341,31 @@ __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
   const int32_t base = int32_t(__reduce_add_sync(0xffffffffu, lane < warp ? warp_kept : 0u));
   const int32_t count = int32_t(__reduce_add_sync(0xffffffffu, warp_kept));
   DSV41_STAMP(3);
-  const int32_t room = kGather / cl;
+  const int32_t room = kGather / cl / 4 * 4;  // whole 16-byte vectors
   if (count <= room) {
-    const int32_t at = rank * room;
-    uint32_t* keys = (rank == 0 ? sh.gather_keys : cluster.map_shared_rank(sh.gather_keys, 0)) + at;
-    int32_t* positions =
-        (rank == 0 ? sh.gather_positions : cluster.map_shared_rank(sh.gather_positions, 0)) + at;
+    // Staged in this CTA's own arrays (rank 0's are its region), then a peer's copied in
+    // 16-byte vectors: the candidates' scattered stores stay local.
     const int32_t p0 = int32_t(chunk_lo) + warp * kSegment;
     mine.Write(scan, lowest, base, [&](int32_t slot, int32_t i, uint32_t kk) {
-      keys[slot] = kk, positions[slot] = p0 + i;
+      sh.gather_keys[slot] = kk, sh.gather_positions[slot] = p0 + i;
     });
     if (threadIdx.x == 0) *cluster.map_shared_rank(&sh.region_kept[rank], 0) = count;
+    if (rank != 0) {
+      __syncthreads();
+      const int32_t vecs = (count + 3) / 4, at = rank * room;
+      auto* keys = reinterpret_cast<uint4*>(cluster.map_shared_rank(sh.gather_keys, 0) + at);
+      auto* positions =
+          reinterpret_cast<uint4*>(cluster.map_shared_rank(sh.gather_positions, 0) + at);
+      const auto* staged_keys = reinterpret_cast<const uint4*>(sh.gather_keys);
+      const auto* staged_positions = reinterpret_cast<const uint4*>(sh.gather_positions);
+      for (int32_t v = int32_t(threadIdx.x); v < 2 * vecs; v += kThreads) {
+        if (v < vecs) {
+          keys[v] = staged_keys[v];
+        } else {
+          positions[v - vecs] = staged_positions[v - vecs];
+        }
+      }
+    }
   } else if (threadIdx.x == 0) {
     for (int q = 0; q < cl; ++q) *cluster.map_shared_rank(&sh.overflow, q) = 1;
   }

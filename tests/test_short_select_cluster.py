@@ -100,7 +100,9 @@ MUTANTS = [
         "lane < warp ? warp_kept : 0u",
         "lane <= warp ? warp_kept : 0u",
     ),
-    ("gather-regions-overlap", "const int32_t at = rank * room;", "const int32_t at = 0;"),
+    ("gather-regions-overlap", "at = rank * room;", "at = 0;"),
+    ("gather-copy-tail-dropped", "vecs = (count + 3) / 4", "vecs = count / 4"),
+    ("gather-copied-before-staged", "if (rank != 0) {\n      __syncthreads();", "if (rank != 0) {"),
     (
         "gather-region-count-wrong",
         "&sh.region_kept[rank], 0) = count;",

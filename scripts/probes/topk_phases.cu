@@ -5,7 +5,8 @@
 // CTAs). Cluster radix select: 1 = keys cached, 2/3 + 2p = pass p counted / merged, 10 =
 // offsets known, 11 = emitted. Filter select (-DPROBE_FILTER): 1 = bar sampled, 2 = chunk
 // streamed, 3 = chunk cut to k, 4 = chunks gathered, 5 = row cut to k, 6 = emitted. Short-row
-// select (-DPROBE_SHORT): 1 = keys loaded, 2/3/4 = digit pass 1/2/3 decided, 5 = emitted;
+// select (-DPROBE_SHORT): 1 = keys loaded, 10 / 15 = pass 1 counted / its counts exchanged,
+// 2/3/4 = digit pass 1/2/3 decided, 5 = emitted;
 // where a cluster gathers its candidates into rank 0, 3 = offsets known, 4 = gathered, then
 // the on-chip select's (from 14, below); its rows of one CTA: 1 = keys stored and pass 1
 // counted, then the on-chip select's (10 = pass 1's digit found, 14 = candidates kept, 6/7 =
