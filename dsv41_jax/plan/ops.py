@@ -37,6 +37,12 @@ SELECTS = ("short", "filter", "cluster")
 # LIMITS["filter_split_max_rows"]).
 SPLIT_MAX_ROWS = 8
 ONCHIP = "onchip"
+# The most waves of clusters the short select runs a call in (rows past the clusters that run
+# at once). Measured (H100, kernel µs, short against filter, scripts/probes/short_waves.py):
+# two waves are faster ([16, 128K] 20.0 against 21.8, [24, 128K] 21.2 / 22.4, [32, 64K] 20.3 /
+# 21.1, [48, 64K] 21.2 / 21.4, k=2048 [16, 128K] 21.8 / 30.7), three are not ([32, 128K] 30.3
+# against 27.8).
+_SHORT_MAX_WAVES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,12 +314,12 @@ def select_declines(select: str, spec: Spec, device: Device) -> str | None:
 def cuda_select(
     spec: Spec, device: Device, topk_algorithm: str | None = None
 ) -> tuple[str | None, str]:
-    """(select, reason): the CUDA select for a call, by the H200 figures (BENCHMARKS.md, top-k
-    rows): the short-row select wherever its cluster holds the row and every row's cluster runs
-    at once (one CTA a row: always); else the filter-first select (with its split rows where
-    `split_rows` says), else (k past its limit, a mask too large for its shared memory) the
-    cluster radix select. A forced `topk_algorithm` runs wherever it takes the call. None where
-    the device has no CUDA select."""
+    """(select, reason): the CUDA select for a call, by the measured figures (BENCHMARKS.md,
+    top-k rows): the short-row select wherever its cluster holds the row and the rows' clusters
+    run in at most two waves (one CTA a row: always); else the filter-first select (with its
+    split rows where `split_rows` says), else (k past its limit, a mask too large for its shared
+    memory) the cluster radix select. A forced `topk_algorithm` runs wherever it takes the call.
+    None where the device has no CUDA select."""
     why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
@@ -344,8 +350,16 @@ def _policy(spec: Spec, device: Device) -> tuple[str, str]:
             f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run at once "
             f"({at_once} do on this device)"
         )
+    elif rows <= _SHORT_MAX_WAVES * at_once:
+        return "short", (
+            f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run in "
+            f"{-(-rows // at_once)} waves ({at_once} run at once on this device)"
+        )
     else:
-        why_not_short = f"{rows} clusters of {ctas} CTAs would run in waves ({at_once} run at once)"
+        why_not_short = (
+            f"{rows} clusters of {ctas} CTAs would run in more than {_SHORT_MAX_WAVES} waves "
+            f"({at_once} run at once)"
+        )
     why_not_filter = select_declines("filter", spec, device)
     if why_not_filter is None:
         return "filter", f"the filter-first select: {why_not_short}"

@@ -5,7 +5,7 @@ through each select forced (`topk_algorithm=`; kernel time per call by the profi
 scores, lengths n - 3), in rounds interleaved, after its result is checked against the
 reference.
 
-    python scripts/probes/short_waves.py [ROUNDS]
+    python scripts/probes/short_waves.py [ROUNDS [WIDTH ...]]   # only rows of those widths
 
 Prints the clusters that run at once, `TIME [rows, n] k=K select us` per round, then `MEDIAN`
 lines."""
@@ -27,7 +27,10 @@ at_once = {c: _ext.short_topk_max_clusters(c) for c in (2, 4, 8)}
 print(f"OK clusters at once by cluster size: {at_once}", flush=True)
 CASES = [(rows, 131072, 512) for rows in (8, 12, 16, 24, 32)]
 CASES += [(rows, 65536, 512) for rows in (16, 32, 48)]
+CASES += [(rows, 32768, 512) for rows in (66, 100, 132, 140)]
 CASES += [(16, 131072, 2048)]
+if len(sys.argv) > 2:
+    CASES = [c for c in CASES if str(c[1]) in sys.argv[2:]]
 
 
 def call(k, select):
