@@ -114,10 +114,11 @@ def test_no_cuda_select_without_a_gpu_or_the_extension():
 
 
 def test_the_cuda_select_follows_the_device_record(gpu):
-    """The short-row select where its cluster holds the row and the rows' clusters run in at
-    most two waves on this device, else the filter-first select, else the cluster radix select."""
+    """The short-row select where its cluster holds the row and the rows' clusters run at once
+    on this device, or in two waves for rows of 4 or more CTAs; else the filter-first select,
+    else the cluster radix select."""
     widest = short_max_n(gpu)
-    eights = gpu.clusters_at_once(8)  # clusters of 8 CTAs at once: 15 / 14 / 9
+    eights, twos = gpu.clusters_at_once(8), gpu.clusters_at_once(2)  # 15 / 14 / 9, 66 / 64 / 39
 
     def select(rows, n, k=512, **kw):
         p = dj.plan("topk", sds((rows, n)), k, device=gpu, **kw)
@@ -129,12 +130,15 @@ def test_the_cuda_select_follows_the_device_record(gpu):
     )
     assert select(eights, widest)[0] == "short"
     sel, why = select(eights + 1, widest)
-    assert sel == "short" and f"clusters of 8 CTAs run in 2 waves ({eights} run at once" in why
+    assert sel == "short" and f"clusters of 8 CTAs run in two waves ({eights} run at once" in why
     assert select(2 * eights, widest)[0] == "short"
     sel, why = select(2 * eights + 1, widest)
     assert (
-        sel == "filter" and f"{2 * eights + 1} clusters of 8 CTAs would run in more than 2" in why
+        sel == "filter" and f"{2 * eights + 1} clusters of 8 CTAs would run in more than two" in why
     )
+    assert select(twos, 2 * 16384)[0] == "short"
+    sel, why = select(twos + 1, 2 * 16384)
+    assert sel == "filter" and f"{twos + 1} clusters of 2 CTAs would run in waves ({twos}" in why
     assert select(4, widest + 1)[0] == "filter"
     sel, why = select(4, widest + 1, 5000)
     assert sel == "cluster" and "filter declines (k = 5000 > 4096)" in why

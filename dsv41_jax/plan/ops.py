@@ -37,12 +37,14 @@ SELECTS = ("short", "filter", "cluster")
 # LIMITS["filter_split_max_rows"]).
 SPLIT_MAX_ROWS = 8
 ONCHIP = "onchip"
-# The most waves of clusters the short select runs a call in (rows past the clusters that run
-# at once). Measured (H100, kernel µs, short against filter, scripts/probes/short_waves.py):
-# two waves are faster ([16, 128K] 20.0 against 21.8, [24, 128K] 21.2 / 22.4, [32, 64K] 20.3 /
-# 21.1, [48, 64K] 21.2 / 21.4, k=2048 [16, 128K] 21.8 / 30.7), three are not ([32, 128K] 30.3
-# against 27.8).
-_SHORT_MAX_WAVES = 2
+# The short select runs rows over clusters of at least _TWO_WAVES_MIN_CTAS CTAs in up to two
+# waves of clusters (rows past the clusters that run at once), shorter rows in one. Measured
+# (kernel µs, short against filter, scripts/probes/short_waves.py): on an H100 two waves are
+# faster at 128K and 64K ([16, 128K] 20.0 against 21.8, [24, 128K] 21.2 / 22.4, [32, 64K]
+# 20.3 / 21.1, [48, 64K] 21.2 / 21.4, k=2048 [16, 128K] 21.8 / 30.7), three are not ([32, 128K]
+# 30.3 against 27.8); on an H200 at 32K (clusters of 2) two are not ([100, 32K] 19.4 against
+# 17.7, [132, 32K] 21.6 / 19.2).
+_TWO_WAVES_MIN_CTAS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,10 +318,10 @@ def cuda_select(
 ) -> tuple[str | None, str]:
     """(select, reason): the CUDA select for a call, by the measured figures (BENCHMARKS.md,
     top-k rows): the short-row select wherever its cluster holds the row and the rows' clusters
-    run in at most two waves (one CTA a row: always); else the filter-first select (with its
-    split rows where `split_rows` says), else (k past its limit, a mask too large for its shared
-    memory) the cluster radix select. A forced `topk_algorithm` runs wherever it takes the call.
-    None where the device has no CUDA select."""
+    run at once, or in two waves for rows of 4 or more CTAs (one CTA a row: always); else the
+    filter-first select (with its split rows where `split_rows` says), else (k past its limit,
+    a mask too large for its shared memory) the cluster radix select. A forced `topk_algorithm`
+    runs wherever it takes the call. None where the device has no CUDA select."""
     why_none = no_cuda_select(device)
     if why_none is not None:
         return None, why_none
@@ -350,15 +352,15 @@ def _policy(spec: Spec, device: Device) -> tuple[str, str]:
             f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run at once "
             f"({at_once} do on this device)"
         )
-    elif rows <= _SHORT_MAX_WAVES * at_once:
+    elif ctas >= _TWO_WAVES_MIN_CTAS and rows <= 2 * at_once:
         return "short", (
-            f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run in "
-            f"{-(-rows // at_once)} waves ({at_once} run at once on this device)"
+            f"the short-row select: the {rows} rows' clusters of {ctas} CTAs run in two waves "
+            f"({at_once} run at once on this device)"
         )
     else:
+        waves = "more than two waves" if ctas >= _TWO_WAVES_MIN_CTAS else "waves"
         why_not_short = (
-            f"{rows} clusters of {ctas} CTAs would run in more than {_SHORT_MAX_WAVES} waves "
-            f"({at_once} run at once)"
+            f"{rows} clusters of {ctas} CTAs would run in {waves} ({at_once} run at once)"
         )
     why_not_filter = select_declines("filter", spec, device)
     if why_not_filter is None:
