@@ -277,6 +277,16 @@ def test_topk_bitwise_repeatable_on_device(request, rng, impl):
         np.testing.assert_array_equal(run_topk(impl, request, s, lens, 512), first)
 
 
+@pytest.mark.parametrize("kind", ["random", "ties"])
+@pytest.mark.parametrize("impl", impl_params(Case(20, 131072, 512), ["ffi", "ffi-short"]))
+def test_topk_rows_in_two_waves_of_clusters(request, rng, impl, kind):
+    """20 rows of 128K: more clusters of 8 CTAs than run at once (15 on an H100 or H200), which
+    the plan runs on the short select in two waves; lengths at the edges."""
+    s, lens = make_scores(rng, 20, 131072, kind), lengths(rng, 20, 131072, 512)
+    got = run_topk(impl, request, s, lens, 512)
+    np.testing.assert_array_equal(got, reference({"scores": s, "lens": lens}, 512))
+
+
 @pytest.mark.parametrize(
     "impl",
     impl_params(Case(1, 16000, 1500), ["emulated-filter", "ffi-filter"]),
