@@ -311,15 +311,16 @@ def mutants_survived(exe, tmp_path, source, mutants, rebuild, check, seed: int) 
     return [m[0] for m, b in zip(mutants, builds) if not caught(b)]
 
 
-def _run(exe, *args) -> None:
+def _run(exe, *args, env_extra: dict[str, str] | None = None) -> None:
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}  # fibers' stacks confuse the leak check
+    env.update(env_extra or {})
     done = subprocess.run([str(exe), *args], capture_output=True, timeout=600, env=env)
     err = done.stderr.decode()
     errors = "\n".join(line for line in err.splitlines() if "makecontext/swapcontext" not in line)
     assert done.returncode == 0, f"the stand-in failed ({done.returncode}):\n{errors[-4000:]}"
 
 
-def _launch(exe, command: str, header, arrays) -> tuple[int, np.ndarray]:
+def _launch(exe, command: str, header, arrays, env_extra=None) -> tuple[int, np.ndarray]:
     """Writes a case file (int64 `header`, then each array's bytes), runs `command` of
     tests/simt/main.cc on it, and returns (cudaError, the output's bytes after it)."""
     work = pathlib.Path(exe).parent
@@ -328,14 +329,18 @@ def _launch(exe, command: str, header, arrays) -> tuple[int, np.ndarray]:
         np.array(header, np.int64).tofile(f)
         for a in arrays:
             np.ascontiguousarray(a).tofile(f)
-    _run(exe, command, str(case), str(out))
+    _run(exe, command, str(case), str(out), env_extra=env_extra)
     raw = np.fromfile(out, np.uint8)
     return int(raw[:4].view(np.int32)[0]), raw[4:]
 
 
-def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=8, mode=0):
+def emulate(
+    exe, kernel, scores, lens, k, starts=None, members=None, block_size=8, mode=0, syncs=None
+):
     """Runs the select `kernel` ("cluster", "filter" or "short": LaunchClusterTopk, ...) on the
-    CPU stand-in; returns (cudaError, out)."""
+    CPU stand-in; returns (cudaError, out). `syncs` (a list): each cluster's most cluster.syncs
+    passed by one of its CTAs is appended to it, in launch order (a row's cluster, for the short
+    select)."""
     scores = np.asarray(scores)
     rows, n = scores.shape
     bf16 = scores.dtype == jnp.bfloat16
@@ -348,14 +353,19 @@ def emulate(exe, kernel, scores, lens, k, starts=None, members=None, block_size=
     ]
     if members is not None:
         arrays.append(np.asarray(members, np.int32))
-    status, out = _launch(exe, kernel, header, arrays)
+    record = pathlib.Path(exe).parent / f"syncs_{kernel}"
+    record.unlink(missing_ok=True)
+    env = None if syncs is None else {"EMU_CLUSTER_SYNCS": str(record)}
+    status, out = _launch(exe, kernel, header, arrays, env)
+    if syncs is not None:
+        syncs += [int(x) for x in record.read_text().split()] if record.exists() else []
     return status, out.view(np.int32).reshape(rows, k)
 
 
-def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "") -> None:
-    """Runs the select `kernel` (as `emulate`) on full-precision rows and asserts that it
-    launched, wrote every output element and selected each row's `oracle.topk_row`."""
-    status, got = emulate(exe, kernel, scores, lens, k)
+def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "", syncs=None) -> None:
+    """Runs the select `kernel` (as `emulate`, `syncs` too) on full-precision rows and asserts
+    that it launched, wrote every output element and selected each row's `oracle.topk_row`."""
+    status, got = emulate(exe, kernel, scores, lens, k, syncs=syncs)
     assert status == 0, f"launch error {status}"
     assert not (got == UNWRITTEN).any(), "an output element was never written"
     for r in range(len(got)):

@@ -331,7 +331,10 @@ def test_public_topk_dispatch_policy(simulate, monkeypatch):
     forced = Spec("topk", 8, short_max + 1, "float32", 512)
     assert "split rows" in cuda_select(forced, device_record(), "filter")[1]
     assert "split rows" not in cuda_select(forced, device_record(), "cluster")[1]
-    assert target(16, short_max, 512) == "filter"  # 16 would run in two waves
+    assert target(16, short_max, 512) == "short"  # two waves of clusters of 8 CTAs
+    assert target(30, short_max, 512) == "short"
+    assert target(31, short_max, 512) == "filter"  # 31 would run in three waves
+    assert target(67, 32768, 512) == "filter"  # clusters of 2 CTAs: one wave only (66)
     assert target(64, 32768, 512) == "short"
     assert target(200, 32768, 512) == "filter"  # 200 clusters would run in waves
     assert target(4, short_max + 1, 512) == "filter"

@@ -11,12 +11,15 @@ at every width through the public op.)"""
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
+import oracle
 from selection import (
     BASE,
     ROOT,
     candidate_rows_equal_the_oracle,
     digit_row,
+    emulate,
     emulate_equals_oracle,
     mutants_survived,
 )
@@ -24,32 +27,37 @@ from selection import (
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
 N = 16384 + 37  # two CTAs a row: chunks of 8704 and 7717 scores (whole warp segments)
 CHUNK = 8704
-N3 = 2 * 16384 + 100  # three CTAs
-GATHER = 8192  # kGather: the candidates rank 0 takes, kGather / CTAs from each
+N3 = 2 * 16384 + 100  # three CTAs: chunks of 11264, 11264 and 10340 scores
+CHUNK3 = 11264
+GATHER = 8192  # kGather: the candidates rank 0 takes, kGather / CTAs from each (to 4)
+ROOM3 = GATHER // 3 // 4 * 4
+# The cluster.syncs of a row's CTAs on each way (the stand-in's count): the first (every CTA
+# started), pass 1's exchange and the gather's; the cluster-wide passes pass more.
+GATHERED = 3
 
 
-def _crowded(rng, row: np.ndarray, kept: int, end: int | None = None) -> np.ndarray:
+def _crowded(rng, row: np.ndarray, kept: int, start: int = 0, end: int | None = None):
     """A digit_row (stop >= 1) whose keys below the k-th key's pass-0 bin, in positions
-    [0, end), are moved into that bin under the k-th key's pass-1 bin until the row's
+    [start, end), are moved into that bin under the k-th key's pass-1 bin until the row's
     candidates there number `kept`."""
     digits = row.view(np.uint32) - np.uint32(BASE)
-    a = digits[:end] >> 21
+    a = digits[start:end] >> 21
     move = kept - int((a >= 2).sum())
-    pick = rng.choice(np.flatnonzero(a < 2), move, replace=False)
+    pick = start + rng.choice(np.flatnonzero(a < 2), move, replace=False)
     digits[pick] = (2 << 21) | (rng.integers(0, 7, move) << 10) | rng.integers(0, 1 << 10, move)
     return (digits + np.uint32(BASE)).view(np.float32)
 
 
-def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray, list[bool]]:
     """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties: with few candidates
     (gathered), kGather + 1 of them (the cluster-wide passes), the first CTA's region exactly
     full (gathered) and one over (the cluster-wide passes); a row of one value but a few; random
     rows, one with NaN and -inf runs; full lengths but one cut inside the last CTA and one
-    shorter than k."""
+    shorter than k. Then whether each row is gathered."""
     rows = [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)]
     rows += [_crowded(rng, digit_row(rng, n, k, stop), GATHER + 1) for stop in (1, 2, 3)]
-    rows.append(_crowded(rng, digit_row(rng, n, k, 2), GATHER // 2, CHUNK))
-    rows.append(_crowded(rng, digit_row(rng, n, k, 3), GATHER // 2 + 1, CHUNK))
+    rows.append(_crowded(rng, digit_row(rng, n, k, 2), GATHER // 2, 0, CHUNK))
+    rows.append(_crowded(rng, digit_row(rng, n, k, 3), GATHER // 2 + 1, 0, CHUNK))
     flat = np.full(n, 0.5, np.float32)
     flat[rng.choice(n, 7, replace=False)] = 2.0
     special = rng.standard_normal(n).astype(np.float32)
@@ -58,18 +66,45 @@ def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     rows.append(rng.standard_normal(n).astype(np.float32))
     lens = np.full(len(rows), n, np.int32)
     lens[-2], lens[-1] = n - 20, k - 3
-    return np.stack(rows), lens
+    gathered = [True] * 4 + [False] * 3 + [True, False, False] + [True] * 3
+    return np.stack(rows), lens, gathered
+
+
+def _three_cta_rows(rng, k: int) -> tuple[np.ndarray, list[bool]]:
+    """Rows of three CTAs: the top keys all in the last CTA, all in the first, random; the
+    second CTA's region exactly full (gathered), the third's one over with ties at the k-th key
+    (the cluster-wide passes), the second's one over. Then whether each row is gathered."""
+    ramp = np.linspace(-1.0, 1.0, N3, dtype=np.float32)
+    rows = [ramp, ramp[::-1].copy(), rng.standard_normal(N3).astype(np.float32)]
+    rows.append(_crowded(rng, digit_row(rng, N3, k, 3), ROOM3, CHUNK3, 2 * CHUNK3))
+    rows.append(_crowded(rng, digit_row(rng, N3, k, 2), ROOM3 + 1, 2 * CHUNK3))
+    rows.append(_crowded(rng, digit_row(rng, N3, k, 1), ROOM3 + 1, CHUNK3, 2 * CHUNK3))
+    return np.stack(rows), [True, True, True, True, False, False]
+
+
+def _check_ways(syncs: list[int], gathered: list[bool], what: str) -> None:
+    ways = [s == GATHERED for s in syncs]
+    assert ways == gathered, f"{what}: rows gathered {ways}, expected {gathered} ({syncs})"
 
 
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    scores, lens = _rows(rng, N, 64)
-    emulate_equals_oracle(exe, "short", scores, lens, 64, "two CTAs")
-    # Three CTAs: the top keys all in the last CTA, all in the first, and random.
-    ramp = np.linspace(-1.0, 1.0, N3, dtype=np.float32)
-    rows = np.stack([ramp, ramp[::-1].copy(), rng.standard_normal(N3).astype(np.float32)])
-    emulate_equals_oracle(exe, "short", rows, np.full(3, N3, np.int32), 512, "three CTAs")
+    scores, lens, gathered = _rows(rng, N, 64)
+    syncs: list[int] = []
+    emulate_equals_oracle(exe, "short", scores, lens, 64, "two CTAs", syncs)
+    _check_ways(syncs, gathered, "two CTAs")
+    rows, gathered = _three_cta_rows(rng, 512)
+    syncs = []
+    emulate_equals_oracle(exe, "short", rows, np.full(len(rows), N3, np.int32), 512, "three", syncs)
+    _check_ways(syncs, gathered, "three CTAs")
     candidate_rows_equal_the_oracle(exe, rng, N, 256)
+    bf = rng.standard_normal((2, N)).astype(jnp.bfloat16)  # bf16 over a cluster: many ties
+    lens = np.asarray([N, N - 9], np.int32)
+    status, got = emulate(exe, "short", bf, lens, 64)
+    assert status == 0
+    for r in range(2):
+        want = oracle.topk_row(np.asarray(bf[r], np.float32), int(lens[r]), 64)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")
 
 
 def test_cluster_rows_equal_the_oracle(simt_topk, rng):
@@ -133,6 +168,9 @@ MUTANTS = [
     ("gathered-segments-floor", "(kept + kThreads - 1) / kThreads * 32", "kept / kThreads * 32"),
     ("gathered-region-walk-off-by-one", "i >= region_kept[r]) i -=", "i > region_kept[r]) i -="),
     ("gather-histograms-not-zeroed", "(&sh.select.hist[0][0])[i] = 0;", "(void)i;"),
+    ("gather-overflow-not-zeroed", "if (threadIdx.x == 0) sh.overflow = 0;", ""),
+    ("gather-never", "if (cl > 1 && kept <= kGather &&", "if (cl > 1 && kept < 0 &&"),
+    ("gather-overflow-told-two-ranks", "q < cl; ++q) *cluster", "q < 2; ++q) *cluster"),
 ]
 
 

@@ -10,6 +10,8 @@
 // blocks (same layout in every thread); a CTA that exits while a peer may still read its shared
 // memory (no cluster.sync of its own after the read) fails the launch. Atomics are plain
 // operations: a CTA's fibers share one OS thread and never interleave inside an expression.
+// With EMU_CLUSTER_SYNCS set to a file, each cluster appends a line: the most cluster.syncs one
+// of its CTAs passed (which way a kernel took, for the tests).
 //
 // It checks the kernels' logic (indexing, barriers, the cluster protocol) against the reference.
 // It is not the GPU: no memory model, no timing, no out-of-bounds traps beyond what the host
@@ -440,6 +442,11 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
           });
         }
         for (auto& t : ctas) t.join();
+        if (const char* path = std::getenv("EMU_CLUSTER_SYNCS")) {
+          long most = 0;
+          for (const long e : cluster.exit_at) most = e > most ? e : most;
+          if (FILE* f = std::fopen(path, "a")) std::fprintf(f, "%ld\n", most), std::fclose(f);
+        }
         for (int r = 0; r < cl; ++r) {
           for (int q = 0; q < cl; ++q) {
             if (cluster.read_at[r][q] >= cluster.exit_at[q]) {
