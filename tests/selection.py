@@ -373,6 +373,18 @@ def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "", syncs=No
         np.testing.assert_array_equal(got[r], want, err_msg=f"{what} row {r}")
 
 
+def bf16_rows_equal_the_oracle(exe, rng, n: int, k: int) -> None:
+    """Runs the short select on two bf16 rows of n normal scores (many ties), the second 9
+    shorter, against the oracle."""
+    bf = rng.standard_normal((2, n)).astype(jnp.bfloat16)
+    lens = np.asarray([n, n - 9], np.int32)
+    status, got = emulate(exe, "short", bf, lens, k)
+    assert status == 0, f"launch error {status}"
+    for r in range(2):
+        want = oracle.topk_row(np.asarray(bf[r], np.float32), int(lens[r]), k)
+        np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")
+
+
 def candidate_rows_equal_the_oracle(exe, rng, n: int, c: int) -> None:
     """Runs the short select on rows of n candidate blocks (mode 1, c kept) against the oracle:
     the newest block pinned, NaN and -inf blocks lowest (and taken where fewer than c blocks are

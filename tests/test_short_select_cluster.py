@@ -11,15 +11,13 @@ at every width through the public op.)"""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
-import oracle
 from selection import (
     BASE,
     ROOT,
+    bf16_rows_equal_the_oracle,
     candidate_rows_equal_the_oracle,
     digit_row,
-    emulate,
     emulate_equals_oracle,
     mutants_survived,
 )
@@ -98,13 +96,7 @@ def _check(exe, seed: int) -> None:
     emulate_equals_oracle(exe, "short", rows, np.full(len(rows), N3, np.int32), 512, "three", syncs)
     _check_ways(syncs, gathered, "three CTAs")
     candidate_rows_equal_the_oracle(exe, rng, N, 256)
-    bf = rng.standard_normal((2, N)).astype(jnp.bfloat16)  # bf16 over a cluster: many ties
-    lens = np.asarray([N, N - 9], np.int32)
-    status, got = emulate(exe, "short", bf, lens, 64)
-    assert status == 0
-    for r in range(2):
-        want = oracle.topk_row(np.asarray(bf[r], np.float32), int(lens[r]), 64)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")
+    bf16_rows_equal_the_oracle(exe, rng, N, 64)  # many ties
 
 
 def test_cluster_rows_equal_the_oracle(simt_topk, rng):

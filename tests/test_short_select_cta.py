@@ -8,14 +8,12 @@ every width through the public op; tests/test_onchip_select.py the on-chip selec
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
-import oracle
 from selection import (
     ROOT,
+    bf16_rows_equal_the_oracle,
     candidate_rows_equal_the_oracle,
     digit_row,
-    emulate,
     emulate_equals_oracle,
     mutants_survived,
 )
@@ -49,12 +47,7 @@ def _check(exe, seed: int) -> None:
     scores, lens = _rows(rng, 5000, 512)  # 10 warps of keys
     emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
     candidate_rows_equal_the_oracle(exe, rng, 3000, 256)
-    bf = rng.standard_normal((2, N)).astype(jnp.bfloat16)  # bf16: many ties
-    status, got = emulate(exe, "short", bf, np.asarray([N, N - 9], np.int32), k)
-    assert status == 0
-    for r in range(2):
-        want = oracle.topk_row(np.asarray(bf[r], np.float32), N - 9 * r, k)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")
+    bf16_rows_equal_the_oracle(exe, rng, N, 64)  # many ties
 
 
 def test_one_cta_rows_equal_the_oracle(simt_topk, rng):
