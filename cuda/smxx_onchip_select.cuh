@@ -260,6 +260,15 @@ struct StridedKeys {
 // digit (top 11 bits) of the k-th key, the keys in the digits above it and in it.
 struct First {
   int32_t total, bin, above, in_bin;
+  // The candidates' lowest key: the k-th key's bin and above (every key that may be selected
+  // where total <= k).
+  __device__ __forceinline__ uint32_t Lowest(int32_t k) const {
+    return total > k ? max(uint32_t(bin) << 21, 1u) : 1u;
+  }
+  // How many keys are candidates (the keys >= Lowest(k)).
+  __device__ __forceinline__ int32_t Candidates(int32_t k) const {
+    return total > k ? above + in_bin : total;
+  }
 };
 
 // The row's top-k once pass 1's digit is known (`first`, for k >= 1): out[0, k) = the positions
@@ -275,12 +284,12 @@ __device__ __forceinline__ void SelectFromFirst(Shared& sh, const uint32_t* keys
                                                 int32_t* __restrict__ out) {
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
-  uint32_t thresh = 0, prefix = 0, lowest = 1;  // candidates: every key that may be selected
+  uint32_t thresh = 0, prefix = 0;
   const int32_t total = first.total;
+  const uint32_t lowest = first.Lowest(k);
   if (total > k) {
     prefix = uint32_t(first.bin);
     k_rem -= first.above;
-    lowest = max(prefix << 21, 1u);  // candidates: the keys of the k-th key's bin and above
     thresh = topk::Below(prefix << 21);
   }
   const bool more = total > k && first.in_bin != k_rem;  // not every key of the bin taken

@@ -318,8 +318,8 @@ struct GatheredPositions {
   __device__ __forceinline__ int32_t operator()(int32_t i) const { return positions[i]; }
 };
 
-// A row of 2-8 CTAs whose candidates (its keys at or above the k-th key's pass-1 bin: `kept` <=
-// kGather over the cluster, from pass 1's `d0`) may fit one CTA: every CTA stores its
+// A row of 2-8 CTAs whose candidates (its keys at or above the k-th key's pass-1 bin, from pass
+// 1's `first`: `kept` <= kGather over the cluster) may fit one CTA: every CTA stores its
 // candidates' keys and positions, in position order, into its region of rank 0's shared memory
 // (kGather / cl of them), and rank 0 takes passes 2 and 3 and the output alone, on chip
 // (onchip::SelectFromFirst). One cluster barrier, where the cluster-wide passes pay a histogram
@@ -329,9 +329,9 @@ struct GatheredPositions {
 template <int kVec>
 __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
                              const cg::cluster_group& cluster, int cl, int rank, int64_t chunk_lo,
-                             const Digit& d0, int32_t kept, int32_t k, int32_t* out) {
+                             const onchip::First& first, int32_t kept, int32_t k, int32_t* out) {
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-  const uint32_t lowest = d0.total > k ? max(uint32_t(d0.bin) << 21, 1u) : 1u;
+  const uint32_t lowest = first.Lowest(k);
   const TileCandidates<kVec> mine{warp * kSegment, key};
   const auto scan = mine.Count(lowest);
   if (lane == 0) sh.warp_kept[warp] = mine.Total(scan);
@@ -374,8 +374,7 @@ __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
   if (sh.overflow != 0) return false;  // uniform: every CTA was told
   if (rank == 0) {
     onchip::SelectFromFirst<kThreads>(sh.select, sh.gather_keys,
-                                      GatheredKeys(kept, room, cl, sh.region_kept), k,
-                                      onchip::First{d0.total, d0.bin, d0.above, d0.in_bin},
+                                      GatheredKeys(kept, room, cl, sh.region_kept), k, first,
                                       GatheredPositions{sh.gather_positions}, out);
   }
   return true;
@@ -433,9 +432,10 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   const int32_t total = d0.total;  // keys that may be selected
   DSV41_STAMP(2);
 #if DSV41_SHORT_GATHER
-  const int32_t kept = total > a.k ? d0.above + d0.in_bin : total;  // uniform over the cluster
+  const onchip::First first{total, d0.bin, d0.above, d0.in_bin};
+  const int32_t kept = first.Candidates(a.k);  // uniform over the cluster
   if (cl > 1 && kept <= kGather &&
-      GatherSelect<kVec>(sh, key, cluster, cl, rank, r.lo, d0, kept, a.k,
+      GatherSelect<kVec>(sh, key, cluster, cl, rank, r.lo, first, kept, a.k,
                          a.out + row * int64_t(a.k)))
     return;
 #endif

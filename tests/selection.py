@@ -380,6 +380,7 @@ def bf16_rows_equal_the_oracle(exe, rng, n: int, k: int) -> None:
     lens = np.asarray([n, n - 9], np.int32)
     status, got = emulate(exe, "short", bf, lens, k)
     assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
     for r in range(2):
         want = oracle.topk_row(np.asarray(bf[r], np.float32), int(lens[r]), k)
         np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")

@@ -193,7 +193,11 @@ MUTANTS = [
     ("one-tie-too-many", "& 1u) && e < need) {", "& 1u) && e <= need) {"),
     ("past-the-keys", "key[j] = i < hi ? keys[i] : topk::kExcluded;", "key[j] = keys[i];"),
     ("candidates-out-of-order", "count + __popc(taken & lanes_below)]", "count + lane]"),
-    ("candidates-above-the-bin", "max(prefix << 21, 1u)", "max((prefix + 1) << 21, 1u)"),
+    (
+        "candidates-above-the-bin",
+        "max(uint32_t(bin) << 21, 1u)",
+        "max((uint32_t(bin) + 1) << 21, 1u)",
+    ),
     ("slots-not-advanced", "g0 += __popc(gt), e0 += __popc(eq);", "e0 += __popc(eq);"),
     ("ties-not-advanced", "g0 += __popc(gt), e0 += __popc(eq);", "g0 += __popc(gt);"),
 ]

@@ -149,13 +149,13 @@ MUTANTS = [
     ("gather-chunk-start-dropped", "p0 = int32_t(chunk_lo) + warp", "p0 = warp"),
     (
         "gather-bin-dropped",
-        "max(uint32_t(d0.bin) << 21, 1u)",
-        "max(uint32_t(d0.bin + 1) << 21, 1u)",
+        "const uint32_t lowest = first.Lowest(k);",
+        "const uint32_t lowest = first.Lowest(k) + (1u << 21);",
     ),
     (
-        "gather-kept-bin-only",
-        "total > a.k ? d0.above + d0.in_bin : total",
-        "total > a.k ? d0.in_bin : total",
+        "gather-kept-halved",
+        "const int32_t kept = first.Candidates(a.k);",
+        "const int32_t kept = first.Candidates(a.k) / 2;",
     ),
     ("gathered-segments-floor", "(kept + kThreads - 1) / kThreads * 32", "kept / kThreads * 32"),
     ("gathered-region-walk-off-by-one", "i >= region_kept[r]) i -=", "i > region_kept[r]) i -="),

@@ -1,6 +1,7 @@
 """Rows over clusters: the CUDA short select against the filter select, at row counts around the
 clusters that run at once, the figures behind the plan's rule (`dsv41_jax/plan/ops.py`,
-`_policy`: the short select only where every row's cluster runs at once). Each shape is timed
+`_policy`: the short select where the rows' clusters run at once, or in two waves for clusters
+of 4 or more CTAs). Each shape is timed
 through each select forced (`topk_algorithm=`; kernel time per call by the profiler, normal
 scores, lengths n - 3), in rounds interleaved, after its result is checked against the
 reference.
