@@ -136,8 +136,12 @@ struct BlockPositions {
 // the groups' are complete after the CTA's next barrier.
 template <int kThreads>
 __device__ __forceinline__ void SumGroups(uint32_t* counts) {
-  const int lane = int(threadIdx.x) % 32;
-  for (int g = int(threadIdx.x) / 32; g < kGroups; g += kThreads / 32) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kGroups % kWarps == 0, "as many groups a warp");
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+#pragma unroll
+  for (int i = 0; i < kGroups / kWarps; ++i) {
+    const int g = warp + i * kWarps;
     const uint32_t sum = __reduce_add_sync(0xffffffffu, counts[32 * g + lane]);
     if (lane == 0) counts[kBins + g] = sum;
   }
@@ -334,8 +338,11 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
         FindBin<kBins, kPacked>(sh, counts, counts + (kPacked ? kBins / 2 : kBins), k);
     if (lane == 0) sh.total = total;
   }
-  for (int i = int(threadIdx.x); i < 2 * (kBins + kGroups); i += kThreads) {
-    (&sh.hist[0][0])[i] = 0;
+  constexpr int kWords = 2 * (kBins + kGroups);  // a trip count known: no remainder loop
+#pragma unroll
+  for (int i = 0; i < kWords / kThreads; ++i) (&sh.hist[0][0])[int(threadIdx.x) + i * kThreads] = 0;
+  if (int(threadIdx.x) < kWords % kThreads) {
+    (&sh.hist[0][0])[kWords / kThreads * kThreads + int(threadIdx.x)] = 0;
   }
   DSV41_STAMP(10);
   __syncthreads();

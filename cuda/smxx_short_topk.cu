@@ -57,6 +57,7 @@ struct Shared {
   int32_t scan_total;
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
+  uint32_t excluded[32];       // where the lanes count pass 1's excluded keys: no branch a key
   uint32_t member_bits[kMaskWords];
   // GatherSelect: the warps' candidates, a CTA's outgrew its region (peers set it); rank 0's
   // on-chip select, the CTAs' candidates (peers store) and their keys and positions
@@ -81,11 +82,18 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kDigitsPer >= 1);
   uint32_t* h = sh.hist[kPass];
+  if constexpr (kPass == 0) {  // nearly every key counted: the excluded into the lane's dump
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    bool in = key[i] != kExcluded;
-    if constexpr (kShift + kWidth < 32) in = in && (key[i] >> (kShift + kWidth)) == prefix;
-    if (in) atomicAdd(&h[(key[i] >> kShift) & (kDigits - 1)], 1u);
+    for (int i = 0; i < kPer; ++i) {
+      const int lane = int(threadIdx.x) % 32;
+      atomicAdd(key[i] != kExcluded ? &h[key[i] >> kShift] : &sh.excluded[lane], 1u);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const bool in = key[i] != kExcluded && (key[i] >> (kShift + kWidth)) == prefix;
+      if (in) atomicAdd(&h[(key[i] >> kShift) & (kDigits - 1)], 1u);
+    }
   }
   __syncthreads();
   if (kPass == 0) DSV41_STAMP(10);
@@ -125,6 +133,27 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   }
   __syncthreads();
   return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
+}
+
+// The chunk's scores as float, tile j of lane l of warp w holding chunk elements
+// w * kSegment + (32 * j + l) * kVec + [0, kVec) (a warp's load reads 512 contiguous bytes),
+// NoScore past the row's length; and the row. (Loads issued before the row's length arrives,
+// over the chunk's whole width, measured 0.1-0.4 us slower a launch on the H100.)
+template <class T, int kTiles, int kVec>
+__device__ __forceinline__ topk::Row<T> LoadChunk(const TopkArgs& a, int64_t row, int64_t chunk,
+                                                  int rank, int64_t seg, float (&v)[kTiles][kVec]) {
+  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
+  const int64_t mine = r.hi - r.lo;
+  const bool aligned = topk::Aligned(r);
+  if (aligned && seg + 32 * kVec * (kTiles - 1) + kVec <= mine) {  // one check, not one a tile
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) topk::LoadWholeScores<kVec>(r, seg + 32 * kVec * j, v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+      topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
+  }
+  return r;
 }
 
 // The keys of a thread's tiles (v from topk::LoadScores at chunk elements seg + 32 * kVec * j).
@@ -173,8 +202,70 @@ struct CtaShared {
   uint32_t counts[kBins + onchip::kGroups];  // a digit's count a word, then the groups' (SumGroups)
   uint32_t keys[kShortChunk];
   uint32_t member_bits[kMaskWords];
+  uint32_t excluded[32];  // where the lanes count pass 1's excluded keys: no branch a key
 };
 static_assert(kShortChunk == onchip::kMaxRow && kBins == onchip::kBins);
+
+// c += add where key >= lowest: a compare and a predicated add (the compiler's select takes
+// three instructions).
+__device__ __forceinline__ void AddIfAtLeast(uint32_t& c, uint32_t key, uint32_t lowest,
+                                             uint32_t add) {
+#if defined(__CUDA_ARCH__)
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p add.u32 %0, %0, %3;\n\t}"
+      : "+r"(c)
+      : "r"(key), "r"(lowest), "r"(add));
+#else
+  if (key >= lowest) c += add;
+#endif
+}
+
+// A lane's next candidate slot in shared memory (TileCandidates::Write), advanced past each
+// candidate stored: a compare, predicated stores and a predicated add a key, where the compiler's
+// `if` and slot count take six instructions.
+class SlotCursor {
+ public:
+  __device__ __forceinline__ explicit SlotCursor(int32_t* slot) : at_(Address(slot)) {}
+  // Where key > above: `value` into the slot, (kSecond > 0) `second` kSecond bytes past it,
+  // and the cursor to the next slot.
+  template <int kSecond>
+  __device__ __forceinline__ void PutIfAbove(uint32_t key, uint32_t above, uint32_t value,
+                                             uint32_t second) {
+#if defined(__CUDA_ARCH__)
+    if constexpr (kSecond == 0) {
+      asm volatile(
+          "{\n\t.reg .pred p;\n\tsetp.gt.u32 p, %1, %2;\n\t@p st.shared.u32 [%0], %3;\n\t"
+          "@p add.u32 %0, %0, 4;\n\t}"
+          : "+r"(at_)
+          : "r"(key), "r"(above), "r"(value)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n\t.reg .pred p;\n\tsetp.gt.u32 p, %1, %2;\n\t@p st.shared.u32 [%0], %3;\n\t"
+          "@p st.shared.u32 [%0+%5], %4;\n\t@p add.u32 %0, %0, 4;\n\t}"
+          : "+r"(at_)
+          : "r"(key), "r"(above), "r"(value), "r"(second), "n"(kSecond)
+          : "memory");
+    }
+#else
+    if (key > above) {
+      *reinterpret_cast<uint32_t*>(at_) = value;
+      if constexpr (kSecond > 0) *reinterpret_cast<uint32_t*>(at_ + kSecond) = second;
+      at_ += 4;
+    }
+#endif
+  }
+
+ private:
+#if defined(__CUDA_ARCH__)
+  uint32_t at_;
+  __device__ __forceinline__ static uint32_t Address(int32_t* p) {
+    return uint32_t(__cvta_generic_to_shared(p));
+  }
+#else
+  char* at_;
+  static char* Address(int32_t* p) { return reinterpret_cast<char*>(p); }
+#endif
+};
 
 // A warp's candidates for the on-chip select from the keys its lanes hold (TileKeys): lane l's
 // tile j holds the chunk's elements lo + 32 kVec j + kVec l + [0, kVec), lo = warp * kSegment.
@@ -198,7 +289,7 @@ struct TileCandidates {
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) c += uint32_t(key[kVec * j + e] >= lowest) << (kBits * j);
+      for (int e = 0; e < kVec; ++e) AddIfAtLeast(c, key[kVec * j + e], lowest, 1u << (kBits * j));
     }
     const uint32_t inclusive = WarpInclusiveScan(c);  // unsigned: the fields fill 32 bits
     return Scan{inclusive - c, __shfl_sync(0xffffffffu, inclusive, 31)};
@@ -210,27 +301,33 @@ struct TileCandidates {
     for (int j = 0; j < kTiles; ++j) count += int32_t((s.tiles >> (kBits * j)) & kMask);
     return count;
   }
-  // Each of the warp's candidates, in position order, to sink(slot, i, key): slots from `base`
-  // up, i its element of the warp's segment.
-  template <class Sink>
-  __device__ __forceinline__ void Write(const Scan& s, uint32_t lowest, int32_t base,
-                                        Sink sink) const {
+  // Each of the warp's candidates, in position order, from slot `base` of `slots` up: position
+  // p0 + i (i its element of the warp's segment), or (kSecond > 0) its key there and p0 + i
+  // kSecond bytes past it.
+  template <int kSecond>
+  __device__ __forceinline__ void Write(const Scan& s, uint32_t lowest, int32_t* slots,
+                                        int32_t base, int32_t p0) const {
     const int lane = int(threadIdx.x) % 32;
     int32_t count = 0;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
-      int32_t slot = base + count + int32_t((s.before >> (kBits * j)) & kMask);
+      SlotCursor at(slots + base + count + int32_t((s.before >> (kBits * j)) & kMask));
+      const int32_t p = p0 + 32 * kVec * j + kVec * lane;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const uint32_t kk = key[kVec * j + e];
-        if (kk >= lowest) sink(slot++, 32 * kVec * j + kVec * lane + e, kk);
+        if constexpr (kSecond == 0) {
+          at.PutIfAbove<0>(kk, lowest - 1, uint32_t(p + e), 0u);
+        } else {
+          at.PutIfAbove<kSecond>(kk, lowest - 1, kk, uint32_t(p + e));
+        }
       }
       count += int32_t((s.tiles >> (kBits * j)) & kMask);
     }
   }
   __device__ __forceinline__ int32_t Keep(onchip::Shared& sh, uint32_t lowest) const {
     const Scan s = Count(lowest);
-    Write(s, lowest, lo, [&](int32_t slot, int32_t i, uint32_t) { sh.list[slot] = lo + i; });
+    Write<0>(s, lowest, sh.list, lo, lo);
     __syncwarp();  // the warp's lanes read each other's
     return Total(s);
   }
@@ -251,16 +348,13 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   const int64_t row = blockIdx.x;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   DSV41_STAMP(0);
-  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
-  const int64_t mine = r.hi - r.lo;
-  const bool aligned = topk::Aligned(r);
   constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
   const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
   float v[kTiles][kVec];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j)
-    topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
-  for (int i = threadIdx.x; i < kBins; i += kThreads) sh.counts[i] = 0;
+  topk::Row<T> r = LoadChunk<T>(a, row, chunk, 0, seg, v);
+  const int64_t mine = r.hi - r.lo;
+  static_assert(kBins == 2 * kThreads);
+  sh.counts[threadIdx.x] = 0, sh.counts[kThreads + threadIdx.x] = 0;
   if (a.members != nullptr) {  // the candidate blocks of the row (it synchronises)
     const int64_t b1 = (r.hi + a.block_size - 1) / a.block_size;
     MarkIds<kThreads>(sh.member_bits, 0, b1, a.members + row * a.num_members, a.num_members);
@@ -270,6 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   }
   uint32_t key[kPer];
   TileKeys<T>(a, r, mine, seg, v, key);
+  DSV41_STAMP(2);
 #pragma unroll
   for (int q = 0; q < kPer / 4; ++q) {  // tile j's keys are chunk elements seg + 32 * kVec * j + e
     const int j = 4 * q / kVec, e = 4 * q % kVec;
@@ -277,10 +372,11 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    if (key[i] != kExcluded) atomicAdd(&sh.counts[key[i] >> 21], 1u);
+  for (int i = 0; i < kPer; ++i) {  // the excluded into the lane's dump: no branch a key
+    atomicAdd(key[i] != kExcluded ? &sh.counts[key[i] >> 21] : &sh.excluded[lane], 1u);
   }
   __syncthreads();
+  DSV41_STAMP(4);
   onchip::SumGroups<kThreads>(sh.counts);
   __syncthreads();
   DSV41_STAMP(1);
@@ -346,9 +442,9 @@ __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
     // Staged in this CTA's own arrays (rank 0's are its region), then a peer's copied in
     // 16-byte vectors: the candidates' scattered stores stay local.
     const int32_t p0 = int32_t(chunk_lo) + warp * kSegment;
-    mine.Write(scan, lowest, base, [&](int32_t slot, int32_t i, uint32_t kk) {
-      sh.gather_keys[slot] = kk, sh.gather_positions[slot] = p0 + i;
-    });
+    constexpr int kSecond = int(offsetof(Shared, gather_positions) - offsetof(Shared, gather_keys));
+    mine.template Write<kSecond>(scan, lowest, reinterpret_cast<int32_t*>(sh.gather_keys), base,
+                                 p0);
     if (threadIdx.x == 0) *cluster.map_shared_rank(&sh.region_kept[rank], 0) = count;
     if (rank != 0) {
       __syncthreads();
@@ -390,18 +486,12 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   DSV41_STAMP(0);
 
-  // ---- the chunk's keys: tile j of lane l of warp w holds chunk elements
-  //      w * kSegment + (32 * j + l) * kVec + [0, kVec), so a warp's load reads 512 contiguous
-  //      bytes
-  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
-  const int64_t mine = r.hi - r.lo;
-  const bool aligned = topk::Aligned(r);
+  // ---- the chunk's keys
   constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
   const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
   float v[kTiles][kVec];
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j)
-    topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
+  topk::Row<T> r = LoadChunk<T>(a, row, chunk, rank, seg, v);
+  const int64_t mine = r.hi - r.lo;
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (cl > 1) {
     for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;

@@ -114,23 +114,30 @@ __device__ __forceinline__ float Unpack(const uint32_t* w, int j, Bf16) {
   return __uint_as_float(j % 2 ? w[j / 2] & 0xffff0000u : w[j / 2] << 16);
 }
 
+// Scores of chunk elements [i0, i0 + kPer) as float, all in the chunk and 16-byte aligned: whole
+// 16-byte loads.
+template <int kPer, class T>
+__device__ __forceinline__ void LoadWholeScores(const Row<T>& r, int64_t i0, float (&v)[kPer]) {
+  constexpr int kWords = kPer * int(sizeof(T)) / 4;
+  static_assert(kWords % 4 == 0, "whole 16-byte loads");
+  const uint4* src = reinterpret_cast<const uint4*>(r.scores + r.lo + i0);
+  uint32_t w[kWords];
+#pragma unroll
+  for (int q = 0; q < kWords / 4; ++q) {
+    const uint4 x = src[q];
+    w[4 * q] = x.x, w[4 * q + 1] = x.y, w[4 * q + 2] = x.z, w[4 * q + 3] = x.w;
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) v[j] = Unpack(w, j, T{});
+}
+
 // Scores of chunk elements [i0, i0 + kPer) as float (NoScore past the chunk's `mine` elements),
 // loads issued together (16-byte loads when aligned) so a thread has them all in flight at once.
 template <int kPer, class T>
 __device__ __forceinline__ void LoadScores(const Row<T>& r, int64_t mine, int64_t i0, bool aligned,
                                            float (&v)[kPer]) {
-  constexpr int kWords = kPer * int(sizeof(T)) / 4;
-  static_assert(kWords % 4 == 0, "whole 16-byte loads");
   if (aligned && i0 + kPer <= mine) {
-    const uint4* src = reinterpret_cast<const uint4*>(r.scores + r.lo + i0);
-    uint32_t w[kWords];
-#pragma unroll
-    for (int q = 0; q < kWords / 4; ++q) {
-      const uint4 x = src[q];
-      w[4 * q] = x.x, w[4 * q + 1] = x.y, w[4 * q + 2] = x.z, w[4 * q + 3] = x.w;
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) v[j] = Unpack(w, j, T{});
+    LoadWholeScores<kPer>(r, i0, v);
   } else {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {

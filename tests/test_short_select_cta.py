@@ -58,23 +58,28 @@ def test_one_cta_rows_equal_the_oracle(simt_topk, rng):
 MUTANTS = [
     (
         "candidates-tile-offset-dropped",
-        "int32_t slot = base + count + int32_t(",
-        "int32_t slot = base + int32_t(",
+        "SlotCursor at(slots + base + count + int32_t(",
+        "SlotCursor at(slots + base + int32_t(",
     ),
     (
         "candidates-column-of-the-lane-wrong",
-        "sink(slot++, 32 * kVec * j + kVec * lane + e, kk);",
-        "sink(slot++, 32 * kVec * j + lane + e, kk);",
+        "const int32_t p = p0 + 32 * kVec * j + kVec * lane;",
+        "const int32_t p = p0 + 32 * kVec * j + lane;",
     ),
     (
         "candidates-bin-start-dropped",
-        "if (kk >= lowest) sink(",
-        "if (kk > lowest) sink(",
+        "at.PutIfAbove<0>(kk, lowest - 1,",
+        "at.PutIfAbove<0>(kk, lowest,",
     ),
     (
         "candidates-tile-field-narrow",
         "kMask = (1u << kBits) - 1u;",
         "kMask = (1u << (kBits - 1)) - 1u;",
+    ),
+    (
+        "excluded-counted-in-bin-0",
+        "key[i] != kExcluded ? &sh.counts[key[i] >> 21] : &sh.excluded[lane]",
+        "&sh.counts[key[i] >> 21]",
     ),
     ("groups-not-summed", "  onchip::SumGroups<kThreads>(sh.counts);\n", ""),
     (
