@@ -8,8 +8,9 @@
 // select (-DPROBE_SHORT): 1 = keys loaded, 10 / 15 = pass 1 counted / its counts exchanged,
 // 2/3/4 = digit pass 1/2/3 decided, 5 = emitted;
 // where a cluster gathers its candidates into rank 0, 3 = offsets known, 4 = gathered, then
-// the on-chip select's (from 14, below); its rows of one CTA: 1 = keys stored and pass 1
-// counted, then the on-chip select's (10 = pass 1's digit found, 14 = candidates kept, 6/7 =
+// the on-chip select's (from 14, below); its rows of one CTA: 2 = keys made (loosely: thread 0's
+// stamp may issue before its loads land), 4 = keys stored and counted, 1 = pass 1's groups
+// summed, then the on-chip select's (10 = pass 1's digit found, 14 = candidates kept, 6/7 =
 // pass 2/3 decided, 8 = slots known, 9 = emitted), 15 = done.
 // The filter select's split rows (-DPROBE_SPLIT, given a workspace; both kernels stamp the same
 // CTA's row): 1 = row bar sampled, 2 = chunk streamed, 3 = slot stored; 7 = merge started,

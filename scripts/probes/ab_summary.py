@@ -1,0 +1,36 @@
+"""Medians of `filter_ab.sh` output: per shape, each variant's event-timed µs per launch (the
+median of its runs, then the runs), and for the first three shapes each variant's median phase
+ends in the order they fall.
+
+    python scripts/probes/ab_summary.py ab.txt
+"""
+
+import collections
+import re
+import statistics
+import sys
+
+LINE = re.compile(r"(\S+) (\S+) TIME (k=\d+ \[\d+, \d+\]): ([\d.]+) us.*?phase ends \(us\):(.*)")
+
+times = collections.defaultdict(list)
+phases = collections.defaultdict(lambda: collections.defaultdict(list))
+with open(sys.argv[1]) as f:
+    for line in f:
+        m = LINE.match(line)
+        if not m:
+            continue
+        name, _, shape, us, ends = m.groups()
+        times[shape, name].append(float(us))
+        for phase, at in re.findall(r" (\d+):([\d.]+)", ends):
+            phases[shape, name][int(phase)].append(float(at))
+shapes = list(dict.fromkeys(s for s, _ in times))
+names = list(dict.fromkeys(n for _, n in times))
+print("shape | " + " | ".join(names))
+for s in shapes:
+    runs = [times[s, n] for n in names]
+    cells = [f"{statistics.median(r):.2f} ({','.join(f'{x:.1f}' for x in r)})" for r in runs]
+    print(s, "|", " | ".join(cells))
+for s in shapes[:3]:
+    for n in names:
+        ends = sorted((statistics.median(v), p) for p, v in phases[s, n].items())
+        print("PH", s, n, " ".join(f"{p}:{at:.2f}" for at, p in ends))
