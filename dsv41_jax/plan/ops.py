@@ -241,11 +241,12 @@ def check_algorithm(topk_algorithm: str | None) -> str | None:
 
 def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     """The order of `implementation=None`, by measurement (BENCHMARKS.md): the Pallas select
-    first where it is the fastest (candidate selection over up to 16,384 blocks: 10.2 against
-    the short select's 10.9 µs at top-2048 [8, 16K] on an H100; the masked rows it gathers),
-    else the CUDA selects (top-k rows of up to 16,384 columns, which the short select takes on
-    one CTA: 6.5 against 8.1 µs at k=512 [1, 16K], 8.7 against 8.7 at [8, 16K]; longer rows:
-    topk k=512 [8, 128K] and [64, 1M]), then the XLA reference (hundreds of µs)."""
+    first where it is as fast or the fastest (candidate selection over up to 16,384 blocks:
+    10.2 against the short select's 10.1-10.2 µs at top-2048 [8, 16K] on an H100; the masked
+    rows it gathers), else the CUDA selects (top-k rows of up to 16,384 columns, which the
+    short select takes on one CTA: 6.0 against 8.1 µs at k=512 [1, 16K], 8.0 against 8.7 at
+    [8, 16K] on an H100; longer rows: topk k=512 [8, 128K] and [64, 1M]), then the XLA
+    reference (hundreds of µs)."""
     # Imported here: the topk package imports this module.
     from dsv41_jax.topk import mgpu_select, pallas_mgpu
 
