@@ -132,8 +132,9 @@ struct BlockPositions {
 };
 
 // Unpacked pass-1 counts (kBins words, a digit's count each, then kGroups words): the groups' from
-// the digits', one warp a group. Every thread of the CTA calls it once the digits' are complete;
-// the groups' are complete after the CTA's next barrier.
+// the digits', one warp a group (the warps divide the groups: the short select's 1024-thread
+// CTA; the sparse consumer counts packed, CountKey). Every thread of the CTA calls it once the
+// digits' are complete; the groups' are complete after the CTA's next barrier.
 template <int kThreads>
 __device__ __forceinline__ void SumGroups(uint32_t* counts) {
   constexpr int kWarps = kThreads / 32;

@@ -57,7 +57,7 @@ struct Shared {
   int32_t scan_total;
   int32_t bin, above, in_bin;  // the pass's digit, the keys above its bin, the keys in it
   int32_t counts;              // this CTA's keys above the k-th | equal to it << 16 (peers read)
-  uint32_t excluded[32];       // where the lanes count pass 1's excluded keys: no branch a key
+  uint32_t excluded[32];  // where the lanes count pass 1's excluded keys (never read or zeroed)
   uint32_t member_bits[kMaskWords];
   // GatherSelect: the warps' candidates, a CTA's outgrew its region (peers set it); rank 0's
   // on-chip select, the CTAs' candidates (peers store) and their keys and positions
@@ -83,6 +83,7 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   static_assert(kDigits <= kBins && kDigitsPer >= 1);
   uint32_t* h = sh.hist[kPass];
   if constexpr (kPass == 0) {  // nearly every key counted: the excluded into the lane's dump
+    static_assert(kShift + kWidth == 32, "the digit is the key's top bits");
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int lane = int(threadIdx.x) % 32;
@@ -137,8 +138,8 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
 
 // The chunk's scores as float, tile j of lane l of warp w holding chunk elements
 // w * kSegment + (32 * j + l) * kVec + [0, kVec) (a warp's load reads 512 contiguous bytes),
-// NoScore past the row's length; and the row. (Loads issued before the row's length arrives,
-// over the chunk's whole width, measured 0.1-0.4 us slower a launch on the H100.)
+// NoScore past the chunk's end (r.hi); and the row. (Issuing the loads before the row's length
+// is read, over the chunk's whole width, measured 0.1-0.4 us slower a launch on the H100.)
 template <class T, int kTiles, int kVec>
 __device__ __forceinline__ topk::Row<T> LoadChunk(const TopkArgs& a, int64_t row, int64_t chunk,
                                                   int rank, int64_t seg, float (&v)[kTiles][kVec]) {
@@ -202,7 +203,7 @@ struct CtaShared {
   uint32_t counts[kBins + onchip::kGroups];  // a digit's count a word, then the groups' (SumGroups)
   uint32_t keys[kShortChunk];
   uint32_t member_bits[kMaskWords];
-  uint32_t excluded[32];  // where the lanes count pass 1's excluded keys: no branch a key
+  uint32_t excluded[32];  // where the lanes count pass 1's excluded keys (never read or zeroed)
 };
 static_assert(kShortChunk == onchip::kMaxRow && kBins == onchip::kBins);
 
@@ -219,9 +220,10 @@ __device__ __forceinline__ void AddIfAtLeast(uint32_t& c, uint32_t key, uint32_t
 #endif
 }
 
-// A lane's next candidate slot in shared memory (TileCandidates::Write), advanced past each
-// candidate stored: a compare, predicated stores and a predicated add a key, where the compiler's
-// `if` and slot count take six instructions.
+// A lane's next candidate slot in this CTA's shared memory (TileCandidates::Write; no other
+// pointer: the address is a shared-window offset), advanced past each candidate stored: a
+// compare, predicated stores and a predicated add a key, where the compiler's `if` and slot
+// count take six instructions.
 class SlotCursor {
  public:
   __device__ __forceinline__ explicit SlotCursor(int32_t* slot) : at_(Address(slot)) {}
@@ -301,9 +303,11 @@ struct TileCandidates {
     for (int j = 0; j < kTiles; ++j) count += int32_t((s.tiles >> (kBits * j)) & kMask);
     return count;
   }
-  // Each of the warp's candidates, in position order, from slot `base` of `slots` up: position
-  // p0 + i (i its element of the warp's segment), or (kSecond > 0) its key there and p0 + i
-  // kSecond bytes past it.
+  // Each of the warp's candidates (keys >= lowest, lowest >= 1: onchip::First::Lowest), in
+  // position order, from slot `base` of `slots` up: position p0 + i (i its element of the
+  // warp's segment), or (kSecond > 0) its key there and p0 + i kSecond bytes past it. The
+  // compare is `> lowest - 1`, not Count's `>= lowest`: the same compare would be shared, and
+  // ptxas parks the 16 predicates in a register mask and unpacks them one instruction each.
   template <int kSecond>
   __device__ __forceinline__ void Write(const Scan& s, uint32_t lowest, int32_t* slots,
                                         int32_t base, int32_t p0) const {
@@ -443,6 +447,7 @@ __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
     // 16-byte vectors: the candidates' scattered stores stay local.
     const int32_t p0 = int32_t(chunk_lo) + warp * kSegment;
     constexpr int kSecond = int(offsetof(Shared, gather_positions) - offsetof(Shared, gather_keys));
+    static_assert(kSecond == sizeof(Shared::gather_keys), "positions right after the keys");
     mine.template Write<kSecond>(scan, lowest, reinterpret_cast<int32_t*>(sh.gather_keys), base,
                                  p0);
     if (threadIdx.x == 0) *cluster.map_shared_rank(&sh.region_kept[rank], 0) = count;

@@ -117,6 +117,16 @@ MUTANTS = [
     ),
     ("single-counts-dropped", "if (c != 0) {", "if (c > 1) {"),
     (
+        "pass-1-excluded-counted",
+        "atomicAdd(key[i] != kExcluded ? &h[key[i] >> kShift] : &sh.excluded[lane], 1u);",
+        "atomicAdd(&h[key[i] >> kShift], 1u);",
+    ),
+    (
+        "gathered-key-and-position-swapped",
+        "at.PutIfAbove<kSecond>(kk, lowest - 1, kk, uint32_t(p + e));",
+        "at.PutIfAbove<kSecond>(kk, lowest - 1, uint32_t(p + e), kk);",
+    ),
+    (
         "sums-not-zeroed",
         "for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;",
         "",
