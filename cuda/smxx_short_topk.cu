@@ -71,6 +71,17 @@ struct Digit {
   int32_t bin, above, in_bin, total;
 };
 
+// Pass 1's counts of a thread's keys: each key's top 11 bits (its digit) counted in `counts`,
+// an excluded key in `lane_dump` (the lane's word of a dump never read): no branch a key, where
+// `if (key) atomicAdd` compiles to a branch and a convergence barrier around each atomic.
+__device__ __forceinline__ void CountTopDigits(uint32_t* counts, uint32_t* lane_dump,
+                                               const uint32_t (&key)[kPer]) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    atomicAdd(key[i] != kExcluded ? &counts[key[i] >> 21] : lane_dump, 1u);
+  }
+}
+
 // One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin (digit)
 // holding the k_rem-th largest of them, the keys above that bin and in it, and how many keys
 // took part (over the whole cluster). All threads of all the cluster's CTAs call it.
@@ -82,13 +93,9 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kDigitsPer >= 1);
   uint32_t* h = sh.hist[kPass];
-  if constexpr (kPass == 0) {  // nearly every key counted: the excluded into the lane's dump
+  if constexpr (kPass == 0) {
     static_assert(kShift + kWidth == 32, "the digit is the key's top bits");
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int lane = int(threadIdx.x) % 32;
-      atomicAdd(key[i] != kExcluded ? &h[key[i] >> kShift] : &sh.excluded[lane], 1u);
-    }
+    CountTopDigits(h, &sh.excluded[int(threadIdx.x) % 32], key);
   } else {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -375,10 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
     *reinterpret_cast<uint4*>(&sh.keys[seg + 32 * kVec * j + e]) =
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {  // the excluded into the lane's dump: no branch a key
-    atomicAdd(key[i] != kExcluded ? &sh.counts[key[i] >> 21] : &sh.excluded[lane], 1u);
-  }
+  CountTopDigits(sh.counts, &sh.excluded[lane], key);
   __syncthreads();
   DSV41_STAMP(4);
   onchip::SumGroups<kThreads>(sh.counts);

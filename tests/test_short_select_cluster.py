@@ -118,8 +118,8 @@ MUTANTS = [
     ("single-counts-dropped", "if (c != 0) {", "if (c > 1) {"),
     (
         "pass-1-excluded-counted",
-        "atomicAdd(key[i] != kExcluded ? &h[key[i] >> kShift] : &sh.excluded[lane], 1u);",
-        "atomicAdd(&h[key[i] >> kShift], 1u);",
+        "atomicAdd(key[i] != kExcluded ? &counts[key[i] >> 21] : lane_dump, 1u);",
+        "atomicAdd(&counts[key[i] >> 21], 1u);",
     ),
     (
         "gathered-key-and-position-swapped",

@@ -78,8 +78,8 @@ MUTANTS = [
     ),
     (
         "excluded-counted-in-bin-0",
-        "key[i] != kExcluded ? &sh.counts[key[i] >> 21] : &sh.excluded[lane]",
-        "&sh.counts[key[i] >> 21]",
+        "atomicAdd(key[i] != kExcluded ? &counts[key[i] >> 21] : lane_dump, 1u);",
+        "atomicAdd(&counts[key[i] >> 21], 1u);",
     ),
     ("groups-not-summed", "  onchip::SumGroups<kThreads>(sh.counts);\n", ""),
     (
