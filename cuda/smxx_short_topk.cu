@@ -85,18 +85,20 @@ __device__ __forceinline__ void CountTopDigits(uint32_t* counts, uint32_t* lane_
 // One digit pass over the keys whose bits above kShift + kWidth equal `prefix`: the bin (digit)
 // holding the k_rem-th largest of them, the keys above that bin and in it, and how many keys
 // took part (over the whole cluster). All threads of all the cluster's CTAs call it.
+// `warp_has_keys`: whether the warp's segment starts inside the chunk (else its keys are all
+// excluded, and its count is skipped: warp-uniform).
 template <int kShift, int kWidth>
 __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
-                           const cg::cluster_group& cluster, int cl, uint32_t prefix,
-                           int32_t k_rem) {
+                           const cg::cluster_group& cluster, int cl, uint32_t prefix, int32_t k_rem,
+                           bool warp_has_keys) {
   constexpr int kDigits = 1 << kWidth, kDigitsPer = kDigits / kThreads;
   constexpr int kPass = kShift == 21 ? 0 : kShift == 10 ? 1 : 2;
   static_assert(kDigits <= kBins && kDigitsPer >= 1);
   uint32_t* h = sh.hist[kPass];
   if constexpr (kPass == 0) {
     static_assert(kShift + kWidth == 32, "the digit is the key's top bits");
-    CountTopDigits(h, &sh.excluded[int(threadIdx.x) % 32], key);
-  } else {
+    if (warp_has_keys) CountTopDigits(h, &sh.excluded[int(threadIdx.x) % 32], key);
+  } else if (warp_has_keys) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const bool in = key[i] != kExcluded && (key[i] >> (kShift + kWidth)) == prefix;
@@ -382,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
     *reinterpret_cast<uint4*>(&sh.keys[seg + 32 * kVec * j + e]) =
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
-  CountTopDigits(sh.counts, &sh.excluded[lane], key);
+  if (int64_t(warp) * kSegment < mine) CountTopDigits(sh.counts, &sh.excluded[lane], key);
   __syncthreads();
   DSV41_STAMP(4);
   onchip::SumGroups<kThreads>(sh.counts);
@@ -522,12 +524,13 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   if (cl > 1) cluster.sync();
   uint32_t key[kPer];
   TileKeys<T>(a, r, mine, seg, v, key);
+  const bool warp_has_keys = int64_t(warp) * kSegment < mine;
   DSV41_STAMP(1);
 
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = a.k, need = 0;
   uint32_t thresh = 0;
-  const Digit d0 = DigitPass<21, 11>(sh, key, cluster, cl, 0, k_rem);
+  const Digit d0 = DigitPass<21, 11>(sh, key, cluster, cl, 0, k_rem, warp_has_keys);
   const int32_t total = d0.total;  // keys that may be selected
   DSV41_STAMP(2);
 #if DSV41_SHORT_GATHER
@@ -544,14 +547,14 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
     if (d0.in_bin == k_rem) {
       thresh = topk::Below(prefix << 21);
     } else {
-      const Digit d1 = DigitPass<10, 11>(sh, key, cluster, cl, prefix, k_rem);
+      const Digit d1 = DigitPass<10, 11>(sh, key, cluster, cl, prefix, k_rem, warp_has_keys);
       DSV41_STAMP(3);
       prefix = (prefix << 11) | uint32_t(d1.bin);
       k_rem -= d1.above;
       if (d1.in_bin == k_rem) {
         thresh = topk::Below(prefix << 10);
       } else {
-        const Digit d2 = DigitPass<0, 10>(sh, key, cluster, cl, prefix, k_rem);
+        const Digit d2 = DigitPass<0, 10>(sh, key, cluster, cl, prefix, k_rem, warp_has_keys);
         DSV41_STAMP(4);
         thresh = (prefix << 10) | uint32_t(d2.bin);
         need = k_rem - d2.above;

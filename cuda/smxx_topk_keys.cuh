@@ -28,7 +28,7 @@ __device__ __forceinline__ float ToFloat(Bf16 v) { return __uint_as_float(uint32
 
 // Larger key = better score; -0 ties +0; NaN / -inf are handled by KeyOf, not here.
 __device__ __forceinline__ uint32_t OrderedKey(float v) {
-  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  const uint32_t u = __float_as_uint(v + 0.0f);  // -0 + 0 = +0: both zeros one key, in one add
   return u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u);  // negative: ~u; else: u | sign bit
 }
 
