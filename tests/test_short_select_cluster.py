@@ -115,6 +115,11 @@ MUTANTS = [
         "for (int r = 0; r < cl; ++r) atomicAdd",
         "for (int r = 1; r < cl; ++r) atomicAdd",
     ),
+    (
+        "part-filled-warp-not-counted",
+        "const bool warp_has_keys = int64_t(warp) * kSegment < mine;",
+        "const bool warp_has_keys = int64_t(warp + 1) * kSegment <= mine;",
+    ),
     ("single-counts-dropped", "if (c != 0) {", "if (c > 1) {"),
     (
         "pass-1-excluded-counted",

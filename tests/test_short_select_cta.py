@@ -24,14 +24,16 @@ N = 16384  # one CTA: kShortChunk
 
 def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows whose k-th key is found at pass 1, 2 or 3 or at the ties, a row of one value but a
-    few, a random row with NaN and -inf runs, and random rows cut short (lengths 0, 1, 7, k + 1
-    and one inside a warp's last tile)."""
+    few, a random row with NaN and -inf runs, a row of +0 and -0 but a few, and random rows cut
+    short (lengths 0, 1, 7, k + 1 and one inside a warp's last tile)."""
     rows = [digit_row(rng, n, k, stop) for stop in (0, 1, 2, 3)]
     flat = np.full(n, 0.5, np.float32)
     flat[rng.choice(n, 7, replace=False)] = 2.0
     special = rng.standard_normal(n).astype(np.float32)
     special[100:140], special[900:905] = np.nan, -np.inf
-    rows += [flat, special]
+    zeros = np.where(rng.random(n) < 0.5, 0.0, -0.0).astype(np.float32)  # one key, ties
+    zeros[rng.choice(n, 7, replace=False)] = 2.0
+    rows += [flat, special, zeros]
     lens = [n] * len(rows)
     for length in (0, 1, 7, k + 1, n - 3):
         rows.append(rng.standard_normal(n).astype(np.float32))
@@ -81,6 +83,11 @@ MUTANTS = [
         "atomicAdd(key[i] != kExcluded ? &counts[key[i] >> 21] : lane_dump, 1u);",
         "atomicAdd(&counts[key[i] >> 21], 1u);",
     ),
+    (
+        "part-filled-warp-not-counted",
+        "if (int64_t(warp) * kSegment < mine) CountTopDigits",
+        "if (int64_t(warp + 1) * kSegment <= mine) CountTopDigits",
+    ),
     ("groups-not-summed", "  onchip::SumGroups<kThreads>(sh.counts);\n", ""),
     (
         "keys-stored-at-the-tile-start",
@@ -102,5 +109,17 @@ def test_mutants_of_the_one_cta_rows_are_caught(simt_topk, rng, tmp_path):
     compiled again) fails the rows that the source itself passes."""
     survived = mutants_survived(
         simt_topk, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check, int(rng.integers(1 << 30))
+    )
+    assert not survived, f"mutants not caught: {survived}"
+
+
+def test_signed_zeros_one_key_mutant_is_caught(simt_topk, rng, tmp_path):
+    """The keys' header (cuda/smxx_topk_keys.cuh) with -0 and +0 made two keys: the row of
+    zeros, whose k-th key falls among them, must then differ from the oracle."""
+    mutant = ("zeros-two-keys", "__float_as_uint(v + 0.0f)", "__float_as_uint(v)")
+    source = ROOT / "cuda" / "smxx_topk_keys.cuh"
+    seed = int(rng.integers(1 << 30))
+    survived = mutants_survived(
+        simt_topk, tmp_path, source, [mutant], "short_topk.cc", _check, seed
     )
     assert not survived, f"mutants not caught: {survived}"
