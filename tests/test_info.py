@@ -33,12 +33,12 @@ def test_explain_names_the_choice_and_the_declines_on_cpu():
     lens = sds((8,), jnp.int32)
     (choice,) = info.explain(dj.select_candidate_blocks, blocks, lens, num_candidates=64)
     assert choice.op == "select_candidate_blocks" and choice.implementation == "reference"
-    # Candidate rows of one CTA try the Pallas select first (it measured faster there).
-    assert [name for name, _ in choice.declined] == ["pallas", "ffi"]
-    assert no_cuda_here(choice.declined[1][1]) and "select_candidate_blocks: reference" in str(
+    # Candidate rows of one CTA try the CUDA selects first (they measured faster there).
+    assert [name for name, _ in choice.declined] == ["ffi", "pallas"]
+    assert no_cuda_here(choice.declined[0][1]) and "select_candidate_blocks: reference" in str(
         choice
     )
-    assert choice.declined[0][1] == (
+    assert choice.declined[1][1] == (
         "select_candidate_blocks pallas: the Mosaic GPU kernel needs a CUDA GPU backend"
     )
     for n in (4096, 40000):  # top-k rows: the CUDA selects first

@@ -51,7 +51,7 @@ ORDERS = [
     ("topk", sds((8, 131072)), 512, False, 4096, 8, "ffi"),  # too many to gather
     ("topk", sds((8, 4096), BF16), 64, False, 16, 4, "ffi"),  # bf16 mask, blocks of 4
     ("topk", sds((8, 4096)), 20000, False, None, 8, "ffi"),  # k past the Pallas select's
-    ("select_candidate_blocks", sds((8, 16384)), 2048, False, None, 8, "pallas"),
+    ("select_candidate_blocks", sds((8, 16384)), 2048, False, None, 8, "ffi"),
     ("select_candidate_blocks", sds((8, 16385)), 2048, False, None, 8, "ffi"),
     ("select_candidate_blocks", sds((8, 4096), BF16), 64, False, None, 8, "ffi"),
 ]
@@ -60,7 +60,7 @@ ORDERS = [
 @pytest.mark.parametrize("op,scores,k,starts,mask,b,first", ORDERS)
 def test_the_order_of_implementation_none(op, scores, k, starts, mask, b, first):
     """The Pallas select first where it measured fastest, else the CUDA selects; the reference
-    last; the same order on every device (the measurements are the H200's)."""
+    last; the same order on every device."""
     st = sds((8,), jnp.int32) if starts else None
     cand = None if mask is None else sds((8, mask), jnp.int32)
     orders = set()
@@ -313,8 +313,8 @@ def test_the_plan_names_the_implementation_that_runs():
     record (each implementation's `supports`), with the reasons of those passed over; the op
     runs exactly it."""
     p = dj.plan("select_candidate_blocks", sds((8, 4096)), 64, device=CPU)
-    assert p.runs == "reference" and [n for n, _ in p.declined] == ["pallas", "ffi"]
-    assert "needs a CUDA GPU backend" in p.declined[0][1]
+    assert p.runs == "reference" and [n for n, _ in p.declined] == ["ffi", "pallas"]
+    assert "needs a CUDA GPU backend" in p.declined[1][1]
     assert ("runs", "reference") == p.decisions()[2][:2]
     none = dj.plan("topk", sds((8, 4096)), 64, device=CPU, implementation="ffi")
     assert none.runs is None and [n for n, _ in none.declined] == ["ffi"]
@@ -327,7 +327,10 @@ def test_the_implementation_that_runs_on_a_simulated_h200():
     h200 = info.H200
     assert dj.plan("topk", sds((8, 4096)), 64, device=h200).runs == "ffi"
     blocks = dj.plan("select_candidate_blocks", sds((8, 4096)), 64, device=h200)
-    assert blocks.runs == "pallas"
+    assert blocks.runs == "ffi"
+    masked = sds((8, 2048), jnp.int32)  # a mask the Pallas select gathers
+    gathered = dj.plan("topk", sds((8, 131072)), 512, candidates=masked, device=h200)
+    assert gathered.runs == "pallas"
     assert dj.plan("topk", sds((8, 131072)), 512, device=h200).runs == "ffi"
     starts = sds((8,), jnp.int32)
     p = dj.plan("topk", sds((8, 4096)), 64, starts=starts, device=h200)

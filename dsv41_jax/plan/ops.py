@@ -241,12 +241,12 @@ def check_algorithm(topk_algorithm: str | None) -> str | None:
 
 def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     """The order of `implementation=None`, by measurement (BENCHMARKS.md): the Pallas select
-    first where it is as fast or the fastest (candidate selection over up to 16,384 blocks:
-    10.2 against the short select's 10.1-10.2 µs at top-2048 [8, 16K] on an H100; the masked
-    rows it gathers), else the CUDA selects (top-k rows of up to 16,384 columns, which the
-    short select takes on one CTA: 6.0 against 8.1 µs at k=512 [1, 16K], 8.0 against 8.7 at
-    [8, 16K] on an H100; longer rows: topk k=512 [8, 128K] and [64, 1M]), then the XLA
-    reference (hundreds of µs)."""
+    first for the masked rows it gathers, where it measured fastest; else the CUDA selects (rows
+    of up to 16,384 columns, which the short select takes on one CTA, faster than the Pallas
+    select at every width and row count measured, top-k and candidate selection alike: 5.6
+    against 8.1 µs at top-k k=512 [1, 16K], 9.5 against 9.7 at candidate top-2048 [8, 16K] on
+    an H100; longer rows: topk k=512 [8, 128K] and [64, 1M]), then the XLA reference (hundreds
+    of µs)."""
     # Imported here: the topk package imports this module.
     from dsv41_jax.topk import mgpu_select, pallas_mgpu
 
@@ -271,11 +271,6 @@ def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
             f"{spec.mask_blocks} blocks of {spec.block_size} over {spec.columns} columns"
         )
     if spec.columns <= mgpu_select.CHUNK:
-        if blocks:
-            return PALLAS_FIRST, (
-                f"the Pallas select first: rows of {spec.columns} {what} fit one CTA "
-                f"(<= {mgpu_select.CHUNK}; measured fastest there)"
-            )
         return FFI_FIRST, (
             f"the CUDA selects first: rows of {spec.columns} {what} fit the short select's one "
             f"CTA (<= {mgpu_select.CHUNK}; measured faster there than the Pallas select)"
