@@ -48,8 +48,11 @@ def _check(exe, seed: int) -> None:
     emulate_equals_oracle(exe, "short", scores, lens, k, "float")
     scores, lens = _rows(rng, 5000, 512)  # 10 warps of keys
     emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
+    scores, lens = _rows(rng, 2048, 300)  # 4 warps of keys
+    emulate_equals_oracle(exe, "short", scores, lens, 300, "float, 2048")
     candidate_rows_equal_the_oracle(exe, rng, 3000, 256)
     bf16_rows_equal_the_oracle(exe, rng, N, 64)  # many ties
+    bf16_rows_equal_the_oracle(exe, rng, 4096, 64)  # 8 warps of keys
 
 
 def test_one_cta_rows_equal_the_oracle(simt_topk, rng):
