@@ -101,8 +101,8 @@ def dense_select(
     `dsv41_jax.plan.layers.LayerPlan.selects`)."""
     logits = _logits_shape(query, cache, block_table)
     has_members = members is not None
-    if members is None:  # a dummy column, never read
-        members = jnp.zeros((query.num_rows, 1), jnp.int32)
+    if members is None:  # a literal placeholder, never read (zeros of [rows, 1]: a fill kernel)
+        members = np.zeros((1, 1), np.int32)
     out = (
         jax.ShapeDtypeStruct((query.num_rows, k), jnp.int32),
         logits,

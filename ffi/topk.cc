@@ -66,8 +66,10 @@ static ffi::Error RunTopk(cudaStream_t stream, ffi::AnyBuffer scores, Buffer<ffi
   if (!bf16 && scores.element_type() != ffi::F32) {
     return InvalidArgument(kOp, "scores must be float32 or bfloat16");
   }
-  if (lens.element_count() != rows || starts.element_count() != rows || md[0] != rows ||
-      od[0] != rows || od[1] != k) {
+  // Operands not read (has_starts, has_members false) may be placeholders of any size: a [1]
+  // or [1, 1] constant costs no fill kernel where one of [rows] would.
+  if (lens.element_count() != rows || (has_starts && starts.element_count() != rows) ||
+      (has_members && md[0] != rows) || od[0] != rows || od[1] != k) {
     return InvalidArgument(kOp, "inconsistent shapes");
   }
   if (auto e = CheckTopk(kOp, kSelect, sd[1], md[1], has_members, k, block_size, mode);

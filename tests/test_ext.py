@@ -290,6 +290,35 @@ def test_filter_topk_lowers_and_declines_what_it_cannot_take(simulate, monkeypat
 
 
 @needs_ext
+def test_selects_pass_unread_operands_as_literals(simulate):
+    """A call without starts or a candidate mask hands each select literal [1] and [1, 1]
+    placeholders for them, never zeros of [rows] or [rows, 1] made in the program (XLA fills
+    those with a kernel every call: ~2 µs beside a 5 µs select)."""
+    import dsv41_jax as dj
+    from dsv41_jax.topk import ffi as topk_ffi
+
+    simulate(_ext.H200)
+    scores = jax.ShapeDtypeStruct((8, 16384), jnp.float32)
+    lens = jax.ShapeDtypeStruct((8,), jnp.int32)
+    calls = [lambda s, n: dj.topk(s, n, 512, implementation="ffi")]
+    calls += [
+        lambda s, n, a=a: topk_ffi.cuda_topk(s, n, 512, None, None, 8, "positions", a)
+        for a in topk_ffi.ALGORITHMS
+    ]
+    calls.append(
+        lambda s, n: dj.select_candidate_blocks(s, n, num_candidates=256, implementation="ffi")
+    )
+    for f in calls:
+        text = jax.jit(f).trace(scores, lens).lower(lowering_platforms=("cuda",)).as_text()
+        assert "custom_call @dsv41_" in text and "broadcast_in_dim" not in text
+        assert "tensor<8xi32>, tensor<1xi32>, tensor<1x1xi32>) ->" in text
+    starts = jnp.zeros((8,), jnp.int32)
+    f = jax.jit(lambda s, n: topk_ffi.cuda_topk(s, n, 512, starts, None, 8, "positions", "short"))
+    text = f.trace(scores, lens).lower(lowering_platforms=("cuda",)).as_text()
+    assert "tensor<8xi32>, tensor<8xi32>, tensor<1x1xi32>) ->" in text  # starts given: read
+
+
+@needs_ext
 def test_public_topk_dispatch_policy(simulate, monkeypatch):
     """The plan's CUDA select, as the public top-k lowers it: the short-row select where its
     cluster holds the row and all rows' clusters are resident at once, else the filter-first

@@ -541,3 +541,27 @@ def test_ffi_logical_to_physical_matches_reference(rng):
         np.asarray(dj.logical_to_physical(*args, implementation="ffi")),
         np.asarray(dj.logical_to_physical(*args, implementation="reference")),
     )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["topk", "candidates"])
+def test_ffi_select_program_is_its_kernel_alone(rng, op):
+    """An unmasked select without starts compiles to its custom call and nothing else: the
+    operands it does not read are literals, not zeros filled by a kernel every call."""
+    s = jnp.asarray(make_scores(rng, 8, 16384, "random"))
+    if op == "topk":
+        lens = jnp.full((8,), 16381, jnp.int32)
+
+        def select(s, n, impl):
+            return dj.topk(s, n, 512, implementation=impl)
+    else:
+        lens = jnp.full((8,), 16384 * 8 - 3, jnp.int32)  # positions
+
+        def select(s, n, impl):
+            return dj.select_candidate_blocks(s, n, num_candidates=2048, implementation=impl)
+
+    f = jax.jit(lambda s, n: select(s, n, "ffi"))
+    text = f.lower(s, lens).compile().as_text()
+    entry = text[text.index("ENTRY") :]
+    assert entry.count("custom-call(") == 1 and "fusion(" not in entry, entry
+    np.testing.assert_array_equal(np.asarray(f(s, lens)), np.asarray(select(s, lens, "reference")))

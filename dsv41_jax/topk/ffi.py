@@ -46,6 +46,10 @@ CLUSTER_TOPK = "dsv41_cluster_topk"
 FILTER_TOPK = "dsv41_filter_topk"
 SHORT_TOPK = "dsv41_short_topk"
 ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
+# The starts and members operands where a call has none (has_starts, has_members false): literal
+# placeholders the kernels never read, embedded in the program; zeros of [rows] or [rows, 1]
+# would cost a fill kernel a call (and [rows, 0] is no operand: see _ext.require_gpu).
+_UNREAD = (np.zeros((1,), np.int32), np.zeros((1, 1), np.int32))
 
 
 def cuda_topk(
@@ -86,9 +90,7 @@ def cuda_topk(
     if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
         return jnp.zeros((0, k), jnp.int32)
     has_members = members is not None
-    if not has_members:  # a dummy column, not [rows, 0]: see _ext.require_gpu
-        members = jnp.zeros((rows, 1), jnp.int32)
-    if members.shape[1] == 0:  # an empty candidate table: no position qualifies
+    if has_members and members.shape[1] == 0:  # an empty candidate table: no position qualifies
         return jnp.full((rows, k), -1, jnp.int32)
     results = [jax.ShapeDtypeStruct((rows, k), jnp.int32)]
     if algorithm == "filter":  # the workspace: one word where no row may be split
@@ -100,8 +102,8 @@ def cuda_topk(
     selected = jax.ffi.ffi_call(target, results, vmap_method="sequential")(
         scores,
         _checks.int32(lengths),
-        (jnp.zeros((rows,), jnp.int32) if starts is None else _checks.int32(starts)),
-        _checks.int32(members),
+        _UNREAD[0] if starts is None else _checks.int32(starts),
+        _checks.int32(members) if has_members else _UNREAD[1],
         k=np.int32(k),
         block_size=np.int32(block_size),
         mode=np.int32(_ext.limit(f"topk_mode_{mode}")),
