@@ -43,6 +43,12 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPer = int(kShortChunk / kThreads);  // keys per thread
 constexpr int kSegment = 32 * kPer;                // a warp's consecutive scores
 constexpr int kBins = 2048;                        // the widest digit: 11 bits
+// The scores of a CTA that holds one tile (a 16-byte load) a lane, and the tiles a lane that
+// hold kShortChunk scores.
+template <class T>
+constexpr int64_t kTileRow = kThreads * (16 / int64_t(sizeof(T)));
+template <class T>
+constexpr int kFullTiles = int(kShortChunk / kTileRow<T>);
 // A chunk's candidate bitmap: at block size 1 one bit per score, plus the straddling ends.
 constexpr int kMaskWords = int(kShortChunk / 32) + 2;
 // The candidates a row of a cluster may gather into its rank 0 (GatherSelect).
@@ -74,10 +80,11 @@ struct Digit {
 // Pass 1's counts of a thread's keys: each key's top 11 bits (its digit) counted in `counts`,
 // an excluded key in `lane_dump` (the lane's word of a dump never read): no branch a key, where
 // `if (key) atomicAdd` compiles to a branch and a convergence barrier around each atomic.
+template <int kKeys>
 __device__ __forceinline__ void CountTopDigits(uint32_t* counts, uint32_t* lane_dump,
-                                               const uint32_t (&key)[kPer]) {
+                                               const uint32_t (&key)[kKeys]) {
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
+  for (int i = 0; i < kKeys; ++i) {
     atomicAdd(key[i] != kExcluded ? &counts[key[i] >> 21] : lane_dump, 1u);
   }
 }
@@ -145,14 +152,13 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   return Digit{sh.bin, sh.above, sh.in_bin, sh.scan_total};
 }
 
-// The chunk's scores as float, tile j of lane l of warp w holding chunk elements
-// w * kSegment + (32 * j + l) * kVec + [0, kVec) (a warp's load reads 512 contiguous bytes),
-// NoScore past the chunk's end (r.hi); and the row. (Issuing the loads before the row's length
-// is read, over the chunk's whole width, measured 0.1-0.4 us slower a launch on the H100.)
+// The chunk's scores as float, tile j of the thread whose first element is `seg` holding chunk
+// elements seg + 32 * kVec * j + [0, kVec) (a warp's load reads 32 * kVec contiguous scores),
+// NoScore past the chunk's end (r.hi). (Issuing the loads before the row's length is read,
+// over the chunk's whole width, measured 0.1-0.4 us slower a launch on the H100.)
 template <class T, int kTiles, int kVec>
-__device__ __forceinline__ topk::Row<T> LoadChunk(const TopkArgs& a, int64_t row, int64_t chunk,
-                                                  int rank, int64_t seg, float (&v)[kTiles][kVec]) {
-  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
+__device__ __forceinline__ void LoadTiles(const topk::Row<T>& r, int64_t seg,
+                                          float (&v)[kTiles][kVec]) {
   const int64_t mine = r.hi - r.lo;
   const bool aligned = topk::Aligned(r);
   if (aligned && seg + 32 * kVec * (kTiles - 1) + kVec <= mine) {  // one check, not one a tile
@@ -163,7 +169,6 @@ __device__ __forceinline__ topk::Row<T> LoadChunk(const TopkArgs& a, int64_t row
     for (int j = 0; j < kTiles; ++j)
       topk::LoadScores<kVec>(r, mine, seg + 32 * kVec * j, aligned, v[j]);
   }
-  return r;
 }
 
 // The keys of a thread's tiles (v from topk::LoadScores at chunk elements seg + 32 * kVec * j).
@@ -172,7 +177,7 @@ __device__ __forceinline__ topk::Row<T> LoadChunk(const TopkArgs& a, int64_t row
 template <class T, int kTiles, int kVec>
 __device__ __forceinline__ void TileKeys(const TopkArgs& a, const topk::Row<T>& r, int64_t mine,
                                          int64_t seg, const float (&v)[kTiles][kVec],
-                                         uint32_t (&key)[kPer]) {
+                                         uint32_t (&key)[kTiles * kVec]) {
   if (a.mode == TopkMode::kPositions && r.member_bits == nullptr) {
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
@@ -181,10 +186,11 @@ __device__ __forceinline__ void TileKeys(const TopkArgs& a, const topk::Row<T>& 
     }
     return;
   }
-  if (a.mode == TopkMode::kCandidateBlocks) {  // KeyOf's, by the thread's offsets in 32 bits
-    const int32_t left = int32_t(min(max(mine - seg, int64_t(0)), int64_t(kPer * 32)));
+  if (a.mode == TopkMode::kCandidateBlocks) {      // KeyOf's, by the thread's offsets in 32 bits
+    constexpr int64_t kSpan = 32 * kTiles * kVec;  // past the thread's last element
+    const int32_t left = int32_t(min(max(mine - seg, int64_t(0)), kSpan));
     const int64_t pin = r.newest - r.lo - seg;  // the newest block's offset
-    const int32_t pinned = pin >= 0 && pin < kPer * 32 ? int32_t(pin) : -1;
+    const int32_t pinned = pin >= 0 && pin < kSpan ? int32_t(pin) : -1;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
@@ -279,17 +285,17 @@ class SlotCursor {
 };
 
 // A warp's candidates for the on-chip select from the keys its lanes hold (TileKeys): lane l's
-// tile j holds the chunk's elements lo + 32 kVec j + kVec l + [0, kVec), lo = warp * kSegment.
-// Each tile's counts scanned over the lanes at once, packed in fields of 32 / kTiles bits (a
-// tile's count is at most 32 kVec < 2^(32 / kTiles)): no ballots, no popcounts (each a quarter
-// of the SM's issue rate), no shared-memory reload of the keys.
-template <int kVec>
+// tile j holds the chunk's elements lo + 32 kVec j + kVec l + [0, kVec), lo the warp's first.
+// Each tile's counts scanned over the lanes at once, packed in fields of 32 / kTiles bits (16
+// for one tile; a tile's count is at most 32 kVec < 2^kBits): no ballots, no popcounts (each a
+// quarter of the SM's issue rate), no shared-memory reload of the keys.
+template <int kVec, int kTiles = kPer / kVec>
 struct TileCandidates {
-  static constexpr int kTiles = kPer / kVec, kBits = 32 / kTiles;
+  static constexpr int kBits = 32 / (kTiles > 1 ? kTiles : 2);
   static_assert(32 * kVec < (1 << kBits), "a tile's count fits its field");
   static constexpr uint32_t kMask = (1u << kBits) - 1u;
   int32_t lo;
-  const uint32_t (&key)[kPer];
+  const uint32_t (&key)[kTiles * kVec];
   // The lane's tiles' counts of keys >= lowest scanned over the warp: the lanes' before it
   // (`before`) and the warp's (`tiles`), a field a tile.
   struct Scan {
@@ -351,20 +357,26 @@ struct ChunkPositions {
   __device__ __forceinline__ int32_t operator()(int32_t i) const { return i; }
 };
 
-// A row of at most kShortChunk scores on one CTA: each thread loads and keys 16 of them, stores
-// them for the on-chip select and counts their pass-1 digits; the on-chip select does the rest,
-// each warp's candidates kept from its lanes' keys (TileCandidates).
-template <class T>
+// A row of at most kTiles * kTileRow<T> scores on one CTA, kTiles tiles of kVec scores a lane
+// (warp w takes the chunk's scores [w span, (w + 1) span), span = 32 kVec kTiles): each thread
+// loads and keys them, stores them for the on-chip select and counts their pass-1 digits; the
+// on-chip select does the rest, each warp's candidates kept from its lanes' keys
+// (TileCandidates). Launch picks the fewest tiles that hold the chunk: a row of 2K-8K scores
+// then keeps all 32 warps busy (4 or 8 keys a lane, where 16 leave most warps idle and the
+// candidates on a few), and each tile count is its own kernel (one kernel choosing its tiles a
+// row measured 0.5-0.8 us slower at 16K rows, H100).
+template <class T, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
   CtaShared& sh = *reinterpret_cast<CtaShared*>(dyn);
   const int64_t row = blockIdx.x;
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   DSV41_STAMP(0);
-  constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
-  const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
+  constexpr int kVec = 16 / int(sizeof(T)), kSpan = 32 * kVec * kTiles, kKeys = kTiles * kVec;
+  const int64_t seg = int64_t(warp) * kSpan + lane * kVec;
   float v[kTiles][kVec];
-  topk::Row<T> r = LoadChunk<T>(a, row, chunk, 0, seg, v);
+  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
+  LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
   static_assert(kBins == 2 * kThreads);
   sh.counts[threadIdx.x] = 0, sh.counts[kThreads + threadIdx.x] = 0;
@@ -375,23 +387,23 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   } else {
     __syncthreads();
   }
-  uint32_t key[kPer];
+  uint32_t key[kKeys];
   TileKeys<T>(a, r, mine, seg, v, key);
   DSV41_STAMP(2);
 #pragma unroll
-  for (int q = 0; q < kPer / 4; ++q) {  // tile j's keys are chunk elements seg + 32 * kVec * j + e
+  for (int q = 0; q < kKeys / 4; ++q) {  // tile j's keys are chunk elements seg + 32 * kVec * j + e
     const int j = 4 * q / kVec, e = 4 * q % kVec;
     *reinterpret_cast<uint4*>(&sh.keys[seg + 32 * kVec * j + e]) =
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
-  if (int64_t(warp) * kSegment < mine) CountTopDigits(sh.counts, &sh.excluded[lane], key);
+  if (int64_t(warp) * kSpan < mine) CountTopDigits(sh.counts, &sh.excluded[lane], key);
   __syncthreads();
   DSV41_STAMP(4);
   onchip::SumGroups<kThreads>(sh.counts);
   __syncthreads();
   DSV41_STAMP(1);
   onchip::SelectToPositions<kThreads, false>(sh.select, sh.keys, sh.counts,
-                                             TileCandidates<kVec>{warp * kSegment, key}, a.k,
+                                             TileCandidates<kVec, kTiles>{warp * kSpan, key}, a.k,
                                              ChunkPositions{}, a.out + row * int64_t(a.k));
   DSV41_STAMP(15);
 }
@@ -501,7 +513,8 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   constexpr int kVec = 16 / int(sizeof(T)), kTiles = kPer / kVec;
   const int64_t seg = int64_t(warp) * kSegment + lane * kVec;
   float v[kTiles][kVec];
-  topk::Row<T> r = LoadChunk<T>(a, row, chunk, rank, seg, v);
+  topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
+  LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (cl > 1) {
@@ -627,8 +640,10 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
 #if DSV41_SHORT_ONE_CTA
   if (cl == 1) {
-    return topk::LaunchRowClusters(ShortTopkCtaKernel<T>, args, chunk, 1, kThreads,
-                                   sizeof(CtaShared), stream);
+    // One tile a lane where it holds the chunk (every warp keeps keys), else the full count.
+    auto kernel = ShortTopkCtaKernel<T, kFullTiles<T>>;
+    if (chunk <= kTileRow<T>) kernel = ShortTopkCtaKernel<T, 1>;
+    return topk::LaunchRowClusters(kernel, args, chunk, 1, kThreads, sizeof(CtaShared), stream);
   }
 #endif
   return topk::LaunchRowClusters(ShortTopkKernel<T>, args, chunk, int(cl), kThreads, sizeof(Shared),
@@ -641,15 +656,17 @@ cudaError_t PrepareShortTopk() {
   const cudaError_t err =
       SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
   if (err != cudaSuccess) return err;
-  return SetMaxDynamicSmem(sizeof(CtaShared), ShortTopkCtaKernel<float>,
-                           ShortTopkCtaKernel<topk::Bf16>);
+  return SetMaxDynamicSmem(
+      sizeof(CtaShared), ShortTopkCtaKernel<float, 1>, ShortTopkCtaKernel<float, kFullTiles<float>>,
+      ShortTopkCtaKernel<topk::Bf16, 1>, ShortTopkCtaKernel<topk::Bf16, kFullTiles<topk::Bf16>>);
 }
 
 int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
   if (cluster < 1 || cluster > kShortMaxCluster) return 0;
 #if DSV41_SHORT_ONE_CTA
   if (cluster == 1)
-    return MaxActiveClusters(ShortTopkCtaKernel<float>, 1, kThreads, sizeof(CtaShared));
+    return MaxActiveClusters(ShortTopkCtaKernel<float, kFullTiles<float>>, 1, kThreads,
+                             sizeof(CtaShared));
 #endif
   return MaxActiveClusters(ShortTopkKernel<float>, cluster, kThreads, sizeof(Shared));
 }

@@ -89,6 +89,14 @@ def forced(algorithm):
         scores, top_lens, 512, None, members, 8, "positions", algorithm, True
     )
     total = int(out.sum() + half.sum() + ragged.sum() + blocks.sum() + masked.sum())
+    for width, dtype in ((3001, jnp.float32), (6000, jnp.float32), (6000, jnp.bfloat16)):
+        # Rows of one CTA narrower than its full layout (the short select's fewer tiles a lane).
+        narrow = scores[:, :width].astype(dtype)
+        total += int(
+            topk_ffi.cuda_topk(
+                narrow, jnp.array([1, 700, width]), 512, None, None, 8, "positions", algorithm
+            ).sum()
+        )
     if algorithm == "filter":
         # Fewer than k large keys, all where the row bar's sample looks: every chunk streams
         # again and the last to arrive merges. Then the same rows kept in clusters.

@@ -44,15 +44,20 @@ def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
     k = 64
-    scores, lens = _rows(rng, N, k)
+    scores, lens = _rows(rng, N, k)  # float rows: four tiles a lane past 4096 scores,
     emulate_equals_oracle(exe, "short", scores, lens, k, "float")
-    scores, lens = _rows(rng, 5000, 512)  # 10 warps of keys
+    scores, lens = _rows(rng, 8192, 64)
+    emulate_equals_oracle(exe, "short", scores, lens, 64, "float, 8192")
+    scores, lens = _rows(rng, 5000, 512)  # 20 warps of keys, the last part-filled
     emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
-    scores, lens = _rows(rng, 2048, 300)  # 4 warps of keys
+    scores, lens = _rows(rng, 4096, 512)  # one to 4096
+    emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 4096")
+    scores, lens = _rows(rng, 2048, 300)
     emulate_equals_oracle(exe, "short", scores, lens, 300, "float, 2048")
-    candidate_rows_equal_the_oracle(exe, rng, 3000, 256)
+    candidate_rows_equal_the_oracle(exe, rng, 3000, 256)  # one tile a lane
+    candidate_rows_equal_the_oracle(exe, rng, 12000, 2048)  # four
     bf16_rows_equal_the_oracle(exe, rng, N, 64)  # many ties
-    bf16_rows_equal_the_oracle(exe, rng, 4096, 64)  # 8 warps of keys
+    bf16_rows_equal_the_oracle(exe, rng, 4096, 64)  # bf16: one tile a lane to 8192 scores
 
 
 def test_one_cta_rows_equal_the_oracle(simt_topk, rng):
@@ -88,8 +93,18 @@ MUTANTS = [
     ),
     (
         "part-filled-warp-not-counted",
-        "if (int64_t(warp) * kSegment < mine) CountTopDigits",
-        "if (int64_t(warp + 1) * kSegment <= mine) CountTopDigits",
+        "if (int64_t(warp) * kSpan < mine) CountTopDigits",
+        "if (int64_t(warp + 1) * kSpan <= mine) CountTopDigits",
+    ),
+    (
+        "one-tile-rows-too-long",
+        "if (chunk <= kTileRow<T>) kernel",
+        "if (chunk <= 2 * kTileRow<T>) kernel",
+    ),
+    (
+        "spread-candidates-at-the-chunk-segment",
+        "TileCandidates<kVec, kTiles>{warp * kSpan, key}",
+        "TileCandidates<kVec, kTiles>{warp * kSegment, key}",
     ),
     ("groups-not-summed", "  onchip::SumGroups<kThreads>(sh.counts);\n", ""),
     (

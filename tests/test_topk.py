@@ -150,6 +150,7 @@ KINDS = ("random", "ties", "equal", "special", "ascending", "descending")
 SIZES = (
     ((12, 999, 64), KINDS),  # one CTA a row; unaligned rows (scalar loads); every edge length
     ((4, 1024, 40), KINDS),
+    ((8, 6000, 512), ("random", "ties", "special")),  # one CTA: 4097-8192 scores a row
     ((1, 1 << 17, 512), KINDS),  # one row over a cluster: sampled bars, the gather
     ((2, 100000, 1500), KINDS),  # chunks whose top-k fill the first CTA's buffer
     ((3, 40000, 4096), KINDS),  # the largest k the filter kernel takes: cuts while streaming
