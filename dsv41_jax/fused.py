@@ -101,8 +101,6 @@ def dense_select(
     `dsv41_jax.plan.layers.LayerPlan.selects`)."""
     logits = _logits_shape(query, cache, block_table)
     has_members = members is not None
-    if members is None:  # a literal placeholder, never read (zeros of [rows, 1]: a fill kernel)
-        members = np.zeros((1, 1), np.int32)
     out = (
         jax.ShapeDtypeStruct((query.num_rows, k), jnp.int32),
         logits,
@@ -116,7 +114,8 @@ def dense_select(
         shared.rows,
         _checks.int32(block_table),
         shared.schedule,
-        _checks.int32(members),
+        # Without members, a literal placeholder, never read (zeros of [rows, 1]: a fill kernel).
+        _checks.int32(members) if members is not None else np.zeros((1, 1), np.int32),
         k=np.int32(k),
         select=_select_attr(select),
         block_size=np.int32(block_size),
