@@ -37,6 +37,14 @@ def integer(x, name: str) -> None:
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
+# The placeholders of int32 operands a custom call does not read (a select's starts and members
+# where has_starts / has_members is false): literals embedded in the program; zeros of [rows] or
+# [rows, 1] made in it would cost a fill kernel a call, and [rows, 0] is no operand (see
+# _ext.require_gpu).
+UNREAD_ROWS = np.zeros((1,), np.int32)
+UNREAD_TABLE = np.zeros((1, 1), np.int32)
+
+
 def int32(x):
     """An integer index array (lengths, starts, page ids, block ids) as int32, values outside
     the int32 range saturated rather than wrapped: every later clamp to a valid range then gives

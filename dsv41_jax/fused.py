@@ -114,8 +114,7 @@ def dense_select(
         shared.rows,
         _checks.int32(block_table),
         shared.schedule,
-        # Without members, a literal placeholder, never read (zeros of [rows, 1]: a fill kernel).
-        _checks.int32(members) if members is not None else np.zeros((1, 1), np.int32),
+        _checks.int32(members) if members is not None else _checks.UNREAD_TABLE,
         k=np.int32(k),
         select=_select_attr(select),
         block_size=np.int32(block_size),

@@ -46,10 +46,6 @@ CLUSTER_TOPK = "dsv41_cluster_topk"
 FILTER_TOPK = "dsv41_filter_topk"
 SHORT_TOPK = "dsv41_short_topk"
 ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
-# The starts and members operands where a call has none (has_starts, has_members false): literal
-# placeholders the kernels never read, embedded in the program; zeros of [rows] or [rows, 1]
-# would cost a fill kernel a call (and [rows, 0] is no operand: see _ext.require_gpu).
-_UNREAD = (np.zeros((1,), np.int32), np.zeros((1, 1), np.int32))
 
 
 def cuda_topk(
@@ -102,8 +98,8 @@ def cuda_topk(
     selected = jax.ffi.ffi_call(target, results, vmap_method="sequential")(
         scores,
         _checks.int32(lengths),
-        _UNREAD[0] if starts is None else _checks.int32(starts),
-        _checks.int32(members) if has_members else _UNREAD[1],
+        _checks.UNREAD_ROWS if starts is None else _checks.int32(starts),
+        _checks.int32(members) if has_members else _checks.UNREAD_TABLE,
         k=np.int32(k),
         block_size=np.int32(block_size),
         mode=np.int32(_ext.limit(f"topk_mode_{mode}")),
