@@ -15,6 +15,8 @@
 // The filter select's split rows (-DPROBE_SPLIT, given a workspace; both kernels stamp the same
 // CTA's row): 1 = row bar sampled, 2 = chunk streamed, 3 = slot stored; 7 = merge started,
 // 8 = slot offsets read, 9 = slots gathered, 10 = cut and emitted.
+// Each shape's line is followed by a digest of the positions selected (DIGEST): one exact
+// answer a shape, so every variant of an A/B prints the same (ab_summary.py compares them).
 // Build: nvcc -O3 -std=c++20 -arch=sm_90a -Icuda [-DPROBE_FILTER|-DPROBE_SPLIT|-DPROBE_SHORT]
 //        scripts/probes/topk_phases.cu
 #define DSV41_PHASE_STAMPS
@@ -108,6 +110,12 @@ int main() {
       if (any) printf(" %d:%.2f", p, m / 1000.0);
     }
     printf("\n");
+    // DIGEST: the stamped launch's positions, hashed (FNV-1a).
+    std::vector<int32_t> got(rows * k);
+    cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost);
+    unsigned long long digest = 1469598103934665603ull;
+    for (int32_t x : got) digest = (digest ^ uint32_t(x)) * 1099511628211ull;
+    printf("DIGEST k=%ld [%ld, %ld]: %016llx\n", long(k), long(rows), long(n), digest);
     cudaFree(scores), cudaFree(d_lens), cudaFree(out), cudaFree(a.workspace);
   }
   printf("OK %s\n", cudaGetErrorString(cudaGetLastError()));
