@@ -114,7 +114,7 @@ def dense_select(
         shared.rows,
         _checks.int32(block_table),
         shared.schedule,
-        _checks.int32(members) if members is not None else _checks.UNREAD_TABLE,
+        _checks.int32(members) if has_members else _checks.UNREAD_TABLE,
         k=np.int32(k),
         select=_select_attr(select),
         block_size=np.int32(block_size),

@@ -44,7 +44,7 @@ def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
     k = 64
-    scores, lens = _rows(rng, N, k)  # float rows: four tiles a lane past 4096 scores,
+    scores, lens = _rows(rng, N, k)  # float rows: four tiles a lane past 4096 scores
     emulate_equals_oracle(exe, "short", scores, lens, k, "float")
     scores, lens = _rows(rng, 8192, 64)
     emulate_equals_oracle(exe, "short", scores, lens, 64, "float, 8192")
