@@ -640,8 +640,10 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
 #if DSV41_SHORT_ONE_CTA
   if (cl == 1) {
-    // One tile a lane where it holds the chunk (every warp keeps keys), else the full count.
+    // The fewest tiles a lane that hold the chunk (every warp keeps keys); bf16's full count
+    // is two tiles, so its two-tile kernel is the full-width one.
     auto kernel = ShortTopkCtaKernel<T, kFullTiles<T>>;
+    if (chunk <= 2 * kTileRow<T>) kernel = ShortTopkCtaKernel<T, 2>;
     if (chunk <= kTileRow<T>) kernel = ShortTopkCtaKernel<T, 1>;
     return topk::LaunchRowClusters(kernel, args, chunk, 1, kThreads, sizeof(CtaShared), stream);
   }
@@ -657,8 +659,9 @@ cudaError_t PrepareShortTopk() {
       SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
   if (err != cudaSuccess) return err;
   return SetMaxDynamicSmem(
-      sizeof(CtaShared), ShortTopkCtaKernel<float, 1>, ShortTopkCtaKernel<float, kFullTiles<float>>,
-      ShortTopkCtaKernel<topk::Bf16, 1>, ShortTopkCtaKernel<topk::Bf16, kFullTiles<topk::Bf16>>);
+      sizeof(CtaShared), ShortTopkCtaKernel<float, 1>, ShortTopkCtaKernel<float, 2>,
+      ShortTopkCtaKernel<float, kFullTiles<float>>, ShortTopkCtaKernel<topk::Bf16, 1>,
+      ShortTopkCtaKernel<topk::Bf16, kFullTiles<topk::Bf16>>);
 }
 
 int32_t ShortTopkMaxActiveClusters(int32_t cluster) {

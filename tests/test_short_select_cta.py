@@ -44,9 +44,9 @@ def _rows(rng, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
     k = 64
-    scores, lens = _rows(rng, N, k)  # float rows: four tiles a lane past 4096 scores
+    scores, lens = _rows(rng, N, k)  # float rows: four tiles a lane past 8192 scores
     emulate_equals_oracle(exe, "short", scores, lens, k, "float")
-    scores, lens = _rows(rng, 8192, 64)
+    scores, lens = _rows(rng, 8192, 64)  # two to 8192
     emulate_equals_oracle(exe, "short", scores, lens, 64, "float, 8192")
     scores, lens = _rows(rng, 5000, 512)  # 20 warps of keys, the last part-filled
     emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
@@ -100,6 +100,11 @@ MUTANTS = [
         "one-tile-rows-too-long",
         "if (chunk <= kTileRow<T>) kernel",
         "if (chunk <= 2 * kTileRow<T>) kernel",
+    ),
+    (
+        "two-tile-rows-too-long",
+        "if (chunk <= 2 * kTileRow<T>) kernel",
+        "if (chunk <= 4 * kTileRow<T>) kernel",
     ),
     (
         "spread-candidates-at-the-chunk-segment",
