@@ -46,7 +46,7 @@ def _check(exe, seed: int) -> None:
     k = 64
     scores, lens = _rows(rng, N, k)  # float rows: four tiles a lane past 8192 scores
     emulate_equals_oracle(exe, "short", scores, lens, k, "float")
-    scores, lens = _rows(rng, 8192, 64)  # two to 8192
+    scores, lens = _rows(rng, 8192, 64)  # two tiles a lane: 4097-8192 scores
     emulate_equals_oracle(exe, "short", scores, lens, 64, "float, 8192")
     scores, lens = _rows(rng, 5000, 512)  # 20 warps of keys, the last part-filled
     emulate_equals_oracle(exe, "short", scores, lens, 512, "float, 5000")
