@@ -18,7 +18,7 @@ from dsv41_jax.plan import Plan, plan
 from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
 from dsv41_jax.rows import row_block_table, row_lengths
-from dsv41_jax.step import StepResult, TwoLevelIndexer, make_two_level_indexer
+from dsv41_jax.step import DecodeState, StepResult, TwoLevelIndexer, make_two_level_indexer
 from dsv41_jax.topk import (
     logical_to_physical,
     select_candidate_blocks,
@@ -32,6 +32,7 @@ __version__ = "0.1.0"  # the one version source: pyproject.toml reads it ([[tool
 __all__ = [
     "INT32_MAX",
     "CandidateTable",
+    "DecodeState",
     "ExtensionUnavailable",
     "IndexerConfig",
     "KeyBuffer",

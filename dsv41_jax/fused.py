@@ -1,5 +1,4 @@
-"""The fused Hopper indexer layers: each layer of a decode step as one custom call, and the
-whole step as one.
+"""The fused Hopper indexer layers: each layer of a decode step as one custom call.
 
 A layer's ops (paged logits, the exact select, block scores, the top-C blocks, the candidate
 table, the sparse logits) run as the same kernels, in the same order and on the same data as
@@ -7,20 +6,18 @@ when they are called one by one, so the results are bitwise theirs; what changes
 work XLA does per step, which a serving loop pays on every call: one custom call a layer
 instead of one per op, no pass that marks invalid pages (the kernel's out-of-bounds scale reads
 are NaN), and DeepGEMM's schedule computed once per step for every layer that shares the
-lengths (`Shared`). ffi/sm90_indexer_layers.cu holds the per-layer handlers.
+lengths (`Shared`). ffi/sm90_indexer_layers.cu holds the per-layer handlers, each
+command-buffer compatible, so XLA captures them into the CUDA graphs of the jitted step that
+calls them.
 
-`decode_step` goes further for the step API: every layer, the lengths and the schedule in one
-custom call (ffi/sm90_decode_step.cu) whose launches replay as one cached CUDA graph, with
-no XLA kernel beside it. `publish` and `select` take these paths wherever every op of the layer
-would run its FFI kernel (the plan's decision: `dsv41_jax.plan.layers`); the step API computes
-the shared values once, or runs `decode_step` when every layer runs fused.
+`publish` and `select` take these paths wherever every op of the layer would run its FFI kernel
+(the plan's decision: `dsv41_jax.plan.layers`); the step API (`TwoLevelIndexer.decode_layer`)
+computes the shared values once a step and hands them to every layer.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +28,6 @@ from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
 from dsv41_jax.plan import Spec, device_record, split_rows
-from dsv41_jax.plan.layers import StepMode
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
@@ -39,22 +35,21 @@ SCHEDULE = "dsv41_sm90_paged_mqa_schedule"
 DENSE_SELECT = "dsv41_sm90_dense_select"
 PUBLISH = "dsv41_sm90_publish"
 SPARSE_SELECT = "dsv41_sm90_sparse_select"
-STEP = "dsv41_sm90_decode_step"
-STEP_TRACED = "dsv41_sm90_decode_step_traced"
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Shared:
-    """What every layer of one step shares: the lengths clamped to the page table, per request
-    (`lens`) and per query row (`rows`), and DeepGEMM's schedule over them."""
+    """What every fused layer of one step shares: the lengths clamped to the page table, per
+    request (`lens`) and per query row (`rows`), and DeepGEMM's schedule over them."""
 
     lens: jax.Array
     rows: jax.Array
     schedule: jax.Array
 
     @classmethod
-    def of(cls, context_lens, block_table, cache: PagedIndexCache, next_n: int) -> Shared:
-        lens = clamp_lengths(context_lens, block_table.shape[1] * cache.page_size)
+    def of(cls, context_lens, block_table, page_size: int, next_n: int) -> Shared:
+        lens = clamp_lengths(context_lens, block_table.shape[1] * page_size)
         return cls(lens, row_lengths(lens, next_n), schedule(lens, next_n))
 
 
@@ -202,6 +197,7 @@ def publish(
     return indices, CandidateTable(blocks, count, valid_lens, physical, block_size=b)
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SparseShared:
     """What the sparse consumers of one table share: its row lengths clamped to the sparse
@@ -250,94 +246,3 @@ def sparse_select(
         block_size=np.int32(b),
     )
     return positions
-
-
-Role = Literal["source", "dense", "mask", "sparse"]
-_ROLES: dict[str, int] = {"source": 0, "dense": 1, "mask": 2, "sparse": 3}
-
-
-def decode_step(
-    queries: Sequence[QueryBundle],
-    caches: Sequence[PagedIndexCache],
-    roles: Sequence[Role],
-    context_lens,
-    block_table,
-    config: IndexerConfig,
-    all_blocks: bool,
-    selects: Sequence[str],
-    select_c: str | None,
-    slots: Sequence[int] | None = None,
-    mode: StepMode = "graphs",
-) -> tuple[list[jax.Array], CandidateTable]:
-    """Every layer of a decode step as one custom call (ffi/sm90_decode_step.cu): layer 0 the
-    candidate source, each other layer a consumer ("dense": every block is a candidate,
-    "mask": inside the table's blocks, "sparse": over the candidate blocks only) or a plain
-    layer ("dense"). The same kernels, in the same order, as the layers called one by one, and
-    the lengths clamped as `Shared` does, in the call: bitwise their results, with no XLA
-    kernel beside the call. Returns every layer's top-k and the source's table; with `slots`,
-    the list holds one int32 `[layers, rows, k]` array, layer i's top-k at `slots[i]`.
-    `all_blocks`: the source's table is every block of each row; `selects`: each layer's
-    top-k select, `select_c`: the source's top-C select (None with `all_blocks`): the layer
-    plans' decisions (`dsv41_jax.plan.layers`). `mode`: "graphs"
-    (replayed as a cached CUDA graph), "direct" or "traced" (`dsv41_jax.plan.layers.StepMode`)."""
-    assert mode in ("graphs", "direct", "traced"), mode
-    assert roles and roles[0] == "source" and "source" not in roles[1:], roles
-    assert len(selects) == len(roles), (selects, roles)
-    query, cache = queries[0], caches[0]
-    rows, k, next_n = query.num_rows, config.index_topk, query.next_n
-    b, c = config.candidate_block_size, config.candidate_topk_blocks
-    batch, max_pages = block_table.shape
-    logits = _logits_shape(query, cache, block_table)
-    scores, selected = _publish_workspaces(rows, logits, config, all_blocks)
-    i32, f32 = jnp.int32, jnp.float32
-
-    def ws(shape, dtype=i32, used=True):  # a workspace result, [1, ...] when unused
-        return jax.ShapeDtypeStruct(shape if used else (1,) * len(shape), dtype)
-
-    sparse = "sparse" in roles
-    if sparse:
-        sparse_logits, columns = _sparse_workspaces(rows, c, b, k)
-    else:
-        sparse_logits, columns = ws((1, 1), f32), ws((1, 1))
-    schedule = ws((_ext.limit("sm90_schedule_rows"), 2))
-    out = (
-        *_table_shapes(rows, c),
-        *(
-            [jax.ShapeDtypeStruct((len(roles), rows, k), i32)]
-            if slots is not None
-            else [jax.ShapeDtypeStruct((rows, k), i32) for _ in roles]
-        ),
-        ws((batch,)),  # lens clamped to the page table
-        ws((rows,)),  # row lengths
-        ws((rows, c), used=all_blocks),  # every block of each row
-        ws((rows, max_pages), used=next_n > 1),  # each row's page table
-        schedule,
-        logits,
-        scores,
-        selected,  # the top-C blocks
-        sparse_logits,
-        columns,
-        _split_workspace(logits, k),  # the source's and the dense layers' (mask layers: none)
-    )
-    layers = [
-        x for q, kv in zip(queries, caches, strict=True) for x in (q.values, q.weights, kv.data)
-    ]
-    target = STEP_TRACED if mode == "traced" else STEP
-    results = jax.ffi.ffi_call(target, out, vmap_method="sequential")(
-        _checks.int32(context_lens),
-        _checks.int32(block_table),
-        *layers,
-        roles=np.array([_ROLES[r] for r in roles], np.int32),
-        selects=np.array([_ext.limit(f"select_{s}") for s in selects], np.int32),
-        k=np.int32(k),
-        select_c=_select_attr(select_c or "short"),  # unused with all_blocks
-        block_size=np.int32(b),
-        page_size=np.int32(cache.page_size),
-        all_blocks=all_blocks,
-        stacked=slots is not None,
-        slots=np.array(range(len(roles)) if slots is None else slots, np.int32),
-        graphs=mode == "graphs",
-    )
-    blocks, count, valid_lens, physical = results[:4]
-    table = CandidateTable(blocks, count, valid_lens, physical, block_size=b)
-    return list(results[4 : 4 + (1 if slots is not None else len(roles))]), table

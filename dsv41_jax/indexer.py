@@ -216,7 +216,7 @@ def _publish(
     """`publish` on checked inputs, as its plan `lp` says; `share`: the step's lengths and
     schedule (fused layers)."""
     if _run_fused(lp, query, cache, context_lens, block_table):
-        share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
+        share = share or fused.Shared.of(context_lens, block_table, cache.page_size, query.next_n)
         return fused.publish(
             query,
             cache,
@@ -331,7 +331,7 @@ def _select(
         if lp.route == "sparse":
             sparse_share = sparse_share or fused.SparseShared.of(table)
             return fused.sparse_select(query, cache, table, sparse_share, k, lp.top_select)
-        share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
+        share = share or fused.Shared.of(context_lens, block_table, cache.page_size, query.next_n)
         return fused.dense_select(
             query, cache, block_table, share, k, table.blocks, b, select=lp.top_select
         )
@@ -476,7 +476,7 @@ def _dense_select(
     """The top-k over a layer's whole context, as its plan `lp` says (`share`: as in
     `_select`)."""
     if _run_fused(lp, query, cache, context_lens, block_table):
-        share = share or fused.Shared.of(context_lens, block_table, cache, query.next_n)
+        share = share or fused.Shared.of(context_lens, block_table, cache.page_size, query.next_n)
         return fused.dense_select(query, cache, block_table, share, k, select=lp.top_select)
     impl = lp.implementation
     logits = paged_mqa_logits(query, cache, context_lens, block_table, implementation=impl)

@@ -3,9 +3,11 @@
 V4.1 has one candidate source layer (20) that publishes a CandidateTable, consumer layers
 (24/28/32/36) that select inside it, and may have plain indexer layers that select over their
 whole context on their own. `make_two_level_indexer` builds the description once from the model
-configuration; `TwoLevelIndexer.decode` / `.prefill` run one step over all of those layers in
-one traceable function (no state, no streams: the consumers read the table `publish` returned,
-so XLA orders them after it and may overlap everything else).
+configuration. A model's jitted decode step calls it one layer at a time
+(`TwoLevelIndexer.begin_decode`, then `decode_layer` at each indexer layer, a pytree state
+carrying the source's table and what the layers share); `decode` / `prefill` run every layer
+of a step over inputs all at hand. No streams, no hidden state: the consumers read the table
+the source returned, so XLA orders them after it and may overlap everything else.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from dsv41_jax.indexer import (
     _check_paged_config,
     _dense_select,
     _publish,
-    _run_fused,
     _select,
     publish_prefill,
     select_plain_prefill,
@@ -37,9 +38,8 @@ from dsv41_jax.plan.layers import (
     LayerSpec,
     Path,
     Role,
-    StepMode,
     StepPlan,
-    check_step_mode,
+    plan_layer,
     plan_step,
 )
 from dsv41_jax.rows import row_block_table
@@ -76,9 +76,39 @@ class StepResult:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
+class DecodeState:
+    """What the indexer layers of one decode step hand on, layer to layer
+    (`TwoLevelIndexer.begin_decode`, then `decode_layer` at each indexer layer). A pytree: it
+    crosses `jax.jit`, `lax.scan` and `shard_map` like the arrays it holds.
+
+    Attributes:
+      context_lens: int32 `[batch]` request lengths; block_table: int32 `[batch, max_pages]`
+        (as given to `begin_decode`, checked).
+      table: the CandidateTable the source layer published in this step (None before it ran);
+        the consumers select inside it, published from these very lengths and page table.
+      shared: the lengths clamped to the page table and DeepGEMM's schedule, computed by the
+        step's first fused layer for every other (None until then, and off SM90 GPUs).
+      sparse_shared: the table's sparse row lengths, for the sparse consumers (the same).
+    """
+
+    context_lens: jax.Array
+    block_table: jax.Array
+    table: CandidateTable | None = None
+    shared: fused.Shared | None = None
+    sparse_shared: fused.SparseShared | None = None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class TwoLevelIndexer:
     """Which layers publish, consume or select on their own, and how (all static: a pytree with
     no leaves, so it passes through `jax.jit` as an argument or a closure).
+
+    A model calls it one layer at a time, inside its own jitted decode step (layer 24's
+    queries come from layer 23's output): `state = ix.begin_decode(context_lens,
+    block_table)` once a step, then `selection, state = ix.decode_layer(layer, query, cache,
+    state)` at each indexer layer, the source before its consumers. `decode` runs every layer
+    that way at once, for inputs that are all at hand (tests, notebooks, benchmarks).
 
     Attributes:
       config: the IndexerConfig shared by every indexer layer.
@@ -92,10 +122,8 @@ class TwoLevelIndexer:
         none of them (e.g. ("pallas",) runs the Pallas top-k and the FFI logits).
       topk_algorithm: the CUDA select every layer runs wherever it takes the call (as in
         `dsv41_jax.topk`); None: the plan's (`dsv41_jax.plan`).
-      step_mode: how a decode step runs where its layers can run fused (`dsv41_jax.fused`):
-        "graphs" (the default: one custom call replaying a cached CUDA graph), "direct",
-        "traced", "layers" (one custom call a layer) or "ops" (op by op); results are
-        identical in every mode (for benchmarks and tests).
+      fuse: False runs every layer op by op even where it could run as one custom call
+        (`dsv41_jax.fused`); the results are identical (for benchmarks and tests).
     """
 
     config: IndexerConfig = dataclasses.field(metadata=_static)
@@ -105,7 +133,7 @@ class TwoLevelIndexer:
     path: Path = dataclasses.field(default="auto", metadata=_static)
     implementation: Implementation = dataclasses.field(default=None, metadata=_static)
     topk_algorithm: str | None = dataclasses.field(default=None, metadata=_static)
-    step_mode: StepMode = dataclasses.field(default="graphs", metadata=_static)
+    fuse: bool = dataclasses.field(default=True, metadata=_static)
 
     @property
     def layers(self) -> tuple[int, ...]:
@@ -118,6 +146,15 @@ class TwoLevelIndexer:
         source = () if self.source_layer is None else (self.source_layer,)
         return (*source, *self.consumer_layers, *self.plain_layers)
 
+    def _role(self, layer: object) -> Role:
+        if layer == self.source_layer:
+            return "source"
+        if layer in self.consumer_layers:
+            return "consumer"
+        if layer in self.plain_layers:
+            return "plain"
+        raise ValueError(f"layer {layer!r} is not one of this indexer's layers {self.layers}")
+
     def _inputs(self, queries: Mapping[int, Any], keys: Mapping[int, Any], what: str) -> None:
         for name, m in (("queries", queries), (what, keys)):
             if not isinstance(m, Mapping):
@@ -125,6 +162,108 @@ class TwoLevelIndexer:
             missing = [layer for layer in self.layers if layer not in m]
             if missing:
                 raise ValueError(f"{name} has no entry for indexer layers {missing}")
+
+    def begin_decode(self, context_lens: jax.Array, block_table: jax.Array) -> DecodeState:
+        """The state a decode step's indexer layers start from: call once a step, before the
+        first `decode_layer`.
+
+        Args:
+          context_lens: int `[batch]` request lengths (positions in the cache, this step's
+            keys written); block_table: int `[batch, max_pages]`, shared by every layer's cache.
+
+        Raises:
+          ValueError: arrays that are not int `[batch]` and `[batch, max_pages]`.
+        """
+        context_lens = _checks.array(context_lens, "context_lens")
+        block_table = _checks.array(block_table, "block_table")
+        if block_table.ndim != 2:
+            raise ValueError(f"block_table must be [batch, max_pages], got {block_table.shape}")
+        if context_lens.shape != block_table.shape[:1]:
+            raise ValueError(
+                f"context_lens must be [batch] = {block_table.shape[:1]} (the block table's "
+                f"rows), got {context_lens.shape}"
+            )
+        return DecodeState(context_lens, block_table)
+
+    def decode_layer(
+        self,
+        layer: int,
+        query: QueryBundle,
+        cache: PagedIndexCache,
+        state: DecodeState,
+    ) -> tuple[jax.Array, DecodeState]:
+        """One indexer layer of a decode step, as a model calls it: the source layer publishes
+        the step's table (into the returned state), a consumer selects inside it, a plain
+        layer over its whole context.
+
+        A consumer reads the table from `state`, which the source published from the same
+        lengths and page table: it takes the fastest route the plan has for such a table
+        (`TwoLevelIndexer.plan`) and reads the table as is. The lengths and DeepGEMM's schedule
+        are computed by the first fused layer and handed on in the state, once a step.
+
+        Args:
+          layer: the layer id (the source, a consumer or a plain layer).
+          query: the layer's QueryBundle `[batch, next_n, H, D]`; cache: its paged index cache.
+          state: from `begin_decode` or the previous `decode_layer` of this step.
+
+        Returns:
+          (int32 `[batch·next_n, k]` logical positions, ascending, -1 padded; the state for
+          the next layer).
+
+        Raises:
+          ValueError: a layer this indexer does not have, inputs that do not match the config,
+            a consumer before the source has run in this step, the source twice in one step.
+        """
+        if not isinstance(state, DecodeState):
+            raise ValueError(
+                f"state must be a DecodeState (from begin_decode), got {type(state).__name__}"
+            )
+        role = self._role(layer)
+        if role == "consumer" and state.table is None:
+            raise ValueError(
+                f"layer {layer} is a consumer: run the source layer {self.source_layer} first "
+                "in this step (its table is in the state decode_layer returns)"
+            )
+        if role == "source" and state.table is not None:
+            raise ValueError(
+                f"the state already holds a table: source layer {layer} runs once a step "
+                "(begin_decode starts the next step)"
+            )
+        _check_paged_config(self.config, query, cache)
+        lens, bt = state.context_lens, state.block_table
+        spec = LayerSpec.of(role, query, cache, bt, self.config, own_table=role == "consumer")
+        lp = plan_layer(
+            spec,
+            path=self.path,
+            implementation=self.implementation,
+            unfused=None if self.fuse else "fuse=False, as asked",
+            topk_algorithm=self.topk_algorithm,
+        )
+        cfg, forced, share = self.config, self.topk_algorithm, state.shared
+        if lp.fused and share is None:
+            share = fused.Shared.of(lens, bt, cfg.page_size, query.next_n)
+            state = dataclasses.replace(state, shared=share)
+        if role == "source":
+            selection, table = _publish(query, cache, lens, bt, cfg, lp, forced, share)
+            sparse_share = fused.SparseShared.of(table) if share is not None else None
+            return selection, dataclasses.replace(state, table=table, sparse_shared=sparse_share)
+        if role == "consumer":
+            assert state.table is not None  # checked above
+            selection = _select(
+                query,
+                cache,
+                lens,
+                bt,
+                state.table,
+                cfg,
+                lp,
+                forced,
+                share=share,
+                sparse_share=state.sparse_shared,
+            )
+            return selection, state
+        k = cfg.index_topk
+        return _dense_select(query, cache, lens, bt, k, lp, forced, share), state
 
     def decode(
         self,
@@ -135,7 +274,9 @@ class TwoLevelIndexer:
         *,
         physical: bool = False,
     ) -> StepResult:
-        """One decode step over every indexer layer.
+        """Every indexer layer of one decode step, for inputs all at hand: `begin_decode`, then
+        `decode_layer` for the source, the consumers and the plain layers in turn (the same
+        calls and results as a model's step makes them one at a time).
 
         Args:
           queries: layer id -> that layer's QueryBundle `[batch, next_n, H, D]`.
@@ -145,24 +286,22 @@ class TwoLevelIndexer:
         """
         self._inputs(queries, caches, "caches")
         physical = _checks.boolean(physical, "physical")
-        context_lens = _checks.array(context_lens, "context_lens")
-        block_table = _checks.array(block_table, "block_table")
-        sp = self.plan(queries, caches, block_table)
-        cfg, impl = self.config, self.implementation
-        table: CandidateTable | None
-        if sp.one_call:
-            out, table = self._one_call(sp, queries, caches, context_lens, block_table)
-            selections = dict(zip(self._call_order, out, strict=True))
-        else:
-            selections, table = self._layer_by_layer(sp, queries, caches, context_lens, block_table)
+        state = self.begin_decode(context_lens, block_table)
+        selections: dict[int, jax.Array] = {}
+        for layer in self._call_order:
+            selections[layer], state = self.decode_layer(
+                layer, queries[layer], caches[layer], state
+            )
         slots = None
         if physical:
-            bt = row_block_table(block_table, cfg.next_n)
+            bt = row_block_table(state.block_table, self.config.next_n)
             slots = {
-                layer: logical_to_physical(sel, bt, cfg.page_size, implementation=impl)
+                layer: logical_to_physical(
+                    sel, bt, self.config.page_size, implementation=self.implementation
+                )
                 for layer, sel in selections.items()
             }
-        return StepResult(selections, table, slots)
+        return StepResult(selections, state.table, slots)
 
     def decode_stacked(
         self,
@@ -172,23 +311,8 @@ class TwoLevelIndexer:
         block_table: jax.Array,
     ) -> jax.Array:
         """`decode`'s selections as one int32 array `[len(self.layers), rows, k]`, layer
-        `self.layers[i]` at index i, and nothing else (no table).
-
-        For a step jitted on its own and called back to back: each array a jitted function
-        returns costs the host several µs a call (about 6 on the H200's host, BENCHMARKS.md),
-        so one array instead of `decode`'s nine (five selections, four table arrays) is that
-        much less host work a step. On an SM90 GPU every layer's selection is written in place
-        into the one array by the step's single custom call; elsewhere they are stacked."""
-        self._inputs(queries, caches, "caches")
-        context_lens = _checks.array(context_lens, "context_lens")
-        block_table = _checks.array(block_table, "block_table")
-        sp = self.plan(queries, caches, block_table)
-        if sp.one_call:
-            (stacked,), _ = self._one_call(
-                sp, queries, caches, context_lens, block_table, stacked=True
-            )
-            return stacked
-        selections, _ = self._layer_by_layer(sp, queries, caches, context_lens, block_table)
+        `self.layers[i]` at index i, and nothing else (no table)."""
+        selections = self.decode(queries, caches, context_lens, block_table).selections
         return jnp.stack([selections[layer] for layer in self.layers])
 
     def plan(
@@ -201,10 +325,9 @@ class TwoLevelIndexer:
     ) -> StepPlan:
         """The decisions of a decode step over these inputs, each with its reason (nothing is
         traced or run: arrays or `jax.ShapeDtypeStruct`s, of which only the shapes are read):
-        every layer's route and whether it runs fused, and whether the whole step is one
-        custom call (`dsv41_jax.plan.StepPlan`, printable). `device`: a `DeviceFacts` (e.g.
-        `dsv41_jax.info.H200`) or a `dsv41_jax.plan.Device` to plan for; None: the device the
-        ops trace for. `decode` runs exactly this plan.
+        every layer's route and whether it runs fused (`dsv41_jax.plan.StepPlan`, printable).
+        `device`: a `DeviceFacts` (e.g. `dsv41_jax.info.H200`) or a `dsv41_jax.plan.Device` to
+        plan for; None: the device the ops trace for. `decode_layer` runs exactly these plans.
 
         Raises:
           ValueError: inputs that do not match the config, or a block table not `[batch,
@@ -216,115 +339,27 @@ class TwoLevelIndexer:
         for layer in self._call_order:
             _check_paged_config(self.config, queries[layer], caches[layer])
         record_ = device if isinstance(device, Device) else device_record(device)
-        source: list[Role] = ["source"] if self.source_layer is not None else []
-        consumers: list[Role] = ["consumer"] * len(self.consumer_layers)
-        roles = source + consumers + ["plain"] * len(self.plain_layers)
         specs = [
-            (i, LayerSpec.of(r, queries[i], caches[i], block_table, self.config, r == "consumer"))
-            for i, r in zip(self._call_order, roles, strict=True)
+            (
+                i,
+                LayerSpec.of(
+                    role := self._role(i),
+                    queries[i],
+                    caches[i],
+                    block_table,
+                    self.config,
+                    own_table=role == "consumer",
+                ),
+            )
+            for i in self._call_order
         ]
         return plan_step(
             specs,
             record_,
             path=self.path,
             implementation=self.implementation,
-            step_mode=self.step_mode,
+            fuse=self.fuse,
             topk_algorithm=self.topk_algorithm,
-        )
-
-    def _layer_by_layer(
-        self,
-        sp: StepPlan,
-        queries: Mapping[int, QueryBundle],
-        caches: Mapping[int, PagedIndexCache],
-        context_lens: jax.Array,
-        block_table: jax.Array,
-    ) -> tuple[dict[int, jax.Array], CandidateTable | None]:
-        """The step's layers one after another, each as its plan says. The lengths, DeepGEMM's
-        schedule and the sparse rows' lengths are computed once for every layer that runs
-        fused (where the first does; what no layer reads, e.g. the sparse share when every
-        consumer is dense, is dropped at lowering)."""
-        sp.record()
-        cfg, forced, src = self.config, self.topk_algorithm, self.source_layer
-        first = self._call_order[0]
-        share = sparse_share = None
-        if sp.shared:
-            share = fused.Shared.of(context_lens, block_table, caches[first], queries[first].next_n)
-        selections: dict[int, jax.Array] = {}
-        table = None
-        if src is not None:
-            selections[src], table = _publish(
-                queries[src],
-                caches[src],
-                context_lens,
-                block_table,
-                cfg,
-                sp.layer(src),
-                forced,
-                share,
-            )
-            if share is not None and self.consumer_layers:
-                sparse_share = fused.SparseShared.of(table)
-        for layer in self.consumer_layers:  # the table is this step's own
-            assert table is not None  # consumer layers imply a source layer (checked at build)
-            selections[layer] = _select(
-                queries[layer],
-                caches[layer],
-                context_lens,
-                block_table,
-                table,
-                cfg,
-                sp.layer(layer),
-                forced,
-                share=share,
-                sparse_share=sparse_share,
-            )
-        for layer in self.plain_layers:
-            selections[layer] = _dense_select(
-                queries[layer],
-                caches[layer],
-                context_lens,
-                block_table,
-                cfg.index_topk,
-                sp.layer(layer),
-                forced,
-                share,
-            )
-        return selections, table
-
-    def _one_call(
-        self,
-        sp: StepPlan,
-        queries: Mapping[int, QueryBundle],
-        caches: Mapping[int, PagedIndexCache],
-        context_lens: jax.Array,
-        block_table: jax.Array,
-        stacked: bool = False,
-    ) -> tuple[list[jax.Array], CandidateTable]:
-        """Every layer as one custom call (`fused.decode_step`), as the plan `sp` says: the
-        layers' selections in `_call_order` (with `stacked`, one `[layers, rows, k]` array in
-        `self.layers` order) and the table."""
-        layers = self._call_order
-        for layer, lp in sp.layers:
-            _run_fused(lp, queries[layer], caches[layer], context_lens, block_table)
-        sp.record()
-        roles: list[fused.Role] = [
-            "source" if lp.spec.role == "source" else lp.route for _, lp in sp.layers
-        ]
-        qs, cs = [queries[x] for x in layers], [caches[x] for x in layers]
-        slots = [self.layers.index(x) for x in layers] if stacked else None
-        return fused.decode_step(
-            qs,
-            cs,
-            roles,
-            context_lens,
-            block_table,
-            self.config,
-            sp.layers[0][1].every_block,
-            [lp.top_select for _, lp in sp.layers],
-            sp.layers[0][1].blocks_select,
-            slots,
-            self.step_mode,
         )
 
     def prefill(
@@ -391,7 +426,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
-    step_mode: StepMode = "graphs",
+    fuse: bool = True,
 ) -> TwoLevelIndexer: ...
 
 
@@ -405,7 +440,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
-    step_mode: StepMode = "graphs",
+    fuse: bool = True,
 ) -> TwoLevelIndexer | None: ...
 
 
@@ -418,7 +453,7 @@ def make_two_level_indexer(
     path: Path = "auto",
     implementation: Implementation = None,
     topk_algorithm: str | None = None,
-    step_mode: StepMode = "graphs",
+    fuse: bool = True,
 ) -> TwoLevelIndexer | None:
     """The step of a model's indexer layers, or None for a model with no indexer layer at all.
 
@@ -426,11 +461,11 @@ def make_two_level_indexer(
     36))`. A model with plain indexer layers only (no candidate source, e.g. V3.2-style):
     `source_layer=None, plain_layers=(...)`; its steps return no table. Typed accordingly: an
     int `source_layer` returns a TwoLevelIndexer, `source_layer=None` a TwoLevelIndexer or None.
-    The other arguments are the TwoLevelIndexer's attributes (`step_mode` included).
+    The other arguments are the TwoLevelIndexer's attributes.
 
     Raises:
       ValueError: a layer listed twice, a non-int layer id, a bad path, implementation,
-        topk_algorithm or step_mode.
+        topk_algorithm or fuse.
       ExtensionUnavailable: `implementation="ffi"` (exactly) on a platform where the FFI kernels
         cannot run (no extension, or not a CUDA GPU).
     """
@@ -452,7 +487,7 @@ def make_two_level_indexer(
         _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
     implementation = shared(implementation)
     topk_algorithm = check_algorithm(topk_algorithm)
-    step_mode = check_step_mode(step_mode)
+    fuse = _checks.boolean(fuse, "fuse")
     first, n_consumers = (0 if source_layer is None else 1), len(consumer_layers)
     return TwoLevelIndexer(
         config,
@@ -462,5 +497,5 @@ def make_two_level_indexer(
         path,
         implementation,
         topk_algorithm,
-        step_mode,
+        fuse,
     )

@@ -1,6 +1,6 @@
 """The fused Hopper layers (dsv41_jax/fused.py): one custom call a layer, bitwise the layer's ops
 called one by one. Their two small kernels run on the CPU stand-in; the layers run on the GPU
-against the op-by-op path (`fuse=False`, `step_mode="ops"`) and against the reference select
+against the op-by-op path (`fuse=False`) and against the reference select
 over the same FFI logits."""
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def test_fused_decode_step_equals_its_ops(rng, pages, path):
         queries[layer] = query(rng, 12, 1, 32, 128)
 
     def make(fuse):
-        ix = dj.make_two_level_indexer(cfg, **layout, step_mode="graphs" if fuse else "ops")
+        ix = dj.make_two_level_indexer(cfg, **layout, fuse=fuse)
         return lambda *a: ix.decode(*a, physical=True)
 
     got, want = _both(make, queries, caches, lens, bt)
@@ -226,17 +226,16 @@ def test_fused_layers_split_long_rows(rng):
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24,), plain_layers=(1,))
     step = lambda ix, *a: ix.decode(*a, physical=True)  # noqa: E731
     poison_device_memory()
-    want = _in_mode(ix, "ops", step, queries, caches, lens, bt)
-    for mode in ("graphs", "traced"):  # the split kernels captured: our graph, XLA's
-        _assert_same(_in_mode(ix, mode, step, queries, caches, lens, bt), want)
+    want = _run(ix, False, step, queries, caches, lens, bt)
+    _assert_same(_run(ix, True, step, queries, caches, lens, bt), want)
 
 
-# ------------------------------------------------ the whole decode step as one custom call
+# ------------------------------------------------ the decode step, one call a layer
 
 
 def _ops(ix):
     """`ix` running op by op."""
-    return dataclasses.replace(ix, step_mode="ops")
+    return dataclasses.replace(ix, fuse=False)
 
 
 def _step_inputs(rng, cfg, pages, layers, batch=12):
@@ -248,15 +247,14 @@ def _step_inputs(rng, cfg, pages, layers, batch=12):
     return queries, caches, lens, bt
 
 
-def _in_mode(ix, mode, method, *args):
-    """`method(ix in step mode mode, *args)` jitted, as numpy (e.g. method
+def _run(ix, fuse, method, *args):
+    """`method(ix with fuse, *args)` jitted, as numpy (e.g. method
     `dj.TwoLevelIndexer.decode_stacked`)."""
-    ix = dataclasses.replace(ix, step_mode=mode)
+    ix = dataclasses.replace(ix, fuse=fuse)
     return jax.tree.map(np.asarray, jax.jit(method)(ix, *args))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["graphs", "direct", "traced"])
 @pytest.mark.parametrize(
     "pages,path,heads,next_n,batch",
     [
@@ -267,10 +265,10 @@ def _in_mode(ix, mode, method, *args):
         (40, "auto", 64, 2, 12),
     ],
 )
-def test_decode_step_in_one_call_equals_its_ops(rng, mode, pages, path, heads, next_n, batch):
+def test_decode_step_equals_its_ops(rng, pages, path, heads, next_n, batch):
     """Dense (every block a candidate, under 8 query rows), sparse (over the step's own
     every-block table from 8 rows, and over the top-C blocks) and mask consumers and a plain
-    layer, next_n 1 and 2, bad page ids: bitwise the layers one call each and the ops one by
+    layer, next_n 1 and 2, bad page ids: the layers one call each, bitwise the ops one by
     one."""
     cfg = _config(heads, next_n)
     layers = (20, 24, 28, 1)
@@ -280,16 +278,14 @@ def test_decode_step_in_one_call_equals_its_ops(rng, mode, pages, path, heads, n
     args = _step_inputs(rng, cfg, pages, layers, batch)
     step = lambda ix, *a: ix.decode(*a, physical=True)  # noqa: E731
     poison_device_memory()
-    got = _in_mode(ix, mode, step, *args)
-    _assert_same(got, _in_mode(ix, "layers", step, *args))
-    _assert_same(got, _in_mode(ix, "ops", step, *args))
+    _assert_same(_run(ix, True, step, *args), _run(ix, False, step, *args))
 
 
 @pytest.mark.gpu
-def test_decode_step_graphs_follow_new_data_and_new_buffers(rng):
-    """The cached graphs replay with each call's data (new lengths, queries, caches in the same
-    buffers), record again for new buffers (every call's outputs kept alive), and never mix two
-    steps of other shapes or attributes that meet the same buffers."""
+def test_decode_step_follows_new_data_and_new_buffers(rng):
+    """Called again with new data (new lengths, queries, caches), with every other call's
+    outputs kept alive (new buffers for XLA's command buffers), and beside a step of other
+    shapes and attributes: each call selects what the ops do."""
     cfg = _config()
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
     small = dj.IndexerConfig(num_heads=32, index_topk=16, candidate_topk_blocks=32)
@@ -301,7 +297,7 @@ def test_decode_step_graphs_follow_new_data_and_new_buffers(rng):
     kept = []
     for i in range(6):
         args = _step_inputs(rng, cfg, 40, (20, 24, 28))
-        for _ in range(2):  # the second call meets the graph the first recorded
+        for _ in range(2):
             got = step(*args)
             if i % 2:
                 kept.append(got)
@@ -314,58 +310,17 @@ def test_decode_step_graphs_follow_new_data_and_new_buffers(rng):
 
 
 @pytest.mark.gpu
-def test_decode_step_graphs_of_other_layouts_are_never_updated_in_place(rng):
-    """Once every slot of the graph cache is taken, a miss records into the least recently used
-    one: a graph of another layout (the publish's select over clusters of CTAs at 400 pages, on
-    one CTA at 40) is instantiated anew, never updated in place, so each shape replays its own
-    launches (an update across layouts could keep the old node's cluster dimensions)."""
-    from dsv41_jax import _ext
-
-    cfg = _config()
-    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
-    step = jax.jit(lambda *a: ix.decode(*a))
-    ops = jax.jit(lambda *a: _ops(ix).decode(*a))
-    short = _step_inputs(rng, cfg, 40, ix.layers)
-    long = _step_inputs(rng, cfg, 400, ix.layers)
-    _, misses = _ext.decode_step_graph_stats()
-    kept = [step(*short) for _ in range(40)]  # new outputs every call: a miss every call
-    assert _ext.decode_step_graph_stats()[1] - misses >= 40  # more than the cache's 32 slots
-    for args in (long, short, long, short):
-        want = jax.tree.map(np.asarray, ops(*args))
-        _assert_same(jax.tree.map(np.asarray, step(*args)), want)
-    _assert_same(jax.tree.map(np.asarray, kept[0]), jax.tree.map(np.asarray, ops(*short)))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["graphs", "direct", "layers"])
 @pytest.mark.parametrize("pages,path", [(4, "auto"), (40, "auto"), (40, "mask")])
-def test_decode_stacked_is_the_step_selections_stacked(rng, mode, pages, path):
-    """One [layers, rows, k] array in `ix.layers` order (a plain layer sorts first), written in
-    place by the one call: the step's selections stacked, bitwise."""
+def test_decode_stacked_is_the_step_selections_stacked(rng, pages, path):
+    """One [layers, rows, k] array in `ix.layers` order (a plain layer sorts first): the step's
+    selections stacked, bitwise, fused or op by op."""
     cfg = _config()
     ix = dj.make_two_level_indexer(
         cfg, source_layer=20, consumer_layers=(24, 28), plain_layers=(1,), path=path
     )
     args = _step_inputs(rng, cfg, pages, ix.layers)
     poison_device_memory()
-    got = _in_mode(ix, mode, dj.TwoLevelIndexer.decode_stacked, *args)
-    want = _in_mode(ix, "layers", lambda ix, *a: ix.decode(*a).selections, *args)
-    np.testing.assert_array_equal(got, np.stack([want[layer] for layer in ix.layers]))
-
-
-@pytest.mark.gpu
-def test_decode_step_graph_cache_hits_when_buffers_repeat(rng):
-    """A loop that waits for each call reuses XLA's buffers: after the first calls record the
-    step's graph, the others replay it (dsv41_jax._ext.decode_step_graph_stats counts)."""
-    from dsv41_jax import _ext
-
-    cfg = _config()
-    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=(24, 28))
-    args = _step_inputs(rng, cfg, 40, ix.layers)
-    step = jax.jit(ix.decode_stacked)
-    jax.block_until_ready(step(*args))
-    hits, misses = _ext.decode_step_graph_stats()
-    for _ in range(10):
-        jax.block_until_ready(step(*args))
-    more_hits, more_misses = _ext.decode_step_graph_stats()
-    assert more_hits - hits >= 8 and more_misses - misses <= 2, (hits, misses, more_hits)
+    want = _run(ix, False, lambda ix, *a: ix.decode(*a).selections, *args)
+    for fuse in (True, False):
+        got = _run(ix, fuse, dj.TwoLevelIndexer.decode_stacked, *args)
+        np.testing.assert_array_equal(got, np.stack([want[layer] for layer in ix.layers]))

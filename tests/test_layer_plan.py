@@ -1,5 +1,5 @@
 """dsv41_jax.plan.layers: the layers' and the decode step's decisions (consumer path, the
-source's every-block table, fused layers, one custom call a step, DCP's path and exchange),
+source's every-block table, fused layers, DCP's path and exchange),
 made from shapes and a device record, on simulated devices (nothing patched, nothing run)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def inputs(cfg, batch, context):
 
 def step(batch, context, device, config=None, **indexer):
     """The plan of a V4.1 step (source 20, consumers 24-36) on `device`; `indexer`: the
-    TwoLevelIndexer's `path`, `implementation`, `step_mode`."""
+    TwoLevelIndexer's `path`, `implementation`, `fuse`."""
     cfg = config or dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:], **indexer)
@@ -60,31 +60,30 @@ def routes(sp: StepPlan) -> list[str]:
 @needs_ext
 @pytest.mark.parametrize("facts", [info.H200, SM78], ids=["sm132", "sm78"])
 def test_the_v41_step_on_sm90(facts):
-    """SM90, any SM count: every layer fused and the step one custom call; the consumers take
+    """SM90, any SM count: every layer fused (one custom call a layer); the consumers take
     the sparse path past C·B positions; within them (the table is the step's own: every block,
     where the source's table is every block) the dense top-k at 1 query row, the sparse path
     from 8."""
     long = step(8, 131072, facts)
-    assert long.one_call and long.shared and long.one_call_reason == "every layer runs fused"
+    assert long.shared
     assert routes(long) == ["sparse"] * 4
     assert all(p.fused for _, p in long.layers)
     assert not long.layer(20).every_block and "16384 > C = 2048" in long.layer(20).blocks_reason
     short = step(1, 16384, facts)
-    assert short.one_call and routes(short) == ["dense"] * 4
+    assert routes(short) == ["dense"] * 4
     assert short.layer(20).every_block
     assert short.layer(24).route_reason.startswith("every block is a candidate")
     eight = step(8, 16384, facts)
-    assert eight.one_call and routes(eight) == ["sparse"] * 4 and eight.layer(20).every_block
+    assert routes(eight) == ["sparse"] * 4 and eight.layer(20).every_block
     assert eight.layer(24).route_reason.startswith("path='auto': every block is a candidate")
     assert [s.what for s in eight.layer(24).selects] == ["sparse topk"]
     assert str(long).startswith(f"step plan on gpu 9.0, {facts.sm_count} SMs")
 
 
 def test_the_v41_step_on_a_cpu():
-    """No CUDA kernels: layer by layer, op by op, the mask path with the sparse one's reason."""
+    """No CUDA kernels: op by op, the mask path with the sparse one's reason."""
     sp = step(8, 131072, CPU)
-    assert not sp.one_call and not sp.shared
-    assert sp.one_call_reason.startswith("the layers run op by op")
+    assert not sp.shared
     assert routes(sp) == ["mask"] * 4
     for _, p in sp.layers:
         assert not p.fused and ("CUDA GPU" in p.fused_reason or "not" in p.fused_reason)
@@ -125,26 +124,24 @@ def test_more_rows_than_one_dense_call_still_take_the_sparse_path():
 def test_sm100_takes_the_sparse_path_with_mxfp4_and_runs_no_fused_layer():
     sp = step(8, 131072, SM100, MXFP4)
     assert routes(sp) == ["sparse"] * 4  # DeepGEMM's SM100 sparse kernel
-    assert not sp.one_call and all(not p.fused for _, p in sp.layers)
+    assert not sp.shared and all(not p.fused for _, p in sp.layers)
     assert "no kernel image for compute capability 10.0" in sp.layer(20).fused_reason
     fp8 = step(8, 131072, SM100)
     assert routes(fp8) == ["mask"] * 4
     assert "needs the mxfp4 cache" in fp8.layer(24).declined[0][1]
     mxfp4_on_sm90 = step(8, 131072, info.H200, MXFP4)  # no SM90 kernel reads mxfp4
-    assert routes(mxfp4_on_sm90) == ["mask"] * 4 and not mxfp4_on_sm90.one_call
+    assert routes(mxfp4_on_sm90) == ["mask"] * 4 and not mxfp4_on_sm90.shared
     assert "needs the fp8 cache" in mxfp4_on_sm90.layer(20).fused_reason
 
 
 @needs_ext
-def test_step_modes_implementations_and_paths():
+def test_fuse_implementations_and_paths():
     h200 = info.H200
-    layers = step(8, 131072, h200, step_mode="layers")
-    assert not layers.one_call and layers.shared
-    assert layers.one_call_reason == "step_mode='layers', as asked"
-    assert all(p.fused for _, p in layers.layers)
-    ops = step(8, 131072, h200, step_mode="ops")
-    assert not ops.one_call and not ops.shared
-    assert {p.fused_reason for _, p in ops.layers} == {"step_mode='ops', as asked"}
+    layers = step(8, 131072, h200)
+    assert layers.shared and all(p.fused for _, p in layers.layers)
+    ops = step(8, 131072, h200, fuse=False)
+    assert not ops.shared
+    assert {p.fused_reason for _, p in ops.layers} == {"fuse=False, as asked"}
     ref = step(8, 131072, h200, implementation="reference")
     assert routes(ref) == ["mask"] * 4 and not ref.shared
     assert "excludes 'ffi'" in ref.layer(24).declined[0][1]
@@ -152,7 +149,7 @@ def test_step_modes_implementations_and_paths():
     pallas_first = step(8, 131072, h200, implementation=("pallas", "ffi"))
     assert routes(pallas_first) == ["sparse"] * 4 and not pallas_first.layer(24).fused
     mask = step(8, 131072, h200, path="mask")
-    assert routes(mask) == ["mask"] * 4 and mask.one_call
+    assert routes(mask) == ["mask"] * 4 and mask.shared
     assert mask.layer(24).route_reason == "path='mask', as asked"
     with pytest.raises(ValueError, match="no sparse logits kernel on this GPU.*needs the fp8"):
         step(8, 131072, h200, MXFP4, path="sparse")
@@ -174,7 +171,7 @@ def spec(role="consumer", next_n=1, pages=2048, own_table=False, fmt="fp8", batc
 
 
 @needs_ext
-def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
+def test_a_consumer_of_a_table_from_elsewhere_and_a_step_without_a_source():
     h200 = device_record(info.H200)
     # A table not published by this step, within C·B positions: the mask path (`select`).
     p = plan_layer(spec(pages=256), h200)
@@ -182,10 +179,7 @@ def test_a_consumer_of_a_table_from_elsewhere_and_one_call_needs_one_next_n():
     assert plan_layer(spec(pages=256, own_table=True, batch=1), h200).route == "dense"
     with pytest.raises(ValueError, match="path must be"):
         plan_layer(spec(), h200, path="dense")  # type: ignore[arg-type]
-    mixed = plan_step([(0, spec("source")), (1, spec(next_n=2, own_table=True))], h200)
-    assert not mixed.one_call and "next_n 2 differs from the source's 1" in mixed.one_call_reason
     plain = plan_step([(3, spec("plain"))], h200)
-    assert not plain.one_call and plain.one_call_reason == "the step has no candidate source layer"
     assert plain.shared and plain.layer(3).route == "dense"
     with pytest.raises(KeyError, match="no indexer layer 4"):
         plain.layer(4)
@@ -274,9 +268,9 @@ def test_an_own_table_consumer_takes_the_sparse_row_from_8_query_rows():
     # Past C·B positions the sparse path at any row count, own table or not.
     long = spec(pages=2048, own_table=True, batch=1)
     assert plan_layer(long, h200).route == "sparse"
-    # In a step: one custom call with the sparse consumer over the every-block table.
+    # In a step: the sparse consumer over the every-block table, both fused.
     sp = plan_step([(0, spec("source", pages=256)), (1, spec(pages=256, own_table=True))], h200)
-    assert sp.one_call and sp.layer(0).every_block and sp.layer(1).route == "sparse"
+    assert sp.shared and sp.layer(0).every_block and sp.layer(1).route == "sparse"
 
 
 def test_a_gpu_record_without_the_extension_fuses_nothing():
@@ -335,17 +329,15 @@ def test_sharded_decisions():
         (8, 131072, {}),
         (1, 16384, {}),
         (8, 16384, {}),
-        (8, 16384, {"step_mode": "layers"}),
         (8, 131072, {"path": "mask"}),
-        (8, 131072, {"step_mode": "layers"}),
-        (8, 131072, {"step_mode": "ops"}),
+        (8, 131072, {"fuse": False}),
         (8, 131072, {"implementation": "reference"}),
     ],
 )
 def test_decode_runs_the_plan_it_returns(simulated_h200, batch, context, indexer):
     """The custom calls of `decode` lowered for CUDA (on a simulated H200) are the ones its
-    `plan` names: the one step call, else a call for each fused layer (the sparse consumers'
-    own), else none of them; and what it records for `dsv41_jax.info` is that plan."""
+    `plan` names: a call for each fused layer (the sparse consumers' own), else none of them;
+    and what it records for `dsv41_jax.info` is that plan."""
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:], **indexer)
@@ -354,9 +346,9 @@ def test_decode_runs_the_plan_it_returns(simulated_h200, batch, context, indexer
     step = jax.jit(lambda q, c, n, b: ix.decode(q, c, n, b).selections)
     text = step.trace(qs, cs, lens, table).lower(lowering_platforms=("cuda",)).as_text()
     calls = collections.Counter(re.findall(r"stablehlo\.custom_call @([\w$.]+)", text))
-    plans = [p for _, p in sp.layers if p.fused and not sp.one_call]
+    plans = [p for _, p in sp.layers if p.fused]
     consumers = [p for p in plans if p.spec.role == "consumer"]
-    assert calls[fused.STEP] == int(sp.one_call)
+    assert calls[fused.SCHEDULE] == int(bool(plans))
     assert calls[fused.PUBLISH] == len(plans) - len(consumers)
     assert calls[fused.SPARSE_SELECT] == sum(p.route == "sparse" for p in consumers)
     assert calls[fused.DENSE_SELECT] == sum(p.route != "sparse" for p in consumers)
@@ -370,9 +362,6 @@ def planned_selects(sp: StepPlan) -> list[tuple[str, list[int]]]:
     """(target, select attributes) of the fused calls the step plan `sp` names, in order."""
     code = {s: _ext.limit(f"select_{s}") for s in ("cluster", "filter", "short", "onchip")}
     fused_layers = [p for _, p in sp.layers if p.fused]
-    if sp.one_call:
-        top = [code[p.top_select] for p in fused_layers]
-        return [(fused.STEP, [*top, code[fused_layers[0].blocks_select or "short"]])]
     out = []
     for p in fused_layers:
         if p.spec.role == "source":
@@ -385,9 +374,8 @@ def planned_selects(sp: StepPlan) -> list[tuple[str, list[int]]]:
 
 def lowered_selects(text: str) -> list[tuple[str, list[int]]]:
     """(target, select attributes) of the fused calls in lowered StableHLO `text`, in order:
-    `selects` (each layer's) then `select_c` of the step call, `select` then `select_c` of the
-    others."""
-    targets = {fused.STEP, fused.PUBLISH, fused.SPARSE_SELECT, fused.DENSE_SELECT}
+    `select` then `select_c`."""
+    targets = {fused.PUBLISH, fused.SPARSE_SELECT, fused.DENSE_SELECT}
     attr = re.compile(
         r"(select\w*) = (?:dense<\[?([-\d, ]+)\]?> : tensor<(\d+)xi32>|(-?\d+) : i32)"
     )
@@ -397,7 +385,7 @@ def lowered_selects(text: str) -> list[tuple[str, list[int]]]:
             continue
         found = {name: (listed, n, one) for name, listed, n, one in attr.findall(config)}
         values = []
-        for name in ("selects", "select", "select_c"):
+        for name in ("select", "select_c"):
             if name not in found:
                 continue
             listed, n, one = found[name]

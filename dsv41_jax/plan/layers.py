@@ -1,6 +1,6 @@
 """The decisions of the indexer's layers and of a decode step, each with its reason: how a
 consumer selects (dense, inside the table's mask, or over the sparse row), whether the source's
-table is every block, whether a layer runs as one custom call, and whether a whole step does.
+table is every block, and whether a layer runs as one custom call.
 
 They read only shapes, the config, the caller's `path` / `implementation` / `fuse` and a device
 record (`dsv41_jax.plan.device_record`), so they are made before anything is traced and can be
@@ -399,40 +399,19 @@ def plan_layer(
     )
 
 
-# How a decode step runs (`TwoLevelIndexer.step_mode`; results are identical in every mode):
-# "graphs" every layer in one custom call replaying its launches as a cached CUDA graph (the
-# default); "direct" one custom call launching them; "traced" one custom call XLA captures into
-# its own command buffer; "layers" one custom call a layer; "ops" every op of every layer on its
-# own (as `publish(..., fuse=False)` runs a layer). Each falls back to the next where the
-# layers cannot run fused. A static argument: a jitted step traced in one mode is traced again
-# in another.
-StepMode = Literal["graphs", "direct", "traced", "layers", "ops"]
-STEP_MODES: tuple[StepMode, ...] = ("graphs", "direct", "traced", "layers", "ops")
-
-
-def check_step_mode(mode: object) -> StepMode:
-    """`mode` checked: one of STEP_MODES (ValueError otherwise)."""
-    if not isinstance(mode, str) or mode not in STEP_MODES:
-        raise ValueError(f"step_mode must be one of {list(STEP_MODES)}, got {mode!r}")
-    return mode
-
-
 @dataclasses.dataclass(frozen=True)
 class StepPlan:
     """The decisions of one decode step: each layer's plan in the order the step runs them
-    (`layers`: (layer id, LayerPlan)), whether the whole step is one custom call
-    (`one_call`, with its reason), and whether the lengths and DeepGEMM's schedule are
-    computed once for the fused layers (`shared`: the first layer runs fused)."""
+    (`layers`: (layer id, LayerPlan)). The step runs its layers one at a time, as a model
+    calls them (`TwoLevelIndexer.decode_layer`); the lengths and DeepGEMM's schedule are
+    computed once for the fused layers (`shared`: some layer runs fused)."""
 
     layers: tuple[tuple[int, LayerPlan], ...]
-    step_mode: StepMode
-    one_call: bool
-    one_call_reason: str
 
     @property
     def shared(self) -> bool:
         """The lengths and DeepGEMM's schedule are computed once for the fused layers."""
-        return self.layers[0][1].fused
+        return any(p.fused for _, p in self.layers)
 
     def layer(self, layer_id: int) -> LayerPlan:
         """The plan of layer `layer_id` (KeyError when the step has no such layer)."""
@@ -441,23 +420,9 @@ class StepPlan:
                 return p
         raise KeyError(f"the step has no indexer layer {layer_id}")
 
-    def record(self) -> None:
-        """Note the one-call decision for `dsv41_jax.info.explain`, where the layers could run
-        fused (elsewhere there is no choice to show)."""
-        if self.one_call:
-            record("decode: step", "one custom call (every layer fused)")
-        elif self.shared:
-            record("decode: step", "layer by layer", [("one custom call", self.one_call_reason)])
-
-    def decisions(self) -> tuple[tuple[str, str, str], ...]:
-        """(decision, choice, reason) of the step's own decisions, for printing."""
-        one = "one custom call" if self.one_call else "layer by layer"
-        return (("step", one, self.one_call_reason),)
-
     def __str__(self) -> str:
         first = self.layers[0][1]
-        lines = [f"step plan on {first.device} (step_mode={self.step_mode!r}):"]
-        lines += [f"  {what}: {choice} ({why})" for what, choice, why in self.decisions()]
+        lines = [f"step plan on {first.device} (one call a layer, in this order):"]
         for layer_id, p in self.layers:
             lines.append(f"  layer {layer_id}: {p.spec}")
             lines += [f"    {what}: {choice} ({why})" for what, choice, why in p.decisions()]
@@ -470,45 +435,27 @@ def plan_step(
     *,
     path: Path = "auto",
     implementation: _dispatch.Implementation = None,
-    step_mode: StepMode = "graphs",
+    fuse: bool = True,
     topk_algorithm: str | None = None,
 ) -> StepPlan:
     """The plan of a decode step over `layers` ((layer id, spec) in the order the step runs
     them: the source first where there is one); the rest as in `plan_layer` and
-    `TwoLevelIndexer`."""
+    `TwoLevelIndexer` (`fuse=False`: every layer op by op)."""
     record_ = device if device is not None else device_record()
-    mode = check_step_mode(step_mode)
-    unfused = "step_mode='ops', as asked" if mode == "ops" else None
-    plans = tuple(
-        (
-            i,
-            plan_layer(
-                s,
-                record_,
-                path=path,
-                implementation=implementation,
-                unfused=unfused,
-                topk_algorithm=topk_algorithm,
-            ),
+    unfused = None if fuse else "fuse=False, as asked"
+    return StepPlan(
+        tuple(
+            (
+                i,
+                plan_layer(
+                    s,
+                    record_,
+                    path=path,
+                    implementation=implementation,
+                    unfused=unfused,
+                    topk_algorithm=topk_algorithm,
+                ),
+            )
+            for i, s in layers
         )
-        for i, s in layers
     )
-    first = plans[0][1]
-    why: str | None = None
-    if first.spec.role != "source":
-        why = "the step has no candidate source layer"
-    elif not first.fused:
-        why = f"the layers run op by op ({first.fused_reason})"
-    elif mode in ("layers", "ops"):
-        why = f"step_mode={mode!r}, as asked"
-    else:
-        next_n = first.spec.query.next_n
-        for i, p in plans:
-            if p.spec.query.next_n != next_n:
-                why = f"layer {i}: next_n {p.spec.query.next_n} differs from the source's {next_n}"
-            elif not p.fused:
-                why = f"layer {i} runs op by op ({p.fused_reason})"
-            if why is not None:
-                break
-    reason = why if why is not None else "every layer runs fused"
-    return StepPlan(plans, mode, why is None, reason)

@@ -1,8 +1,8 @@
-"""How the fused layers run is an argument jit keys on: `TwoLevelIndexer.step_mode` (a static
+"""Whether the layers run fused is an argument jit keys on: `TwoLevelIndexer.fuse` (a static
 field of the step) and `fuse=` of `publish` / `select` / `select_plain`. One jitted function
-called with another mode traces again and lowers to that mode's custom calls (lowered for CUDA
-as on an H200, on any machine: nothing runs), and `dsv41_jax.info.explain` says why a layer or a
-step does not run as one call."""
+called with the other value traces again and lowers to its custom calls (lowered for CUDA as on
+an H200, on any machine: nothing runs), and `dsv41_jax.info.explain` says why a layer does not
+run as one call."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 import dsv41_jax as dj
 from dsv41_jax import _ext, fused, info
-from dsv41_jax.plan.layers import STEP_MODES
 
 sds = jax.ShapeDtypeStruct
 CFG = dj.IndexerConfig()
@@ -44,39 +43,34 @@ def _calls(traced) -> tuple[collections.Counter, str]:
     return collections.Counter(re.findall(r"stablehlo\.custom_call @([\w$.]+)", text)), text
 
 
-def _indexer(mode):
-    return dj.make_two_level_indexer(CFG, source_layer=20, consumer_layers=(24,), step_mode=mode)
+def _indexer(fuse=True):
+    return dj.make_two_level_indexer(CFG, source_layer=20, consumer_layers=(24,), fuse=fuse)
 
 
-def test_step_mode_is_checked_and_defaults_to_graphs():
-    assert _indexer("graphs") == dj.make_two_level_indexer(
-        CFG, source_layer=20, consumer_layers=(24,)
-    )
-    assert STEP_MODES == ("graphs", "direct", "traced", "layers", "ops")
-    for bad in ("graph", None, 1):
-        with pytest.raises(ValueError, match="step_mode must be one of"):
+def test_fuse_is_checked_and_defaults_to_true():
+    assert _indexer(True) == dj.make_two_level_indexer(CFG, source_layer=20, consumer_layers=(24,))
+    for bad in ("no", None, 1):
+        with pytest.raises(ValueError, match="fuse must be a bool"):
             _indexer(bad)
     with pytest.raises(ValueError, match="fuse must be a bool"):
         jax.eval_shape(lambda *a: dj.publish(*a, CFG, fuse="no"), *_layer_inputs())
 
 
-def test_one_jitted_step_traces_again_in_each_step_mode(simulated_h200):
-    """The same jitted function, the step's mode changed between calls (and back): each lowers
-    to its own mode's custom calls, none to a trace made in another mode."""
+def test_one_jitted_step_traces_again_with_fuse(simulated_h200):
+    """The same jitted function, the step's `fuse` changed between calls (and back): each
+    lowers to its own custom calls, none to a trace made with the other value."""
     step = jax.jit(lambda ix, *a: ix.decode(*a).selections)
     args = _step_inputs()
-    for mode in ("graphs", "layers", "traced", "ops", "direct", "graphs"):
-        calls, text = _calls(step.trace(_indexer(mode), *args))
-        if mode in ("graphs", "direct"):
-            assert calls == {fused.STEP: 1}, (mode, calls)
-            assert f"graphs = {str(mode == 'graphs').lower()}" in text
-        elif mode == "traced":
-            assert calls == {fused.STEP_TRACED: 1}, calls
-        elif mode == "layers":
-            assert calls[fused.PUBLISH] == 1 and calls[fused.SPARSE_SELECT] == 1, calls
-            assert fused.STEP not in calls and fused.STEP_TRACED not in calls
+    for fuse in (True, False, True):
+        calls, _ = _calls(step.trace(_indexer(fuse), *args))
+        if fuse:  # one call a layer, the schedule once
+            assert calls == {
+                fused.SCHEDULE: 1,
+                fused.PUBLISH: 1,
+                fused.SPARSE_SELECT: 1,
+            }, calls
         else:  # op by op: the logits and the select are custom calls of their own
-            assert not (FUSED_LAYERS | {fused.STEP, fused.STEP_TRACED}) & set(calls), calls
+            assert not FUSED_LAYERS & set(calls), calls
             assert "dsv41_sm90_paged_mqa_logits" in calls
 
 
@@ -108,19 +102,16 @@ def test_one_jitted_layer_traces_again_with_fuse(simulated_h200, layer):
             assert not FUSED_LAYERS & set(calls), calls
 
 
-def test_explain_says_why_a_step_or_a_layer_runs_apart(simulated_h200):
-    layers = info.explain(lambda *a: _indexer("layers").decode(*a), *_step_inputs())
-    (step,) = [c for c in layers if c.op == "decode: step"]
-    assert step.implementation == "layer by layer"
-    assert step.declined == (("one custom call", "step_mode='layers', as asked"),)
+def test_explain_says_why_a_layer_runs_op_by_op(simulated_h200):
+    layers = info.explain(lambda *a: _indexer().decode(*a), *_step_inputs())
+    assert not [c for c in layers if c.op == "decode: step"]
     assert {c.implementation for c in layers if c.op.endswith(": layer")} == {
         "fused (one custom call)"
     }
-    ops = info.explain(lambda *a: _indexer("ops").decode(*a), *_step_inputs())
-    assert not [c for c in ops if c.op == "decode: step"]
+    ops = info.explain(lambda *a: _indexer(False).decode(*a), *_step_inputs())
     layer_choices = [c for c in ops if c.op.endswith(": layer")]
     assert layer_choices and all(
-        c.declined == (("fused", "step_mode='ops', as asked"),) for c in layer_choices
+        c.declined == (("fused", "fuse=False, as asked"),) for c in layer_choices
     )
     (publish,) = [
         c
@@ -135,9 +126,9 @@ def test_explain_says_why_a_step_or_a_layer_runs_apart(simulated_h200):
 
 @pytest.mark.parametrize("pages", [PAGES, PAGES + 2])
 def test_fused_top_k_carries_the_split_rows_workspace(simulated_h200, pages):
-    """The fused publish, plain layer and one-call step hand their top-k a split-rows workspace
-    (`LIMITS["filter_split_row_words"]` words a row) exactly where the plan splits the rows (few
-    rows past the short select's 131072: here 2 rows of 131200), else one word."""
+    """The fused publish and plain layer, alone and in the step, hand their top-k a split-rows
+    workspace (`LIMITS["filter_split_row_words"]` words a row) exactly where the plan splits the
+    rows (few rows past the short select's 131072: here 2 rows of 131200), else one word."""
     query, cache, lens, bt = _layer_inputs()
     cache = dj.PagedIndexCache(sds((BATCH * pages, *cache.data.shape[1:]), jnp.uint8), "fp8")
     bt = sds((BATCH, pages), jnp.int32)
@@ -151,10 +142,5 @@ def test_fused_top_k_carries_the_split_rows_workspace(simulated_h200, pages):
         assert calls.keys() & FUSED_LAYERS and f"tensor<{words}xui32>" in text, (name, calls)
     step = jax.jit(lambda ix, *a: ix.decode(*a).selections)
     args = dict.fromkeys(LAYERS, query), dict.fromkeys(LAYERS, cache), lens, bt
-    calls, text = _calls(step.trace(_indexer("graphs"), *args))
-    assert calls[fused.STEP] == 1 and f"tensor<{words}xui32>" in text, calls
-
-
-def test_no_step_mode_context_managers_remain():
-    """The modes are arguments now; the trace-time globals are gone."""
-    assert not hasattr(fused, "unfused") and not hasattr(fused, "step_mode")
+    calls, text = _calls(step.trace(_indexer(), *args))
+    assert calls[fused.PUBLISH] == 1 and f"tensor<{words}xui32>" in text, calls
