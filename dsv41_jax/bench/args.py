@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import jax
 
-OPS = ("logits", "sort", "amax", "topk", "select", "step", "loop", "prefill", "sharded")
+OPS = ("logits", "sort", "amax", "topk", "select", "step", "prefill", "sharded")
 DEFAULT_OPS = tuple(op for op in OPS if op != "sharded")  # the single-GPU ones
 
 
@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
         "--shapes",
         default="",
         metavar="LIST",
-        help="select, step and loop run these shapes instead of their sets, e.g. bs8x1M,bs64x128K",
+        help="select and step run these shapes instead of their sets, e.g. bs8x1M,bs64x128K",
     )
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")

@@ -11,10 +11,9 @@ import subprocess
 import jax
 import numpy as np
 
-from dsv41_jax.bench.args import parse_args, pick_shapes
+from dsv41_jax.bench.args import parse_args
 from dsv41_jax.bench.blocks import bench_block_amax, bench_sort
 from dsv41_jax.bench.logits import bench_logits
-from dsv41_jax.bench.loop import LOOP_SHAPES, LOOP_SHAPES_QUICK, bench_loop
 from dsv41_jax.bench.plots import plot_step
 from dsv41_jax.bench.prefill import bench_prefill
 from dsv41_jax.bench.select import bench_select
@@ -72,10 +71,6 @@ def main(argv: list[str] | None = None) -> None:
         if name in only:
             print(f"bench: {name} ...", flush=True)
             rows += bench()
-    if "loop" in only:
-        print("bench: loop ...", flush=True)
-        shapes = pick_shapes(args.shapes, args.quick, LOOP_SHAPES_QUICK, LOOP_SHAPES)
-        rows += bench_loop(rng, bw, shapes)
     if "sharded" in only:
         print("bench: sharded ...", flush=True)
         rows += bench_sharded(timer, rng, bw)
