@@ -120,14 +120,6 @@ def _occupancy(cluster: int) -> int:
     return int(extension().short_topk_max_clusters(cluster))
 
 
-def decode_step_graph_stats() -> tuple[int, int]:
-    """(hits, misses) of the decode step's CUDA-graph cache on the current GPU since the process
-    started (ffi/graph_cache.h): a miss records the step's launches again, so a serving loop
-    whose step keeps missing pays that on every call (its buffers keep moving)."""
-    hits, misses = extension().decode_step_graph_stats()
-    return int(hits), int(misses)
-
-
 # Compute capabilities with machine code in the extension (CMakeLists.txt): the project's own
 # kernels are built for sm_90a and sm_100a, DeepGEMM's for the one architecture they exist for.
 # An 'a' target runs on exactly that compute capability.

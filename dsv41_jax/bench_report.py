@@ -4,7 +4,8 @@ The history holds every device run as it was measured (its method, the benchmark
 A/B tables of probes, phase tables, the targets), oldest first. BENCHMARKS.md is the newest
 figure of each (op, shape, implementation) of those tables, each row as written, grouped under
 the run that measured it (its heading and `Device:` line), oldest first. A probe's rows of the
-build an A/B compared against (implementation "... (before)") are history only.
+build an A/B compared against (implementation "... (before)") and the rows of what the project
+no longer has (`RETIRED`) are history only.
 """
 
 from __future__ import annotations
@@ -18,6 +19,34 @@ HEADER = "| op | shape | implementation | device µs | floor µs | vs floor |"
 RULE = "|---|---|---|---|---|---|"
 HISTORY = "BENCHMARKS_HISTORY.md"
 CURRENT = "BENCHMARKS.md"
+
+# Ops and implementations the project no longer has: a row whose op or implementation is named
+# here stays in the history and is left out of BENCHMARKS.md. All are `python -m dsv41_jax.bench
+# loop`'s, retired with the whole-decode-step custom call (its modes: one call replaying a cached
+# CUDA graph, launching directly or captured by XLA; a call a layer; op by op) and its graph
+# cache: a model calls the indexer one layer at a time inside its own jitted decode step, where
+# the one call cannot be used, and in a serving loop it was no faster.
+RETIRED = frozenset(
+    {
+        # ops (the loop's span, host wall and kernel sum, and its host-floor jits)
+        "decode step span (pipelined)",
+        "decode step host wall",
+        "decode step kernel sum (same loop)",
+        "publish (layer 20) span (pipelined)",
+        "publish (layer 20) host wall",
+        "select (consumer layer) span (pipelined)",
+        "select (consumer layer) host wall",
+        "same-signature jit host wall",
+        "trivial jit host wall",
+        # implementations (the step's modes and output forms the loop compared)
+        "one call, direct launches",
+        "one call, XLA-captured",
+        "a call a layer",
+        "decode_stacked (one output array)",
+        "auto path (default), outputs kept",
+        "one call, direct launches, outputs kept",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +104,20 @@ def figures(row: str) -> tuple[float, float]:
     return float(us), float(floor) if is_number(floor) else 0.0
 
 
+def retired(row: str) -> bool:
+    """Whether a row measured something the project no longer has (`RETIRED`)."""
+    op, _, implementation = key(row)
+    return op in RETIRED or implementation in RETIRED
+
+
 def current(text: str) -> list[tuple[Table, list[str]]]:
-    """The newest row of each key, under the table that holds it, tables in file order."""
+    """The newest row of each key, under the table that holds it, tables in file order; neither
+    a probe's "(before)" rows nor retired ones."""
     newest: dict[tuple[str, str, str], tuple[int, int]] = {}
     found = tables(text)
     for t, table in enumerate(found):
         for r, row in enumerate(table.rows):
-            if not key(row)[2].endswith("(before)"):
+            if not key(row)[2].endswith("(before)") and not retired(row):
                 newest[key(row)] = (t, r)
     kept: dict[int, list[int]] = {}
     for t, r in newest.values():

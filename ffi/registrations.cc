@@ -3,7 +3,6 @@
 #include <pybind11/stl.h>
 
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -30,10 +29,6 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(DenseSelectSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(PublishSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SparseSelectSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SparseLogitsSm90FFI);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(DecodeStepSm90FFI);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(DecodeStepTracedSm90FFI);
-// The decode step's graph cache on the current device: (hits, misses) since the process started.
-std::pair<int64_t, int64_t> DecodeStepGraphStats();
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MqaLogitsSm90FFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(SortCandidateBlocksFFI);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(ClusterTopkFFI);
@@ -92,8 +87,6 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm90_publish"] = Capsule(dsv41::PublishSm90FFI);
     d["dsv41_sm90_sparse_select"] = Capsule(dsv41::SparseSelectSm90FFI);
     d["dsv41_sm90_sparse_logits"] = Capsule(dsv41::SparseLogitsSm90FFI);
-    d["dsv41_sm90_decode_step"] = Capsule(dsv41::DecodeStepSm90FFI);
-    d["dsv41_sm90_decode_step_traced"] = Capsule(dsv41::DecodeStepTracedSm90FFI);
     d["dsv41_sm90_mqa_logits"] = Capsule(dsv41::MqaLogitsSm90FFI);
     d["dsv41_sort_candidate_blocks"] = Capsule(dsv41::SortCandidateBlocksFFI);
     d["dsv41_cluster_topk"] = Capsule(dsv41::ClusterTopkFFI);
@@ -103,10 +96,6 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
     d["dsv41_sm100_paged_mqa_logits"] = Capsule(dsv41::PagedMqaLogitsSm100FFI);
     d["dsv41_sm100_mqa_logits"] = Capsule(dsv41::MqaLogitsSm100FFI);
     return d;
-  });
-  m.def("decode_step_graph_stats", []() {
-    const auto [hits, misses] = dsv41::DecodeStepGraphStats();
-    return pybind11::make_tuple(hits, misses);
   });
   // Shared memory a masked filter top-k needs beyond its buffer (declined above the limit).
   m.def("filter_topk_mask_bytes", &dsv41::FilterTopkMaskBytes);

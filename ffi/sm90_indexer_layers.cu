@@ -8,8 +8,8 @@
 // bitwise those of the ops. A serving loop pays XLA's per-call host work once a layer instead of
 // once an op. The DeepGEMM schedule is an input: it depends only on the lengths, so a step
 // computes it once (dsv41_sm90_paged_mqa_schedule) for all the layers that share them.
-// Intermediates (logits, block scores, chosen columns) are workspace results. The plans
-// (sm90_indexer_layers.h) are shared with the whole step as one call (sm90_decode_step.cu).
+// Intermediates (logits, block scores, chosen columns) are workspace results. The plans are in
+// sm90_indexer_layers.h.
 #include "sm90_indexer_layers.h"
 
 #include <algorithm>

@@ -1,8 +1,7 @@
 // The fused SM90 indexer layers as checked plans and their launches. The per-layer custom calls
-// (sm90_indexer_layers.cu) and the whole decode step as one call (sm90_decode_step.cu) build and
-// launch the same plans, so both run the same kernels on the same data as the ops called one by
-// one: the paged logits, the exact select, block scores, the top-C blocks, the candidate table,
-// the sparse logits.
+// (sm90_indexer_layers.cu) build and launch these plans, which run the same kernels on the same
+// data as the ops called one by one: the paged logits, the exact select, block scores, the top-C
+// blocks, the candidate table, the sparse logits.
 #pragma once
 
 #include <cstdint>

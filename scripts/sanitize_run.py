@@ -187,27 +187,19 @@ def amax():
 
 
 def fused():
-    # The fused layers under jit (lengths past the page table, a -1 page): the step with the
-    # top-C table and sparse consumers, the mask path, a plain layer, and a step whose page
-    # table holds every block (no block scores); the whole step as one call (its launches as a
-    # cached graph, twice, and launched directly) and a call a layer.
+    # The fused layers under jit, one custom call a layer (lengths past the page table, a -1
+    # page): the step with the top-C table and sparse consumers, the mask path, a plain layer,
+    # and a step whose page table holds every block (no block scores).
     cfg = dj.IndexerConfig(index_topk=64, candidate_topk_blocks=32, next_n=2)
     total = 0
-    for mode in ("graphs", "direct", "layers"):
-        for path, table_pages in (("auto", pages), ("mask", pages), ("auto", 4)):
-            ix = dj.make_two_level_indexer(
-                cfg,
-                source_layer=20,
-                consumer_layers=(24,),
-                plain_layers=(1,),
-                path=path,
-                step_mode=mode,
-            )
-            layers = {20: q, 24: q, 1: q}
-            step = jax.jit(lambda a, b, c, d, ix=ix: ix.decode(a, b, c, d, physical=True))
-            for _ in range(2):
-                out = step(layers, dict.fromkeys(layers, cache), lens, bt[:, :table_pages])
-                total += sum(int(x.sum()) for x in jax.tree.leaves(out))
+    for path, table_pages in (("auto", pages), ("mask", pages), ("auto", 4)):
+        ix = dj.make_two_level_indexer(
+            cfg, source_layer=20, consumer_layers=(24, 28, 32, 36), plain_layers=(1,), path=path
+        )
+        queries = dict.fromkeys(ix.layers, q)
+        caches = dict.fromkeys(ix.layers, cache)
+        out = jax.jit(ix.decode)(queries, caches, lens, bt[:, :table_pages])
+        total += sum(int(x.sum()) for x in jax.tree.leaves(out))
     return total
 
 

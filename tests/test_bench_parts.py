@@ -1,6 +1,6 @@
 """The bench's CPU-runnable parts (dsv41_jax/bench/): a row and the table it goes in, the trace
-arithmetic behind each figure, the result checks, the run's Timer, the serving loop's host wall
-and same-signature jit, and that every module imports without torch or a GPU."""
+arithmetic behind each figure, the result checks, the run's Timer, the host wall of back-to-back
+calls and the interleaved medians, and that every module imports without torch or a GPU."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dsv41_jax.bench import args, loop, table, timing
+from dsv41_jax.bench import args, table, timing
 
 ROOT = Path(__file__).parents[1]
 
@@ -25,8 +24,8 @@ def test_row_prints_progress_and_formats_its_cells(capsys):
     assert capsys.readouterr().out == "bench: topk k=512 | [8, 16K] | ffi: 12.3 us\n"
     assert row.md() == "| topk k=512 | [8, 16K] | ffi | 12.3 | 2.5 | 4.9x |"
     # No floor (host walls, collectives): a dash, and no ratio.
-    wall = table.Row("trivial jit host wall", "bs1 x 16K", "jit(x + 1) [8, 16K]", 7.04, 0.0)
-    assert wall.md() == "| trivial jit host wall | bs1 x 16K | jit(x + 1) [8, 16K] | 7.0 | – | – |"
+    wall = table.Row("all-gather", "[8, 2048]", "2 GPUs", 7.04, 0.0)
+    assert wall.md() == "| all-gather | [8, 2048] | 2 GPUs | 7.0 | – | – |"
 
 
 def test_markdown_table_reads_back(tmp_path):
@@ -34,7 +33,7 @@ def test_markdown_table_reads_back(tmp_path):
     label."""
     rows = [
         table.Row("decode step (publish + 4 selects)", "bs8 x 128K", "sparse path", 200.5, 48.4),
-        table.Row("decode step host wall", "bs8 x 128K", "auto path (default)", 31.0, 0.0),
+        table.Row("publish (layer 20)", "bs8 x 128K", "default", 31.0, 0.0),
     ]
     device = "Device: NVIDIA H200; measured copy bandwidth 4.30 TB/s; commit abc1234; jax 0.11.2."
     text = table.markdown(device, rows)
@@ -168,18 +167,35 @@ def test_host_wall_calls_back_to_back():
     assert len(calls) == 8 and wall > 0
 
 
-def test_same_signature_jit_matches_the_steps_inputs_and_outputs():
-    """The loop's floor jit: the step's output pytree, shapes and dtypes, every input kept."""
+def test_interleaved_medians_alternate_the_variants(monkeypatch):
+    """Each round times every variant in turn (host wall every round, GPU span every other
+    round); each figure is the median of its rounds."""
+    seen = []
+    walls = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 2.0, 9.0])}
+    spans = {"a": iter([10.0, 30.0]), "b": iter([20.0, 20.0])}
 
-    def step(q, lens, table):
-        return {"top": jnp.zeros((2, 4), jnp.int32) + lens.sum(), "sel": [table[:, :3] * q[:, :3]]}
+    def wall(fn, calls, keep):
+        seen.append((f"wall {fn()}", calls, keep))
+        return next(walls[fn()])
 
-    q, lens, bt = jnp.ones((2, 8)), jnp.array([5, 9], jnp.int32), jnp.ones((2, 6), jnp.int32)
-    out = loop.same_signature(step, q, lens, bt)(q, lens, bt)
-    assert jax.tree.structure(out) == jax.tree.structure(step(q, lens, bt))
-    assert out["top"].shape == (2, 4) and out["top"].dtype == jnp.int32
-    assert out["sel"][0].shape == (2, 3) and out["sel"][0].dtype == jnp.float32
-    assert (np.asarray(out["top"]) == 5).all()  # every output filled from context_lens[0]
+    def span(fn, calls, keep):
+        seen.append((f"span {fn()}", calls, keep))
+        s = next(spans[fn()])
+        return dict(span=s, sum=s / 2, kernels=4.0)
+
+    monkeypatch.setattr(timing, "host_wall_us", wall)
+    monkeypatch.setattr(timing, "gpu_span_us", span)
+    got = timing.interleaved_medians({"a": (lambda: "a", False), "b": (lambda: "b", True)}, 3, 7)
+    assert got == {
+        "a": dict(host=3.0, span=20.0, sum=10.0, kernels=4.0),
+        "b": dict(host=2.0, span=20.0, sum=10.0, kernels=4.0),
+    }
+    rounds = "wall a, span a, wall b, span b, wall a, wall b, wall a, span a, wall b, span b"
+    assert [what for what, _, _ in seen] == rounds.split(", ")
+    assert {(what[-1], calls, keep) for what, calls, keep in seen} == {
+        ("a", 7, False),
+        ("b", 7, True),
+    }
 
 
 def test_every_bench_module_imports_without_torch_or_a_gpu():
@@ -203,7 +219,7 @@ def test_every_bench_module_imports_without_torch_or_a_gpu():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     names = set(done.stdout.split())
-    families = {"logits", "blocks", "topk", "select", "step", "prefill", "loop", "sharded"}
+    families = {"logits", "blocks", "topk", "select", "step", "prefill", "sharded"}
     assert {"__main__", "args", "cli", "timing", "table", "plots"} | families <= names
 
 

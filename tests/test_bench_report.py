@@ -85,3 +85,31 @@ Device: GPU X; date 2026-01-02; commit bbbbbbb.
     assert bench_report.main(["--root", str(tmp_path), "--check"]) == 0
     (tmp_path / "BENCHMARKS.md").write_text(text + "edited\n")
     assert bench_report.main(["--root", str(tmp_path), "--check"]) == 1
+
+
+def test_retired_rows_stay_in_the_history_only():
+    """Rows of what the project no longer has (`bench_report.RETIRED`: by op or by
+    implementation) are left out, the run's other rows kept; a run left with none is gone."""
+    history = f"""## A run
+
+Device: GPU X.
+
+{H}
+| decode step (publish + 4 selects) | bs8 x 128K | auto path (default) | 139.0 | 48.3 | 2.9x |
+| decode step span (pipelined) | bs8 x 128K | auto path (default) | 145.6 | 48.3 | 3.0x |
+| trivial jit host wall | bs8 x 128K | jit(x + 1) [8, 16K] | 49.5 | – | – |
+
+## A loop run
+
+{H}
+| decode step host wall | bs1 x 16K | op by op | 158.5 | – | – |
+| decode step (publish + 4 selects) | bs1 x 16K | one call, direct launches | 66.5 | 2.5 | 26.4x |
+"""
+    text = bench_report.render(history)
+    assert text[text.index("\n## ") :] == (
+        "\n## A run\n\nDevice: GPU X.\n\n"
+        f"{H}\n| decode step (publish + 4 selects) | bs8 x 128K | auto path (default) | 139.0 | "
+        "48.3 | 2.9x |\n"
+    )
+    assert {"decode step span (pipelined)", "a call a layer"} <= bench_report.RETIRED
+    assert "auto path (default)" not in bench_report.RETIRED

@@ -21,8 +21,6 @@ HISTORY = (ROOT / "BENCHMARKS_HISTORY.md").read_text()
 FIGURE = re.compile(r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?\s?(?:µs|us\b|ms\b|%|x\b|TB/s|GB/s)")
 
 STEP, SELECT, TOPK = "decode step (publish + 4 selects)", "select (consumer layer)", "topk k=512"
-SPAN = "decode step span (pipelined)"
-STACKED = "decode_stacked (one output array)"
 TORCH_STEP = "DeepGEMM logits + torch selection (baseline)"
 LOGITS = ("paged_mqa_logits", "bs64 x 128K", "ffi (DeepGEMM sm90)")
 
@@ -41,12 +39,6 @@ CITED = [
     ("README.md", "and 935 µs)", "935", ("µs", (STEP, "bs8 x 128K", TORCH_STEP))),
     ("README.md", "sparse path\n(20 µs", "20", ("µs", (SELECT, "bs8 x 128K", "sparse path"))),
     ("README.md", "path 61 µs)", "61", ("µs", (SELECT, "bs8 x 128K", "mask path"))),
-    ("README.md", "was 95 µs", "95", ("µs", (SPAN, "bs1 x 16K", STACKED))),
-    ("README.md", "and 146 µs at bs 8", "146", ("µs", (SPAN, "bs8 x 128K", STACKED))),
-    ("README.md", "arrays:\n134 µs", "134", ("µs", (SPAN, "bs1 x 16K", "auto path (default)"))),
-    ("README.md", "134 µs and 146 µs", "146", ("µs", (SPAN, "bs8 x 128K", "auto path (default)"))),
-    ("README.md", "op by op: 170 µs", "170", ("µs", (SPAN, "bs1 x 16K", "op by op"))),
-    ("README.md", "and 211 µs; the", "211", ("µs", (SPAN, "bs8 x 128K", "op by op"))),
     ("README.md", "[8, 16K] in 5.8 µs", "5.8", ("µs", (TOPK, "[8, 16K]", "auto (default)"))),
     ("README.md", "torch.topk 91 µs", "91", ("µs", (TOPK, "[8, 16K]", "torch.topk (baseline)"))),
     (

@@ -14,7 +14,7 @@ A run's table (`--out`) goes into BENCHMARKS_HISTORY.md as a new section, and BE
 generated from that file (`python -m dsv41_jax.bench_report`).
 
 Modules: `args` (the command line), `cli` (`main`: the run and its table), `timing` (CUPTI
-kernel time, the result checks, the copy bandwidth, a loop's host wall and GPU span), `table`
-(`Row`, the markdown table, saved runs), `plots`, and one module per benchmark family:
-`logits`, `blocks` (sort, amax), `topk`, `select`, `step`, `prefill`, `loop`, `sharded`.
+kernel time, the result checks, the copy bandwidth, the host wall and GPU span of back-to-back
+calls), `table` (`Row`, the markdown table, saved runs), `plots`, and one module per benchmark
+family: `logits`, `blocks` (sort, amax), `topk`, `select`, `step`, `prefill`, `sharded`.
 """

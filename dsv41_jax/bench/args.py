@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import jax
 
-OPS = ("logits", "sort", "amax", "topk", "select", "step", "loop", "model", "prefill", "sharded")
+OPS = ("logits", "sort", "amax", "topk", "select", "step", "model", "prefill", "sharded")
 DEFAULT_OPS = tuple(op for op in OPS if op != "sharded")  # the single-GPU ones
 
 
@@ -52,8 +52,7 @@ def parser() -> argparse.ArgumentParser:
         "--shapes",
         default="",
         metavar="LIST",
-        help="select, step, loop and model run these shapes instead of their sets, e.g. "
-        "bs8x1M,bs64x128K",
+        help="select, step and model run these shapes instead of their sets, e.g. bs8x1M,bs64x128K",
     )
     ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")

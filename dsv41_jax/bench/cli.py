@@ -14,7 +14,6 @@ import numpy as np
 from dsv41_jax.bench.args import parse_args, pick_shapes
 from dsv41_jax.bench.blocks import bench_block_amax, bench_sort
 from dsv41_jax.bench.logits import bench_logits
-from dsv41_jax.bench.loop import LOOP_SHAPES, LOOP_SHAPES_QUICK, bench_loop
 from dsv41_jax.bench.model import MODEL_SHAPES, MODEL_SHAPES_QUICK, bench_model
 from dsv41_jax.bench.plots import plot_step
 from dsv41_jax.bench.prefill import bench_prefill
@@ -73,10 +72,6 @@ def main(argv: list[str] | None = None) -> None:
         if name in only:
             print(f"bench: {name} ...", flush=True)
             rows += bench()
-    if "loop" in only:
-        print("bench: loop ...", flush=True)
-        shapes = pick_shapes(args.shapes, args.quick, LOOP_SHAPES_QUICK, LOOP_SHAPES)
-        rows += bench_loop(rng, bw, shapes)
     if "model" in only:
         print("bench: model ...", flush=True)
         shapes = pick_shapes(args.shapes, args.quick, MODEL_SHAPES_QUICK, MODEL_SHAPES)

@@ -19,20 +19,13 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
         bs, ctx = shape.split(" x ")
         return int(bs[2:]), int(ctx[:-1]) * 1024
 
-    # Kernel time per step, and beside it the GPU span a serving loop sees (bench_loop).
-    span_op = "decode step span (pipelined)"
-    kinds = {"decode step (publish + 4 selects)": "", span_op: ", GPU span (serving loop)"}
-
-    def series(r: Row) -> str:
-        return r.impl + kinds[r.op]
-
-    step = [r for r in rows if r.op in kinds and "outputs kept" not in r.impl]
+    step = [r for r in rows if r.op == "decode step (publish + 4 selects)"]
     if not step:
         return []
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     batches = sorted({parse(r.shape)[0] for r in step})
-    impls = list(dict.fromkeys(series(r) for r in step))
+    impls = list(dict.fromkeys(r.impl for r in step))
     markers = "osD^v<>phX*"
     style = {  # one colour and marker per implementation, the same in every panel
         impl: (plt.get_cmap("tab20")(i % 20), markers[i % len(markers)])
@@ -46,7 +39,7 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
             pts = sorted(
                 (parse(r.shape)[1], r.us)
                 for r in step
-                if series(r) == impl and parse(r.shape)[0] == bs
+                if r.impl == impl and parse(r.shape)[0] == bs
             )
             if pts:
                 color, marker = style[impl]
@@ -54,13 +47,11 @@ def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:
                     [p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=impl
                 )
         ax.set(xscale="log", yscale="log", xlabel="context (positions)", title=f"bs {bs}")
-    axes[0][0].set_ylabel("µs per step (kernel time; GPU span)")
+    axes[0][0].set_ylabel("µs per step (kernel time)")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(title, fontsize=9)
     paths.append(os.path.join(out_dir, "step_time.png"))
     fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
-    step = [r for r in step if r.op != span_op]
-    batches = sorted({parse(r.shape)[0] for r in step})
     fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), squeeze=False)
     for ax, bs in zip(axes[0], batches):
         shapes = [sh for sh in dict.fromkeys(r.shape for r in step) if parse(sh)[0] == bs]

@@ -1,6 +1,6 @@
 """How the bench measures: GPU kernel time per call from CUPTI (through torch.profiler), the
-result checked before it is timed, the copy bandwidth that sets the floors, and a serving
-loop's host wall and GPU span."""
+result checked before it is timed, the copy bandwidth that sets the floors, and the host wall
+and GPU span of back-to-back calls."""
 
 from __future__ import annotations
 
@@ -214,3 +214,31 @@ def span_us(device: list[dict[str, Any]], calls: int) -> dict[str, float]:
     span = max(e["ts"] + e["dur"] for e in device) - min(e["ts"] for e in device)
     total = sum(e["dur"] for e in device)
     return dict(span=span / calls, sum=total / calls, kernels=len(device) / calls)
+
+
+def interleaved_medians(
+    variants: dict[str, tuple[Callable[[], object], bool]],
+    rounds: int = 5,
+    calls: int = 50,
+) -> dict[str, dict[str, float]]:
+    """Per variant, medians over interleaved rounds (the variants alternate, so the shared
+    host's noise falls on all of them) of the host wall (`host_wall_us`, every round) and of
+    `gpu_span_us`' span, kernel sum and kernel count (every other round): {host, span, sum,
+    kernels}. `variants`: name -> (zero-argument call, keep every call's outputs alive)."""
+    for fn, _ in variants.values():
+        for _ in range(3):
+            jax.block_until_ready(fn())
+    host: dict[str, list[float]] = {name: [] for name in variants}
+    gpu: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    for r in range(rounds):
+        for name, (fn, keep) in variants.items():
+            host[name].append(host_wall_us(fn, calls, keep))
+            if r % 2 == 0:
+                gpu[name].append(gpu_span_us(fn, calls, keep))
+    return {
+        name: dict(
+            host=statistics.median(host[name]),
+            **{key: statistics.median(g[key] for g in gpu[name]) for key in gpu[name][0]},
+        )
+        for name in variants
+    }

@@ -1,8 +1,9 @@
 // What a CUDA graph launch costs the host, by node count and parameter size, beside launching
-// the same kernels one by one: the floor under the decode step's one cached graph a call.
+// the same kernels one by one (XLA's command buffers launch a jitted step's kernels as graphs).
 // Host µs per enqueue (no sync inside the timed loop; the queue never fills), medians of 9
 // repeats; kernels of 16-byte and of 528-byte parameters (DeepGEMM's logits kernel passes
-// four 128-byte TMA maps by value). Also cudaGraphExecUpdate (the step's graph cache on a miss).
+// four 128-byte TMA maps by value). Also cudaGraphExecUpdate (a recorded graph given new
+// parameters).
 //   nvcc -O3 -std=c++20 -arch=sm_90a graph_launch.cu && ./a.out
 #include <cuda_runtime.h>
 
