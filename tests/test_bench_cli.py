@@ -82,7 +82,7 @@ def test_ops_from_positionals_and_only():
     [
         (["topk", "fast"], "unknown op(s): fast (choose from logits, sort,"),
         (["--only", "topk,,steps"], "unknown op(s): steps"),
-        (["loop"], "unknown op(s): loop (choose from logits, sort, amax, topk, select, step, pre"),
+        (["loop"], "unknown op(s): loop (choose from logits, sort, amax, topk, select, step, mod"),
         (["--plots-from", "BENCHMARKS.md"], "--plots-from needs --plots DIR"),
         (["--section", "abc"], "--section selects a run of --plots-from FILE"),
     ],
