@@ -52,47 +52,7 @@ __global__ void __launch_bounds__(kBlockOpThreads)
   }
 }
 
-// One CTA per query row.
-__global__ void __launch_bounds__(kBlockOpThreads)
-    StepRowsKernel(const int32_t* __restrict__ lens, int32_t next_n, int64_t capacity,
-                   int32_t* __restrict__ lens_out, int32_t* __restrict__ row_lens,
-                   int32_t* __restrict__ all_selected, int64_t c, int32_t block_size,
-                   const int32_t* __restrict__ block_table, int64_t max_pages,
-                   int32_t* __restrict__ row_table) {
-  const int64_t r = blockIdx.x, b = r / next_n, j = r % next_n;
-  const int64_t raw = lens[b];
-  const int64_t len = raw < 0 ? 0 : (raw > capacity ? capacity : raw);
-  const int64_t seen = len - next_n + 1 + j;
-  const int64_t row = seen < 0 ? 0 : seen;
-  if (threadIdx.x == 0) {
-    if (j == 0) lens_out[b] = int32_t(len);
-    row_lens[r] = int32_t(row);
-  }
-  if (all_selected != nullptr) {
-    const int64_t nblocks = (row + block_size - 1) / block_size;
-    for (int64_t i = threadIdx.x; i < c; i += kBlockOpThreads) {
-      all_selected[r * c + i] = i < nblocks ? int32_t(i) : -1;
-    }
-  }
-  if (row_table != nullptr) {
-    for (int64_t p = threadIdx.x; p < max_pages; p += kBlockOpThreads) {
-      row_table[r * max_pages + p] = block_table[b * max_pages + p];
-    }
-  }
-}
-
 }  // namespace
-
-void LaunchStepRows(const int32_t* lens, int64_t batch, int32_t next_n, int64_t capacity,
-                    int32_t* lens_out, int32_t* row_lens, int32_t* all_selected, int64_t c,
-                    int32_t block_size, const int32_t* block_table, int64_t max_pages,
-                    int32_t* row_table, cudaStream_t stream) {
-  const int64_t rows = batch * next_n;
-  if (rows == 0) return;
-  LaunchKernel(StepRowsKernel, dim3(unsigned(rows)), dim3(kBlockOpThreads), 0, stream, 0, lens,
-               next_n, capacity, lens_out, row_lens, all_selected, c, block_size, block_table,
-               max_pages, row_table);
-}
 
 void LaunchBlockAmax(const float* scores, int64_t stride, int64_t n, const int32_t* lens,
                      int64_t rows, int32_t block_size, bool pin_newest, float* out, int64_t nb,

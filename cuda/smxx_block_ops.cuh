@@ -16,17 +16,6 @@ void LaunchBlockAmax(const float* scores, int64_t stride, int64_t n, const int32
                      int64_t rows, int32_t block_size, bool pin_newest, float* out, int64_t nb,
                      cudaStream_t stream);
 
-// What every layer of a decode step reads, from the requests' lengths `lens` [batch] (next_n
-// rows a request, rows = batch * next_n, row r of request r / next_n):
-//   lens_out[b] = lens[b] clamped to [0, capacity];
-//   row_lens[r] = max(lens_out[r / next_n] - next_n + 1 + r % next_n, 0);
-//   all_selected[r, j] (j < c; when not null) = j if j < ceil(row_lens[r] / block_size) else -1;
-//   row_table[r, p] (p < max_pages; when not null) = block_table[r / next_n, p].
-void LaunchStepRows(const int32_t* lens, int64_t batch, int32_t next_n, int64_t capacity,
-                    int32_t* lens_out, int32_t* row_lens, int32_t* all_selected, int64_t c,
-                    int32_t block_size, const int32_t* block_table, int64_t max_pages,
-                    int32_t* row_table, cudaStream_t stream);
-
 // out[r, i] = blocks[r, col / B] * B + col % B for col = columns[r, i] in [0, c * B), else -1
 // (B = block_size; blocks [rows, c] ascending, so ascending columns stay ascending).
 void LaunchColumnsToPositions(const int32_t* columns, const int32_t* blocks, int64_t rows,

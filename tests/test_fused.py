@@ -75,33 +75,6 @@ def test_columns_to_positions_kernel_on_the_stand_in(simt_topk, rng):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("next_n", [1, 2, 3])
-@pytest.mark.parametrize("with_all,with_table", [(True, True), (False, False), (True, False)])
-def test_step_rows_kernel_on_the_stand_in(simt_topk, rng, next_n, with_all, with_table):
-    """A step's clamped lengths, row lengths, every-block table and per-row page table are the
-    Python helpers' (rows.clamp_lengths, row_lengths, row_block_table, ordering.every_block)."""
-    from selection import emulate_page_kernel
-
-    from dsv41_jax.ordering import every_block
-    from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
-
-    pages, c, block_size, capacity = 5, 40, 8, 5 * 64
-    lens = np.array([0, 1, 2, 7, 8, 9, capacity - 1, capacity, capacity + 1, -5, 2**31 - 1, 3])
-    lens = lens.astype(np.int32)
-    batch, rows = lens.size, lens.size * next_n
-    table = rng.integers(-2, 1000, (batch, pages)).astype(np.int32)
-    header = (batch, next_n, capacity, c, block_size, pages, with_all, with_table)
-    size = batch + rows + with_all * rows * c + with_table * rows * pages
-    got = emulate_page_kernel(simt_topk, "steprows", header, (lens, table), np.int32, (size,))
-    row = np.asarray(row_lengths(jnp.asarray(lens), next_n, capacity))
-    want = [np.asarray(clamp_lengths(jnp.asarray(lens), capacity)), row]
-    if with_all:
-        want.append(np.asarray(every_block(jnp.asarray(row), c, block_size)).ravel())
-    if with_table:
-        want.append(np.asarray(row_block_table(jnp.asarray(table), next_n)).ravel())
-    np.testing.assert_array_equal(got, np.concatenate(want))
-
-
 # ------------------------------------------------ the fused layers on the GPU (device machine)
 
 

@@ -109,10 +109,6 @@ static int RunSort(const char* case_path, const char* out_path) {
 //           lens [rows] -> float out [rows, nb]
 //   cols:   h = {rows, k, c, block_size}; int32 columns [rows, k], blocks [rows, c] -> int32
 //           out [rows, k]
-//   steprows: h = {batch, next_n, capacity, c, block_size, max_pages, with_all, with_table};
-//           int32 lens [batch], block_table [batch, max_pages] -> int32 lens_out [batch],
-//           row_lens [rows], then all_selected [rows, c] and row_table [rows, max_pages] when
-//           asked for
 static int RunPageKernel(const std::string& which, const char* case_path, const char* out_path) {
   std::FILE* f = std::fopen(case_path, "rb");
   if (!f) return 2;
@@ -153,19 +149,6 @@ static int RunPageKernel(const std::string& which, const char* case_path, const 
     if (!Read(f, columns, h[0] * h[1]) || !Read(f, blocks, h[0] * h[2])) return 2;
     dsv41::LaunchColumnsToPositions(columns.data(), blocks.data(), h[0], h[1], h[2], int32_t(h[3]),
                                     result.data(), nullptr);
-    out.assign(reinterpret_cast<uint8_t*>(result.data()),
-               reinterpret_cast<uint8_t*>(result.data() + result.size()));
-  } else if (which == "steprows") {
-    const int64_t batch = h[0], rows = h[0] * h[1], c = h[3], pages = h[5];
-    std::vector<int32_t> lens, table;
-    if (!Read(f, lens, batch) || !Read(f, table, batch * pages)) return 2;
-    std::vector<int32_t> result(batch + rows + (h[6] ? rows * c : 0) + (h[7] ? rows * pages : 0),
-                                0x7e7e7e7e);
-    int32_t* all = h[6] ? result.data() + batch + rows : nullptr;
-    int32_t* row_table = h[7] ? result.data() + batch + rows + (h[6] ? rows * c : 0) : nullptr;
-    dsv41::LaunchStepRows(lens.data(), batch, int32_t(h[1]), h[2], result.data(),
-                          result.data() + batch, all, c, int32_t(h[4]), table.data(), pages,
-                          row_table, nullptr);
     out.assign(reinterpret_cast<uint8_t*>(result.data()),
                reinterpret_cast<uint8_t*>(result.data() + result.size()));
   } else {
@@ -212,8 +195,7 @@ int main(int argc, char** argv) {
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
   if (which.rfind("onchip:", 0) == 0) return RunOnChip(std::atoi(argv[1] + 7), argv[2], argv[3]);
-  if (which == "l2p" || which == "ragged" || which == "amax" || which == "cols" ||
-      which == "steprows") {
+  if (which == "l2p" || which == "ragged" || which == "amax" || which == "cols") {
     return RunPageKernel(which, argv[2], argv[3]);
   }
   std::FILE* f = std::fopen(argv[2], "rb");
