@@ -422,7 +422,7 @@ class StepPlan:
 
     def __str__(self) -> str:
         first = self.layers[0][1]
-        lines = [f"step plan on {first.device} (one call a layer, in this order):"]
+        lines = [f"step plan on {first.device} (the layers in the order a step runs them):"]
         for layer_id, p in self.layers:
             lines.append(f"  layer {layer_id}: {p.spec}")
             lines += [f"    {what}: {choice} ({why})" for what, choice, why in p.decisions()]
