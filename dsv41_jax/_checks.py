@@ -62,12 +62,17 @@ def int32(x):
     return x.astype(jnp.int32)
 
 
+def largest_id(size: int) -> int:
+    """The largest block or page id of `size` positions whose every position (`id · size +
+    offset`, offset < size) is an int32: a larger id would name positions that wrap."""
+    return (INT32_MAX - size + 1) // size
+
+
 def addressable_pages(block_table, page_size: int):
     """The page table with every page id whose slots (`page · page_size + offset`) would pass
     the int32 range set to -1 (no page): such an id cannot address a real cache, and its slots
     would otherwise wrap to valid-looking ones."""
-    last = (INT32_MAX - page_size + 1) // page_size
-    return jnp.where(block_table > last, -1, block_table)
+    return jnp.where(block_table > largest_id(page_size), -1, block_table)
 
 
 def floating(x, name: str) -> None:

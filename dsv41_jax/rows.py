@@ -21,7 +21,10 @@ def clamp_lengths(lengths: jax.Array, capacity: int | jax.Array | None = None) -
     """int32 lengths: any integer type saturated to the int32 range (`_checks.int32`), then
     clamped to `[0, capacity]` (`capacity`: the positions a request's page table holds,
     `max_pages·page_size`; None: no bound but int32's)."""
+    # A capacity past int32 (a page table of more positions) bounds nothing an int32 can hold.
     hi = _checks.INT32_MAX if capacity is None else capacity
+    if isinstance(hi, int):
+        hi = min(hi, _checks.INT32_MAX)
     return jnp.clip(_checks.int32(lengths), 0, hi)
 
 

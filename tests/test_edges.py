@@ -222,6 +222,54 @@ def test_sparse_columns_of_a_negative_block_map_to_minus_one():
     assert np.asarray(got).tolist() == [[-1, -1, 8, -1, -1]]
 
 
+# ------------------------------------------------ issue 70: positions and slots never wrap
+def test_sparse_columns_of_a_block_past_int32_map_to_minus_one():
+    """Block 2**30 of 4 would be position 2**32 (wrapped: 0), block 2**29 + 1 position
+    -2147483644: both name no position; so does a column past C·B. The last block whose
+    positions fit int32 keeps them."""
+    last = (2**31 - 4) // 4
+    t = hand_made([[2**30, 2**29 + 1, 3, last, M, M]])
+    got = dj.sparse_columns_to_positions(jnp.array([[0, 1, 4, 8, 12, 15, 24, 99]]), t, 4)
+    assert np.asarray(got).tolist() == [[-1, -1, -1, 12, 4 * last, 2**31 - 1, -1, -1]]
+    with jax.enable_x64(True):  # an int64 table: 2**32 + 1 is no block 1
+        t64 = hand_made([[2**32 + 1, 1, M, M, M, M]], np.int64)
+        got = dj.sparse_columns_to_positions(jnp.array([[0, 4]]), t64, 4)
+    assert np.asarray(got).tolist() == [[-1, 4]]
+
+
+def test_sparse_reference_logits_score_no_wrapped_position(rng):
+    """A hand-made table's block 2**30 (positions 2**32 + j, wrapped: j, inside the row) scores
+    -inf as padding does, not the logits of positions 0-3."""
+    q, cache, bt = decode_inputs(rng, 1, 4)
+    ctx = jnp.array([30])
+    dense = np.asarray(dj.paged_mqa_logits(q, cache, ctx, bt))
+    table = dj.CandidateTable(
+        jnp.array([[2**30, 1, 2**29 + 1, M, M, M]], jnp.int32),
+        jnp.array([3], jnp.int32),
+        jnp.array([12], jnp.int32),
+        jnp.full((1, 6), 3, jnp.int32),
+        block_size=4,
+    )
+    got = np.asarray(dj.sparse_paged_mqa_logits(q, cache, table, ctx, bt, block_size=4))
+    assert np.isneginf(got[0, :4]).all() and np.isneginf(got[0, 8:]).all()
+    np.testing.assert_array_equal(got[0, 4:8], dense[0, 4:8])
+
+
+def test_published_slots_of_a_page_past_int32_are_minus_one():
+    """`physical` of a block on page 2**30 (slot 2**30·16/4 = 2**32: wrapped, 0) is -1, as
+    `logical_to_physical` maps that page's positions; the last addressable page keeps its
+    slots."""
+    last = (2**31 - 16) // 16
+    bt = jnp.array([[2**30, last, 0, -1]], jnp.int32)
+    got = dj.sort_candidate_blocks(
+        jnp.array([[0, 5, 4]]), jnp.array([40]), bt, block_size=4, page_size=16
+    )
+    assert np.asarray(got.blocks).tolist() == [[0, 4, 5]]
+    assert np.asarray(got.physical).tolist() == [[-1, 4 * last, 4 * last + 1]]
+    slots = dj.logical_to_physical(jnp.array([[0, 16]]), bt, 16)
+    assert np.asarray(slots).tolist() == [[-1, 16 * last]]
+
+
 # ------------------------------------------------ case 5: float64 lists, ids past int32
 def test_float64_scores_as_a_python_list_are_refused_like_a_float64_array():
     s = [[1.0, 1.0 + 1e-12, 0.5]]  # Python floats: float64; as float32 the first two would tie

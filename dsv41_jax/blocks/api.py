@@ -69,7 +69,8 @@ def sort_candidate_blocks(
     INT32_MAX padded; `count` the number of blocks; `valid_lens` the sparse row length (`B·(count
     - 1) + ((len - 1) mod B) + 1` when the newest block ends the table, `B·count` otherwise, 0 for
     an empty table); `physical` the blocks as cache slots of size B (`slot // B`) through the
-    row's page table, -1 padded (and -1 for a negative page id).
+    row's page table, -1 padded (and -1 for a negative page id or one whose slots would pass
+    the int32 range, `> (2**31 - P) // P`, as in `logical_to_physical`).
 
     The `"ffi"` kernel (one CTA per row, a shared-memory bitmap) takes C <= 4096 and rows up to
     2^20 blocks; beyond that it declines (logged) and the reference runs.

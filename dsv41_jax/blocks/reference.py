@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from dsv41_jax import _checks
 from dsv41_jax.ordering import key_scores, num_blocks, score_keys
-from dsv41_jax.rows import shift_rows
+from dsv41_jax.rows import clamp_lengths, shift_rows
 from dsv41_jax.types import INT32_MAX, CandidateTable
 
 
@@ -40,7 +40,7 @@ def sort_candidate_blocks(
     block_size: int,
     page_size: int,
 ) -> CandidateTable:
-    lens = jnp.clip(_checks.int32(lengths), 0, block_table.shape[1] * page_size)
+    lens = clamp_lengths(lengths, block_table.shape[1] * page_size)
     nblocks = num_blocks(lens, block_size)
     ok = (selected >= 0) & (selected < nblocks[:, None])
     blocks = jnp.sort(jnp.where(ok, selected, INT32_MAX).astype(jnp.int32), axis=1)
@@ -51,8 +51,11 @@ def sort_candidate_blocks(
     last = jnp.take_along_axis(blocks, jnp.maximum(count - 1, 0)[:, None], axis=1)[:, 0]
     tail = jnp.where(last == nblocks - 1, (lens - 1) % block_size + 1, block_size)
     valid_lens = jnp.where(count > 0, block_size * (count - 1) + tail, 0).astype(jnp.int32)
-    pos = jnp.where(blocks == INT32_MAX, 0, blocks) * block_size
-    page = jnp.take_along_axis(_checks.int32(block_table), pos // page_size, axis=1)
+    pos = jnp.where(blocks == INT32_MAX, 0, blocks) * block_size  # < lens: no wrap
+    # A page id whose slots pass int32 is no page (-1), as in `logical_to_physical`: its block
+    # slot times B would wrap.
+    bt = _checks.addressable_pages(_checks.int32(block_table), page_size)
+    page = jnp.take_along_axis(bt, pos // page_size, axis=1)
     slot = page * (page_size // block_size) + (pos % page_size) // block_size
     physical = jnp.where((blocks != INT32_MAX) & (page >= 0), slot, -1).astype(jnp.int32)
     return CandidateTable(blocks, count, valid_lens, physical, block_size=block_size)

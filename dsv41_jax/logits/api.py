@@ -167,7 +167,8 @@ def sparse_paged_mqa_logits(
     `j < table.valid_lens[r]`. The table must be canonical (as `publish` and
     `sort_candidate_blocks` return it): the reference reads `blocks`, the kernels `physical`
     (SM90) or `blocks` (SM100) with `valid_lens`; `select` rebuilds any table it is given.
-    The reference gives float32 with -inf in the other columns; the "ffi" implementation
+    The reference gives float32 with -inf in the other columns (and in those of a negative
+    block or one whose positions pass the int32 range: no position wraps); the "ffi" implementation
     leaves the other columns unspecified and gives float32 on SM90 (the project's kernel over
     the paged cache: bitwise the SM90 `paged_mqa_logits` at the same positions, NaN on slots
     outside the cache) or bfloat16 on SM100 (DeepGEMM's kernel: compile-verified only). Same

@@ -86,18 +86,23 @@ def sparse_paged_mqa_logits(
     w = query.weights.reshape(query.num_rows, 1, query.num_heads)
     p, c = cache.page_size, table.num_candidates
     j = jnp.arange(c * block_size)
+    last = _checks.largest_id(block_size)
 
     def one(args):
         qr, wr, blocks, valid, length, bt = args
         blk = blocks[j // block_size]
-        pos = jnp.where(blk == INT32_MAX, 0, blk) * block_size + j % block_size
-        ok = (j < valid) & (blk >= 0) & (blk != INT32_MAX) & (pos < length)
+        # Padding, negative ids and ids whose positions pass int32 (a hand-made table) name no
+        # position: their product would wrap, possibly into the row.
+        real = (blk >= 0) & (blk != INT32_MAX) & (blk <= last)
+        pos = jnp.where(real, blk, 0) * block_size + j % block_size
+        ok = (j < valid) & real & (pos < length)
         ok &= pos // p < bt.shape[0]
         pages = jnp.where(ok, bt[jnp.clip(pos // p, 0, bt.shape[0] - 1)], 0)
         k, s = _cache_keys(cache, pages, pos % p)
         return jnp.where(ok, _score(qr, wr, k, s)[0], -jnp.inf)
 
-    args = (q, w, table.blocks, table.valid_lens, _checks.int32(row_lens), row_block_table)
+    blocks, valid = _checks.int32(table.blocks), _checks.int32(table.valid_lens)
+    args = (q, w, blocks, valid, _checks.int32(row_lens), row_block_table)
     return lax.map(one, args)
 
 

@@ -113,8 +113,9 @@ def sparse_columns_to_positions(
     """Sparse-row columns -> logical positions: `j -> blocks[j // B]·B + j % B`; -1 stays -1.
 
     Ascending columns map to ascending positions (the table is ascending), so a top-k over the
-    sparse row stays in the contract's order. A column of a negative or padding block maps to
-    -1.
+    sparse row stays in the contract's order. A column outside `[0, C·B)`, or of a negative or
+    padding block, or of a block whose positions pass the int32 range (`> (2**31 - B) // B`),
+    maps to -1: no position wraps.
     """
     columns = _checks.array(columns, "columns")
     if not isinstance(table, CandidateTable):

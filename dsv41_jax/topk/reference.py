@@ -37,10 +37,18 @@ def topk(
 def sparse_columns_to_positions(
     columns: jax.Array, table: CandidateTable, block_size: int
 ) -> jax.Array:
-    blk = jnp.take_along_axis(table.blocks, jnp.maximum(columns, 0) // block_size, axis=1)
-    # A column of a padding or negative block names no position (only a table that is not
-    # canonical has one below its valid_lens): -1, never a negative or wrapped position.
-    ok = (columns >= 0) & (blk >= 0) & (blk != INT32_MAX)
+    # Saturated, not wrapped: an int64 block 2**32 + 1 is no block 1, a column 2**32 no 0.
+    columns, blocks = _checks.int32(columns), _checks.int32(table.blocks)
+    c = blocks.shape[1]
+    slot = jnp.maximum(columns, 0) // block_size
+    if c == 0:
+        return jnp.full(columns.shape, -1, jnp.int32)
+    blk = jnp.take_along_axis(blocks, jnp.minimum(slot, c - 1), axis=1)
+    # A column past the table, or of a padding or negative block, names no position (only a
+    # table that is not canonical has one below its valid_lens), nor does one of a block whose
+    # positions pass int32 (a hand-made id): -1, never a negative or wrapped position.
+    ok = (columns >= 0) & (slot < c) & (blk >= 0) & (blk != INT32_MAX)
+    ok &= blk <= _checks.largest_id(block_size)
     return jnp.where(ok, blk * block_size + columns % block_size, -1).astype(jnp.int32)
 
 
