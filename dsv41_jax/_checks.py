@@ -125,6 +125,19 @@ def positive_int(v, name: str) -> int:
     return n
 
 
+def nonnegative_int(v, name: str) -> int:
+    """A static int >= 0 (a count or a capacity that may be zero)."""
+    try:
+        n = static_int(v, name)
+    except ValueError as e:
+        if "traced" in str(e):
+            raise
+        raise ValueError(f"{name} must be a non-negative int, got {v!r}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {v!r}")
+    return n
+
+
 def boolean(v, name: str) -> bool:
     """A static flag: a Python or NumPy bool only (a string such as "no" is an error, not True)."""
     if not isinstance(v, (bool, np.bool_)):

@@ -31,7 +31,16 @@ def clamp_lengths(lengths: jax.Array, capacity: int | jax.Array | None = None) -
 def row_lengths(context_lens: jax.Array, next_n: int, capacity: int | None = None) -> jax.Array:
     """int32 `[batch·next_n]`: row `j` of a request of length L sees `max(L - next_n + 1 + j, 0)`,
     L first clamped to `[0, capacity]` (`clamp_lengths`: the request's length is what the
-    page table bounds, so row `j` of a request past capacity sees `capacity - next_n + 1 + j`)."""
+    page table bounds, so row `j` of a request past capacity sees `capacity - next_n + 1 + j`).
+
+    Raises ValueError naming the argument: `next_n` not a positive int, `capacity` not None or
+    a non-negative int, `context_lens` not an integer `[batch]`."""
+    next_n = _checks.positive_int(next_n, "next_n")
+    if capacity is not None:
+        capacity = _checks.nonnegative_int(capacity, "capacity")
+    context_lens = _checks.array(context_lens, "context_lens")
+    _checks.rank(context_lens, 1, "context_lens")
+    _checks.integer(context_lens, "context_lens")
     lens = clamp_lengths(context_lens, capacity)[:, None] - next_n + 1
     return jnp.maximum(lens + jnp.arange(next_n, dtype=jnp.int32), 0).reshape(-1)
 

@@ -350,6 +350,25 @@ def test_int64_lengths_saturate_before_they_are_clamped():
     assert np.asarray(slots).tolist() == [[133, -1]]
 
 
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(next_n=0), "next_n must be a positive int, got 0"),  # was: []
+        (dict(next_n=1, capacity=-5), "capacity must be a non-negative int, got -5"),  # zeros
+        (dict(next_n=1, capacity=2.5), "capacity must be a non-negative int, got 2.5"),  # floats
+        (dict(next_n=1.0), "next_n must be a positive int, got 1.0"),
+    ],
+)
+def test_row_lengths_refuses_bad_next_n_and_capacity(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        dj.row_lengths(jnp.array([5, 9]), **kwargs)
+    with pytest.raises(ValueError, match="context_lens must have an integer dtype"):
+        dj.row_lengths(jnp.array([5.0]), 1)
+    # A capacity past int32 bounds nothing (was an OverflowError); 0 empties every row.
+    assert dj.row_lengths(jnp.array([5, 9]), 2, capacity=2**33).tolist() == [4, 5, 8, 9]
+    assert dj.row_lengths(jnp.array([5, 9]), 1, capacity=0).tolist() == [0, 0]
+
+
 def test_block_size_mismatch_raises_where_the_lengths_can_tell():
     """Block scores of B = 8 selected with B = 4: eagerly the lengths show it (past NB·B); under
     jit they cannot, and the op clamps them as its docstring states."""

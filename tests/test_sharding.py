@@ -264,6 +264,35 @@ def test_dcp_position_maps_round_trip():
             np.testing.assert_array_equal(counts, np.concatenate([[0], np.cumsum(owner == d)]))
 
 
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda: sharding.dcp_local_length(jnp.array([5]), 0, 0, 1), "world must be a positive"),
+        (lambda: sharding.dcp_local_length(jnp.array([5]), 2, 2, 1), r"rank must lie in \[0, "),
+        (lambda: sharding.dcp_local_length(jnp.array([5]), 2, 0, 0), "interleave must be a pos"),
+        (lambda: sharding.dcp_local_length(jnp.array([5.0]), 2, 0, 1), "global_lens must have"),
+        (lambda: sharding.dcp_local_to_global(jnp.array([5]), 2, -1, 1), "rank must lie in"),
+        (lambda: sharding.dcp_local_to_global(jnp.array([5]), 2**16, 0, 2**16), "world x inter"),
+        (lambda: sharding.dcp_capacity(10, 2, 0), "interleave must be a positive int, got 0"),
+        (lambda: sharding.dcp_capacity(10, 0, 1), "world must be a positive int, got 0"),
+        (lambda: sharding.dcp_capacity(-1, 2, 1), "local_capacity must be a non-negative int"),
+    ],
+)
+def test_dcp_position_maps_refuse_a_bad_layout(call, message):
+    """world=0 gave [-2] and interleave=0 a ZeroDivisionError; each is a ValueError naming it."""
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_dcp_global_positions_past_int32_are_minus_one():
+    """Local position 2**30 on rank 1 of 2 is global 2**31 + 1: -1, not a wrapped position; the
+    last global position that fits keeps its id."""
+    got = sharding.dcp_local_to_global(jnp.array([2**30, 2**30 - 1, 5, -1]), 2, 1, 1)
+    assert np.asarray(got).tolist() == [-1, 2**31 - 1, 11, -1]
+    got = sharding.dcp_local_to_global(jnp.array([2**30 - 1, 2**30]), 2, 0, 1)
+    assert np.asarray(got).tolist() == [2**31 - 2, -1]
+
+
 # ----------------------------------------------------------------------------- prefill CP
 @pytest.mark.parametrize("w", [2, 4, 8])
 @pytest.mark.parametrize("fmt", ["fp8", "mxfp4"])

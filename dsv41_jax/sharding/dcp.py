@@ -38,10 +38,36 @@ from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions,
 from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 
+def _layout(world: int, rank: int | jax.Array, interleave: int) -> tuple[int, int | jax.Array, int]:
+    """(W, rank, I) checked: positive ints whose cycle `W·I` is an int32 (positions are), and
+    a rank in `[0, W)` (a static one; a traced one, e.g. `lax.axis_index`, is an integer)."""
+    world = _checks.positive_int(world, "world")
+    interleave = _checks.positive_int(interleave, "interleave")
+    if world * interleave > INT32_MAX:
+        raise ValueError(
+            f"world x interleave must be at most 2**31 - 1 (a cycle of int32 positions), got "
+            f"{world} x {interleave}"
+        )
+    if isinstance(rank, jax.core.Tracer):
+        if rank.ndim or not jnp.issubdtype(rank.dtype, jnp.integer):
+            raise ValueError(f"rank must be an integer scalar, got {rank.dtype} {rank.shape}")
+        return world, rank, interleave
+    r = _checks.static_int(rank, "rank")
+    if not 0 <= r < world:
+        raise ValueError(f"rank must lie in [0, world={world}), got {r}")
+    return world, r, interleave
+
+
 def dcp_local_length(
     global_lens: jax.Array, world: int, rank: int | jax.Array, interleave: int
 ) -> jax.Array:
-    """Positions `g < L` that live on `rank`: `(g // I) % W == rank`."""
+    """Positions `g < L` that live on `rank`: `(g // I) % W == rank`.
+
+    Raises ValueError naming the argument: `world` or `interleave` not a positive int (or `W·I`
+    past int32), a static `rank` outside `[0, W)`, `global_lens` not an integer array."""
+    world, rank, interleave = _layout(world, rank, interleave)
+    global_lens = _checks.array(global_lens, "global_lens")
+    _checks.integer(global_lens, "global_lens")
     cycle = world * interleave
     lens = jnp.maximum(_checks.int32(global_lens), 0)
     partial = jnp.clip(lens % cycle - rank * interleave, 0, interleave)
@@ -51,9 +77,20 @@ def dcp_local_length(
 def dcp_local_to_global(
     local: jax.Array, world: int, rank: int | jax.Array, interleave: int
 ) -> jax.Array:
-    """Local position `j` on `rank` -> global position; -1 stays -1."""
-    g = ((local // interleave) * world + rank) * interleave + local % interleave
-    return jnp.where(local >= 0, g, -1).astype(jnp.int32)
+    """Local position `j` on `rank` -> global position; -1 stays -1, and so does a local
+    position whose global one would pass the int32 range (no position wraps). Raises as
+    `dcp_local_length` does (`local`: an integer array)."""
+    world, rank, interleave = _layout(world, rank, interleave)
+    local = _checks.array(local, "local")
+    _checks.integer(local, "local")
+    local = _checks.int32(local)
+    cycle, offset = local // interleave, local % interleave
+    # g = cycle·W·I + rank·I + offset <= INT32_MAX, tested without forming g (no term wraps:
+    # rank·I + offset < W·I <= INT32_MAX).
+    ok = (local >= 0) & (cycle <= (INT32_MAX - rank * interleave - offset) // (world * interleave))
+    cycle = jnp.where(ok, cycle, 0)
+    g = (cycle * world + rank) * interleave + offset
+    return jnp.where(ok, g, -1).astype(jnp.int32)
 
 
 def _merge_topk(scores: jax.Array, ids: jax.Array, k: int) -> jax.Array:
@@ -86,7 +123,13 @@ def dcp_capacity(local_capacity: int, world: int, interleave: int) -> int:
     """Global positions `[0, G)` that W devices of `local_capacity` positions each hold in
     full under interleave I: whole cycles of W·I, then the part of the next cycle before the
     first device runs out (`local_capacity % I` of its run). Traced global lengths clamp to it
-    (one device clamps to its page table's capacity the same way)."""
+    (one device clamps to its page table's capacity the same way).
+
+    Raises ValueError naming the argument: `local_capacity` not a non-negative int, `world` or
+    `interleave` not a positive int."""
+    local_capacity = _checks.nonnegative_int(local_capacity, "local_capacity")
+    world = _checks.positive_int(world, "world")
+    interleave = _checks.positive_int(interleave, "interleave")
     return (local_capacity // interleave) * world * interleave + local_capacity % interleave
 
 
