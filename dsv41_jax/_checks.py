@@ -138,6 +138,34 @@ def nonnegative_int(v, name: str) -> int:
     return n
 
 
+def layer_ids(
+    source_layer, consumer_layers, plain_layers
+) -> tuple[int | None, tuple[int, ...], tuple[int, ...]]:
+    """The indexer layers of a step as Python ints: `source_layer` None or an int, the others
+    sequences of ints (a tuple, list, range or 1-d integer array). ValueError naming the
+    argument for anything else, a layer listed twice, or consumers without a source."""
+
+    def ids(v, name: str) -> tuple[int, ...]:
+        if isinstance(v, np.ndarray) and v.ndim == 1:
+            v = v.tolist()
+        if not isinstance(v, (tuple, list, range)):
+            raise ValueError(
+                f"{name} must be a sequence of layer ids, e.g. (24, 28), got {type(v).__name__} "
+                f"{v!r}"
+            )
+        return tuple(static_int(x, name) for x in v)
+
+    source = None if source_layer is None else static_int(source_layer, "source_layer")
+    consumers = ids(consumer_layers, "consumer_layers")
+    plain = ids(plain_layers, "plain_layers")
+    if source is None and consumers:
+        raise ValueError("consumer_layers need a source_layer to publish their candidates")
+    every = ([] if source is None else [source]) + [*consumers, *plain]
+    if len(set(every)) != len(every):
+        raise ValueError(f"a layer appears twice among source, consumer and plain layers: {every}")
+    return source, consumers, plain
+
+
 def boolean(v, name: str) -> bool:
     """A static flag: a Python or NumPy bool only (a string such as "no" is an error, not True)."""
     if not isinstance(v, (bool, np.bool_)):

@@ -135,6 +135,28 @@ class TwoLevelIndexer:
     topk_algorithm: str | None = dataclasses.field(default=None, metadata=_static)
     fuse: bool = dataclasses.field(default=True, metadata=_static)
 
+    def __post_init__(self) -> None:
+        # The factory's checks (a direct construction too), each field stored normalised.
+        if not isinstance(self.config, IndexerConfig):
+            raise ValueError(f"config must be an IndexerConfig, got {type(self.config).__name__}")
+        ids = _checks.layer_ids(self.source_layer, self.consumer_layers, self.plain_layers)
+        if ids[0] is None and not ids[2]:
+            raise ValueError(
+                "a TwoLevelIndexer needs a source_layer or plain_layers (make_two_level_indexer "
+                "returns None for a model without indexer layers)"
+            )
+        if self.path not in PATHS:
+            raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {self.path!r}")
+        if self.implementation == "ffi":
+            _ext.require_gpu("TwoLevelIndexer(implementation='ffi')")
+        for name, value in (
+            *zip(("source_layer", "consumer_layers", "plain_layers"), ids),
+            ("implementation", shared(self.implementation)),
+            ("topk_algorithm", check_algorithm(self.topk_algorithm)),
+            ("fuse", _checks.boolean(self.fuse, "fuse")),
+        ):
+            object.__setattr__(self, name, value)
+
     @property
     def layers(self) -> tuple[int, ...]:
         """Every indexer layer this step runs, sorted."""
@@ -471,31 +493,12 @@ def make_two_level_indexer(
     """
     if not isinstance(config, IndexerConfig):
         raise ValueError(f"config must be an IndexerConfig, got {type(config).__name__}")
-    if source_layer is None:
-        if consumer_layers:
-            raise ValueError("consumer_layers need a source_layer to publish their candidates")
-        if not plain_layers:
-            return None
-    ids = [] if source_layer is None else [_checks.static_int(source_layer, "source_layer")]
-    ids += [_checks.static_int(x, "consumer_layers") for x in consumer_layers]
-    ids += [_checks.static_int(x, "plain_layers") for x in plain_layers]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"a layer appears twice among source, consumer and plain layers: {ids}")
-    if path not in PATHS:
-        raise ValueError(f"path must be 'auto', 'mask' or 'sparse', got {path!r}")
+    source, consumers, plain = _checks.layer_ids(source_layer, consumer_layers, plain_layers)
+    if source is None and not plain:
+        return None
     if implementation == "ffi":
         _ext.require_gpu("make_two_level_indexer(implementation='ffi')")
-    implementation = shared(implementation)
-    topk_algorithm = check_algorithm(topk_algorithm)
-    fuse = _checks.boolean(fuse, "fuse")
-    first, n_consumers = (0 if source_layer is None else 1), len(consumer_layers)
+    # The constructor checks and normalises the rest.
     return TwoLevelIndexer(
-        config,
-        None if source_layer is None else ids[0],
-        tuple(ids[first : first + n_consumers]),
-        tuple(ids[first + n_consumers :]),
-        path,
-        implementation,
-        topk_algorithm,
-        fuse,
+        config, source, consumers, plain, path, implementation, topk_algorithm, fuse
     )

@@ -1,5 +1,6 @@
-"""Issue 30's edge cases, each named for the call that went wrong: every one gives the answer of
-the same call with in-range values (the reference's) or a ValueError naming the argument."""
+"""Issue 30's and issue 70's edge cases, each named for the call that went wrong: every one gives
+the answer of the same call with in-range values (the reference's) or a ValueError naming the
+argument."""
 
 from __future__ import annotations
 
@@ -312,3 +313,47 @@ def test_row_sharded_select_checks_the_table_before_splitting_it(rng):
     )
     want = dj.select(q, cache, jnp.array([30, 50]), bt, t, CFG, path="mask")
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+# ------------------------------------------------ issue 70: constructors check as factories do
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(source_layer=20, consumer_layers=(24, 20)), "a layer appears twice"),  # was taken
+        (dict(source_layer=None, consumer_layers=(24,)), "consumer_layers need a source_layer"),
+        (dict(source_layer=None, consumer_layers=()), "needs a source_layer or plain_layers"),
+        (dict(source_layer=20, consumer_layers=24), "consumer_layers must be a sequence"),
+        (dict(source_layer="20", consumer_layers=()), "source_layer must be an int"),
+        (dict(source_layer=20, consumer_layers=(24,), path="dense"), "path must be 'auto'"),
+        (dict(source_layer=20, consumer_layers=(), fuse="no"), "fuse must be a bool"),
+        (dict(source_layer=20, consumer_layers=(), topk_algorithm="radix"), "topk_algorithm"),
+        (dict(source_layer=20, consumer_layers=(), implementation="cuda"), "unknown implem"),
+    ],
+)
+def test_two_level_indexer_constructor_checks_as_the_factory_does(kwargs, message):
+    """`TwoLevelIndexer(...)` refuses what `make_two_level_indexer` refuses (a layer taken twice
+    made decode_stacked return layer 20 twice; consumers without a source met a bare assert)."""
+    with pytest.raises(ValueError, match=message):
+        dj.TwoLevelIndexer(CFG, **kwargs)
+    if "needs a source" not in message:  # the factory returns None for no layers at all
+        with pytest.raises(ValueError, match=message):
+            dj.make_two_level_indexer(CFG, **kwargs)
+    with pytest.raises(ValueError, match="config must be an IndexerConfig"):
+        dj.TwoLevelIndexer(None, 20, ())
+
+
+def test_two_level_indexer_constructor_stores_what_the_factory_stores():
+    """Layer ids from a list or a NumPy array (was: the truth value of an array is ambiguous),
+    a single implementation name: the same, hashable step as the factory's."""
+    built = dj.TwoLevelIndexer(CFG, np.int64(20), [24, 28], np.array([3]), implementation="pallas")
+    made = dj.make_two_level_indexer(
+        CFG,
+        source_layer=20,
+        consumer_layers=np.array([24, 28]),
+        plain_layers=[3],
+        implementation="pallas",
+    )
+    assert built == made and hash(built) == hash(made)
+    assert (built.source_layer, built.consumer_layers, built.plain_layers) == (20, (24, 28), (3,))
+    assert built.implementation == ("pallas",) and type(built.source_layer) is int
+    assert dj.make_two_level_indexer(CFG, source_layer=None, plain_layers=np.array([], int)) is None
