@@ -7,6 +7,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from devices import SM80
 
@@ -211,3 +212,22 @@ def test_a_simulated_device_is_what_the_dispatch_reads_and_only_inside():
     with pytest.raises(TypeError, match="DeviceFacts"):
         with info.simulated_device(("gpu", "9.0")):
             pass
+
+
+# ------------------------------------------------ issue 70: the records and calls that misled
+def test_device_facts_check_their_fields_and_store_cluster_counts_as_a_tuple():
+    """A list of cluster counts was kept as a list: the plan's cache then raised "unhashable
+    type: 'list'". It is stored as a tuple; a field of another type is a ValueError naming it."""
+    facts = info.DeviceFacts("gpu", "9.0", [132, 66], np.int64(132))
+    assert facts.short_topk_clusters == (132, 66) and facts.sm_count == 132
+    assert facts == info.DeviceFacts("gpu", "9.0", (132, 66), 132) and hash(facts)
+    assert dj.plan("topk", sds((8, 4096), jnp.float32), 64, device=facts).device.sm_count == 132
+    for args, message in [
+        (("gpu", 9.0), "DeviceFacts.compute_capability must be a string"),
+        (("", "9.0"), "DeviceFacts.backend must be a string"),
+        (("gpu", "9.0", 132), "DeviceFacts.short_topk_clusters must be a sequence"),
+        (("gpu", "9.0", (1.5,)), "DeviceFacts.short_topk_clusters must be a non-negative int"),
+        (("gpu", "9.0", (), -1), "DeviceFacts.sm_count must be a non-negative int"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            info.DeviceFacts(*args)

@@ -351,3 +351,48 @@ def test_the_implementation_that_runs_on_a_simulated_h200():
         planned = dj.plan("topk", s, 512, device=h200)
         with pytest.raises(dj.ExtensionUnavailable, match="the plan was made for gpu 9.0"):
             dj.topk(s, n, 512, plan=planned)
+
+
+# ------------------------------------------------ issue 70: a plan built by hand is checked
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (dict(runs="bogus"), "Plan.runs must be None or one of Plan.order"),  # was a KeyError
+        (dict(order=("ffi", "cuda")), "Plan.order must be a tuple of distinct names"),
+        (dict(order=()), "Plan.order must be a tuple of distinct names"),
+        (dict(select="radix"), "Plan.select must be None or one of"),
+        (dict(declined=(("cuda", "why"),)), "Plan.declined must be a tuple"),
+        (dict(implementation="cuda"), "unknown implementation names"),
+        (dict(topk_algorithm="radix"), "topk_algorithm must be None or one of"),
+        (dict(spec=None), "Plan.spec must be a Spec"),
+        (dict(device=info.H200), "Plan.device must be a Device"),
+    ],
+)
+def test_a_plan_with_unknown_names_is_refused_when_made(change, message):
+    """A Plan with an implementation the op does not have raised KeyError inside the op; every
+    field is checked as `resolve` makes it, so a plan made by hand or `dataclasses.replace` is
+    refused where it is made."""
+    import dataclasses
+
+    p = dj.plan("topk", sds((8, 4096)), 64, device=CPU)
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(p, **change)
+    same = dataclasses.replace(p, implementation="reference", runs="reference")
+    assert same.implementation == ("reference",)
+    assert dj.topk(jnp.zeros((8, 4096)), jnp.full((8,), 9), 64, plan=same).shape == (8, 64)
+
+
+def test_spec_and_device_records_check_their_fields():
+    with pytest.raises(ValueError, match="Spec.op must be one of"):
+        Spec("sort", 8, 4096, "float32", 64)
+    with pytest.raises(ValueError, match="Spec.dtype must be a dtype name"):
+        Spec("topk", 8, 4096, "float33", 64)
+    with pytest.raises(ValueError, match="Spec.k must be a positive int"):
+        Spec("topk", 8, 4096, "float32", 0)
+    with pytest.raises(ValueError, match="Device.sm_count must be a non-negative int"):
+        Device("gpu", "9.0", -1)
+    with pytest.raises(ValueError, match="Device.limits must be a sequence of"):
+        Device("gpu", "9.0", 132, (), (("short_topk_chunk",),))
+    d = Device("gpu", "9.0", 132, [132, 66], [["short_topk_chunk", 16384]])
+    assert d.short_topk_clusters == (132, 66) and d.limits == (("short_topk_chunk", 16384),)
+    assert hash(d) and d.limit("short_topk_chunk") == 16384

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 
-from dsv41_jax import _ext
+from dsv41_jax import _checks, _ext
 from dsv41_jax._ext import DeviceFacts, ffi_declines
 
 __all__ = ["Device", "device_record", "ffi_declines", "no_cuda_select"]
@@ -24,6 +25,34 @@ class Device:
     sm_count: int = 0
     short_topk_clusters: tuple[int, ...] = ()
     limits: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        # A record built by hand is checked as `device_record` builds one (frozen and hashable:
+        # sequences are stored as tuples).
+        for name in ("backend", "compute_capability"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or (name == "backend" and not value):
+                raise ValueError(f"Device.{name} must be a string, got {value!r}")
+        _checks.nonnegative_int(self.sm_count, "Device.sm_count")
+        clusters, limits = self.short_topk_clusters, self.limits
+        if isinstance(clusters, (str, bytes)) or not isinstance(clusters, Sequence):
+            raise ValueError(
+                f"Device.short_topk_clusters must be a sequence of ints, got {clusters!r}"
+            )
+        counts = tuple(_checks.nonnegative_int(c, "Device.short_topk_clusters") for c in clusters)
+        if isinstance(limits, (str, bytes)) or not isinstance(limits, Sequence):
+            raise ValueError(f"Device.limits must be a sequence of (name, int), got {limits!r}")
+        pairs = []
+        for pair in limits:
+            if (
+                not isinstance(pair, (tuple, list))
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+            ):
+                raise ValueError(f"Device.limits must be a sequence of (name, int), got {pair!r}")
+            pairs.append((pair[0], _checks.static_int(pair[1], f"Device.limits[{pair[0]!r}]")))
+        object.__setattr__(self, "short_topk_clusters", counts)
+        object.__setattr__(self, "limits", tuple(pairs))
 
     def limit(self, name: str) -> int:
         """One of the extension's limits (KeyError when the record has none by that name)."""

@@ -62,6 +62,26 @@ class Spec:
     mask_blocks: int | None = None
     block_size: int = 8
 
+    def __post_init__(self) -> None:
+        # A spec built by hand is checked as `Spec.of` builds one (a plan compares them).
+        if self.op not in OPS:
+            raise ValueError(f"Spec.op must be one of {list(OPS)}, got {self.op!r}")
+        for name in ("rows", "columns"):
+            _checks.nonnegative_int(getattr(self, name), f"Spec.{name}")
+        _checks.positive_int(self.k, "Spec.k")
+        _checks.positive_int(self.block_size, "Spec.block_size")
+        _checks.boolean(self.starts, "Spec.starts")
+        if self.mask_blocks is not None:
+            _checks.nonnegative_int(self.mask_blocks, "Spec.mask_blocks")
+        try:
+            known = isinstance(self.dtype, str) and jnp.dtype(self.dtype).name == self.dtype
+        except TypeError:
+            known = False
+        if not known:
+            raise ValueError(
+                f"Spec.dtype must be a dtype name such as 'float32', got {self.dtype!r}"
+            )
+
     @classmethod
     def of(
         cls,
@@ -128,6 +148,46 @@ class Plan:
     select_reason: str
     runs: str | None
     declined: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        # A plan built or edited by hand (`dataclasses.replace`) is checked as `resolve` makes
+        # one: an op runs exactly `runs`, so a name it has no implementation of is refused here
+        # rather than failing inside the op.
+        if not isinstance(self.spec, Spec):
+            raise ValueError(f"Plan.spec must be a Spec, got {type(self.spec).__name__}")
+        if not isinstance(self.device, Device):
+            raise ValueError(f"Plan.device must be a Device, got {type(self.device).__name__}")
+        object.__setattr__(self, "implementation", _dispatch.shared(self.implementation))
+        check_algorithm(self.topk_algorithm)
+        order = self.order
+        if (
+            not isinstance(order, tuple)
+            or not order
+            or len(set(order)) != len(order)
+            or any(n not in IMPLEMENTATIONS for n in order)
+        ):
+            raise ValueError(
+                f"Plan.order must be a tuple of distinct names of {list(IMPLEMENTATIONS)}, got "
+                f"{order!r}"
+            )
+        if self.select is not None and self.select not in SELECTS:
+            raise ValueError(
+                f"Plan.select must be None or one of {list(SELECTS)}, got {self.select!r}"
+            )
+        if self.runs is not None and self.runs not in order:
+            raise ValueError(
+                f"Plan.runs must be None or one of Plan.order {order}, got {self.runs!r}"
+            )
+        declined = self.declined
+        if not isinstance(declined, tuple) or any(
+            not isinstance(d, tuple) or len(d) != 2 or d[0] not in order for d in declined
+        ):
+            raise ValueError(
+                f"Plan.declined must be a tuple of (name of Plan.order, reason), got {declined!r}"
+            )
+        for name in ("order_reason", "select_reason"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"Plan.{name} must be a string, got {getattr(self, name)!r}")
 
     def decisions(self) -> tuple[tuple[str, str, str], ...]:
         """(decision, choice, reason) of each decision, for printing."""
