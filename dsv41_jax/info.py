@@ -64,6 +64,24 @@ def _traced(arg: object) -> bool:
     )
 
 
+def _check_traceable(arg: object, name: str) -> None:
+    """ValueError naming the argument for a float leaf JAX would trace as another dtype (float64
+    with x64 off, which `jax.eval_shape` traces as float32): the call itself refuses float64
+    scores, so explaining the float32 call instead would report a choice the call never
+    makes."""
+    for leaf in jax.tree.leaves(arg):
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is None or not jnp.issubdtype(dtype, jnp.floating):
+            continue
+        if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+            raise ValueError(
+                f"{name} holds {jnp.dtype(dtype).name} values, which the ops refuse (float32, "
+                "bfloat16 or float16 scores) and jax.eval_shape would trace as "
+                f"{jax.dtypes.canonicalize_dtype(dtype).name}: cast them to the dtype the call "
+                "will get"
+            )
+
+
 def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice]:
     """Trace `fn(*args, **kwargs)` abstractly (`jax.eval_shape`: nothing runs) and return every
     op's choice inside it, in call order.
@@ -75,11 +93,18 @@ def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice
     k=512)`. Ops inside an inner `jax.jit` the process has already traced with the same shapes
     are cached by JAX and do not show. The choices of `topk` and `select_candidate_blocks`
     carry their plan (`Choice.plan`): each decision with its reason, shown by `str(choice)`.
+    A float64 argument (with x64 off) is refused, naming it: traced, it would become float32,
+    which the call itself never gets.
     """
     if not callable(fn):
         raise ValueError(f"fn must be callable, got {type(fn).__name__}")
     traced_args = {i: a for i, a in enumerate(args) if _traced(a)}
     traced_kwargs = {k: v for k, v in kwargs.items() if _traced(v)}
+    for name, arg in (
+        *((f"args[{i}]", a) for i, a in traced_args.items()),
+        *traced_kwargs.items(),
+    ):
+        _check_traceable(arg, name)
 
     def call(targs: dict[int, Any], tkwargs: dict[str, Any]) -> object:
         full = [targs[i] if i in targs else a for i, a in enumerate(args)]

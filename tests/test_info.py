@@ -231,3 +231,22 @@ def test_device_facts_check_their_fields_and_store_cluster_counts_as_a_tuple():
     ]:
         with pytest.raises(ValueError, match=message):
             info.DeviceFacts(*args)
+
+
+def test_explain_refuses_float64_arguments_the_call_refuses():
+    """A float64 ShapeDtypeStruct was traced as float32 and explained as the reference's choice,
+    while the call itself refuses float64 scores: it is refused, naming the argument."""
+    lens = sds((8,), jnp.int32)
+    for args, kwargs, name in [
+        ((sds((8, 4096), jnp.float64), lens), dict(k=64), "args\\[0\\]"),
+        ((), dict(scores=sds((8, 4096), jnp.float64), lengths=lens, k=64), "scores"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name} holds float64 values"):
+            info.explain(dj.topk, *args, **kwargs)
+    with pytest.raises(ValueError, match="scores must be float32, bfloat16 or float16"):
+        dj.topk(np.zeros((8, 4096)), np.full(8, 9, np.int32), 64)  # what the call does
+    with jax.enable_x64(True):  # float64 is traced as float64: the op's own error
+        with pytest.raises(ValueError, match="scores must be float32, bfloat16 or float16"):
+            info.explain(dj.topk, sds((8, 4096), jnp.float64), lens, k=64)
+    (choice,) = info.explain(dj.topk, sds((8, 4096), jnp.float32), np.full(8, 9), k=64)
+    assert choice.op == "topk"  # int64 lengths are int32 in the call too: explained
