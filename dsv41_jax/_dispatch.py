@@ -190,6 +190,8 @@ class Op:
         none supports the call (or the one planned declines: a plan made for another device
         than the one tracing)."""
         declined = list(plan.declined)
+        if plan.runs is not None and plan.runs != "reference":  # the reference runs anywhere
+            _ext.check_runs_here(f"{self.name} (implementation {plan.runs!r})")
         if plan.runs is not None:
             try:
                 out = self.impls[plan.runs].run(*args, **options)

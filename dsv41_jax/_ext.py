@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 import jax
+import jax.numpy as jnp
 
 from dsv41_jax import _checks
 
@@ -176,8 +177,9 @@ _simulated: contextvars.ContextVar[DeviceFacts | None] = contextvars.ContextVar(
 def simulated_device(facts: DeviceFacts) -> Iterator[DeviceFacts]:
     """Trace as on the device `facts` describes, on any machine: every dispatch decision reads
     `facts` instead of the real device, and the FFI targets are registered without touching a
-    GPU. Nothing can run on a simulated device: use it with abstract tracing
-    (`dsv41_jax.info.explain`, `jax.eval_shape`) or cross-platform lowering
+    GPU. Nothing can run on a simulated device (an op run eagerly inside, or under an eager
+    `vmap`, raises ValueError where its kernel is not this machine's): use it with abstract
+    tracing (`dsv41_jax.info.explain`, `jax.eval_shape`) or cross-platform lowering
     (`jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))`). E.g.
     `with simulated_device(H200): dsv41_jax.info.explain(...)`."""
     if not isinstance(facts, DeviceFacts):
@@ -187,6 +189,29 @@ def simulated_device(facts: DeviceFacts) -> Iterator[DeviceFacts]:
         yield facts
     finally:
         _simulated.reset(token)
+
+
+def check_runs_here(what: str) -> None:
+    """ValueError where `what` (an op's kernel) would run now, eagerly, on a simulated device
+    other than this machine's: `simulated_device` only traces (JAX would otherwise fail deep
+    in the kernel's compilation for this backend). Traced calls (`jax.eval_shape`, `jit`,
+    `info.explain`, lowering for another platform) pass."""
+    simulated = _simulated.get()
+    if simulated is None:
+        return
+    here = str(getattr(jax.devices()[0], "compute_capability", ""))
+    if (simulated.backend, simulated.compute_capability) == (jax.default_backend(), here):
+        return
+    # Staged (a jaxpr is being built) iff a fresh constant is a tracer; eagerly (vmap and grad
+    # included) it is a concrete array and the kernel would run now.
+    if isinstance(jnp.zeros((), jnp.int32), jax.core.Tracer):
+        return
+    raise ValueError(
+        f"{what} cannot run on this {jax.default_backend()} machine: simulated_device"
+        f"({simulated.backend} {simulated.compute_capability or '?'}) only traces; call it "
+        "under jax.eval_shape, dsv41_jax.info.explain or jax.jit(...).trace(...).lower("
+        "lowering_platforms=('cuda',)), or outside simulated_device"
+    )
 
 
 def facts() -> DeviceFacts:

@@ -250,3 +250,29 @@ def test_explain_refuses_float64_arguments_the_call_refuses():
             info.explain(dj.topk, sds((8, 4096), jnp.float64), lens, k=64)
     (choice,) = info.explain(dj.topk, sds((8, 4096), jnp.float32), np.full(8, 9), k=64)
     assert choice.op == "topk"  # int64 lengths are int32 in the call too: explained
+
+
+def test_an_eager_op_under_a_simulated_gpu_is_refused_clearly():
+    """Run eagerly (vmap included) inside `simulated_device(H200)` on a CPU, the Pallas kernel
+    the plan picks failed deep in JAX ("Only interpret mode is supported on CPU backend"); it is
+    a ValueError saying the simulated device only traces. Tracing and lowering still work."""
+    if jax.default_backend() == "gpu":
+        pytest.skip("a GPU is here: the kernels run")
+    s, n = jnp.zeros((8, 4096)), jnp.full((8,), 9)
+    mask = jnp.zeros((8, 16), jnp.int32)  # a mask the Pallas select gathers: it runs first
+
+    def masked(s, n, m):
+        return dj.topk(s, n, 64, candidates=m)
+
+    with info.simulated_device(info.H200):
+        for call in (
+            lambda: masked(s, n, mask),
+            lambda: dj.block_amax(s, n),
+            lambda: jax.vmap(masked)(s[None], n[None], mask[None]),
+        ):
+            with pytest.raises(ValueError, match=r"cannot run on this cpu machine: simulated_dev"):
+                call()
+        (choice,) = info.explain(masked, s, n, mask)
+        text = jax.jit(masked).trace(s, n, mask).lower(lowering_platforms=("cuda",)).as_text()
+    assert choice.implementation == "pallas" and "mosaic_gpu" in text
+    assert masked(s, n, mask).shape == (8, 64)  # outside: the reference on this CPU
