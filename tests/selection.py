@@ -97,7 +97,7 @@ PALLAS_LIMITS = dict(max_k=16384, long_k=4096, bf16_tile=8)
 IMPLS = {
     i.name: i
     for i in (
-        Impl("emulated-pallas", False, 300_000, starts=False, dtypes=BF16, **PALLAS_LIMITS),
+        Impl("emulated-pallas", False, 300_000, dtypes=BF16, **PALLAS_LIMITS),
         Impl("emulated-cluster", False, 300_000, dtypes=BF16),
         Impl("emulated-filter", False, 300_000, dtypes=BF16, max_k=4096),
         Impl("emulated-short", False, 300_000, dtypes=BF16, max_n=SHORT_MAX_N),
@@ -106,7 +106,7 @@ IMPLS = {
         Impl("ffi-filter", True, 1 << 23, dtypes=BF16, max_k=4096),
         Impl("ffi-filter-clusters", True, 1 << 23, dtypes=BF16, max_k=4096),
         Impl("ffi-short", True, 1 << 23, dtypes=BF16, max_n=SHORT_MAX_N),
-        Impl("pallas", True, 1 << 23, starts=False, dtypes=BF16, **PALLAS_LIMITS),
+        Impl("pallas", True, 1 << 23, dtypes=BF16, **PALLAS_LIMITS),
     )
 }
 

@@ -127,10 +127,22 @@ def test_block_amax_lowers_for_cuda():
     assert "custom_call @mosaic_gpu" in text
 
 
+@pytest.mark.parametrize("pin", [True, False])
+def test_block_amax_program_takes_ragged_rows(rng, pin):
+    """Rows with starts (was: declined, so a GPU without the extension ran the reference): block
+    b of row r is the max of its positions [b·B, (b+1)·B) after starts[r], as the reference
+    shifts them, rows starting at 0, mid-row and at the end included."""
+    s = make_scores(rng, 6, 2563, "special")
+    starts = np.array([0, 3, 1000, 2562, 2563, 17], np.int32)
+    lens = np.array([2563, 2000, 1563, 1, 0, 9], np.int32)
+    got = pallas_mgpu.block_amax(s, lens, 8, jnp.asarray(starts), pin, emulate=True)
+    want = reference.block_amax(jnp.asarray(s), jnp.asarray(lens), 8, jnp.asarray(starts), pin)
+    np.testing.assert_array_equal(got, np.asarray(want))
+    np.testing.assert_array_equal(got, amax_expected(s, lens, 8, pin, starts))
+
+
 def test_block_amax_pallas_refuses_what_it_cannot_do():
     s, n = jnp.zeros((2, 20)), jnp.zeros((2,), jnp.int32)
-    with pytest.raises(NotImplementedError, match="starts"):
-        pallas_mgpu.block_amax(s, n, 8, n, True, emulate=True)
     with pytest.raises(NotImplementedError, match="float32"):
         pallas_mgpu.block_amax(s.astype(jnp.bfloat16), n, 8, None, True, emulate=True)
 

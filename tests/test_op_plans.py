@@ -101,8 +101,8 @@ def test_plans_of_the_block_ops_on_an_h200(simulated_h200):
     bf16 = jax.ShapeDtypeStruct((4, 1000), jnp.bfloat16)
     p = BLOCK_AMAX.plan(None, bf16, lens, 8, None, True)
     assert p.runs == "reference" and "float32 scores only" in p.declined[0][1]
-    p = BLOCK_AMAX.plan(None, scores, lens, 8, lens, True)
-    assert p.runs == "reference" and "starts" in p.declined[0][1]
+    p = BLOCK_AMAX.plan(None, scores, lens, 8, lens, True)  # ragged rows: shifted, then Pallas
+    assert p.runs == "pallas" and p.declined == ()
     max_c = h200.limit("sort_max_candidates")
     bt = jax.ShapeDtypeStruct((4, 2), jnp.int32)
     for c, runs in ((max_c, "ffi"), (max_c + 1, "reference"), (0, "reference")):

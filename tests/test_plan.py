@@ -43,7 +43,8 @@ ORDERS = [
     ("topk", sds((8, 16384)), 512, False, None, 8, "ffi"),
     ("topk", sds((8, 16385)), 512, False, None, 8, "ffi"),  # longer rows
     ("topk", sds((8, 131072)), 512, False, None, 8, "ffi"),
-    ("topk", sds((8, 4096)), 64, True, None, 8, "ffi"),  # ragged rows: no Pallas program
+    ("topk", sds((8, 4096)), 64, True, None, 8, "ffi"),  # ragged rows: read in place by CUDA
+    ("topk", sds((8, 131072)), 512, True, 2048, 8, "ffi"),  # gathered, but ragged: CUDA first
     ("topk", sds((8, 4096), BF16), 64, False, None, 8, "ffi"),
     ("topk", sds((8, 4100), BF16), 64, False, None, 8, "ffi"),  # bf16 rows of a multiple of 8
     ("topk", sds((8, 4096), jnp.float16), 64, False, None, 8, "ffi"),
@@ -111,6 +112,20 @@ def test_no_cuda_select_without_a_gpu_or_the_extension():
     bare = Device("gpu", "9.0", 132)  # a GPU record without the extension's limits
     p = dj.plan("topk", sds((8, 4096)), 64, device=bare)
     assert p.select is None and "not built" in p.select_reason
+
+
+def test_ragged_rows_run_the_pallas_kernels_on_a_gpu_without_the_extension():
+    """A pure-Python install on a GPU: ragged rows (starts) ran the reference top-k and block
+    scores, the Pallas kernels declining them; they run the Pallas kernels now."""
+    from dsv41_jax.blocks.api import BLOCK_AMAX
+
+    bare = Device("gpu", "9.0", 132)
+    starts = sds((8,), jnp.int32)
+    for mask in (None, sds((8, 16), jnp.int32)):
+        p = dj.plan("topk", sds((8, 4096)), 64, starts=starts, candidates=mask, device=bare)
+        assert p.runs == "pallas" and [n for n, _ in p.declined] == ["ffi"]
+    amax = BLOCK_AMAX.plan(None, sds((8, 4096)), starts, 8, starts, True, device=bare)
+    assert amax.runs == "pallas" and amax.declined == ()
 
 
 def test_the_cuda_select_follows_the_device_record(gpu):

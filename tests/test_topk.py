@@ -184,6 +184,8 @@ RAGGED = [
     Case(12, 70144, 512, "special", mask=2048),
     Case(12, 70144, 512, "special", starts=True),
     Case(9, 30000, 512, "special", starts=True),
+    Case(6, 3000, 64, "ties", starts=True, mask=40),  # ragged and masked (gathered by Pallas)
+    Case(6, 3000, 64, "ties", starts=True, dtype="bfloat16"),
     Case(3, 1024, 30, "ties", mask=12),
     Case(5, 20000, 512, "special", mask=2048),  # masked: one round per chunk of 8192
     Case(9, 20000, 64, "ties", mask=300, messy=True, block_size=4),  # scalar gathers

@@ -314,11 +314,14 @@ def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     blocks = spec.op == "select_candidate_blocks"
     source = pallas_mgpu.source(scores, blocks=blocks)
     masked = spec.mask_blocks is not None
-    why = pallas_mgpu.declines(
-        spec.op, scores, spec.k, spec.starts, masked, spec.block_size, source
-    )
+    why = pallas_mgpu.declines(spec.op, scores, spec.k, masked, spec.block_size, source)
     if why is not None:
         return FFI_FIRST, f"the CUDA selects first: {why}"
+    if spec.starts:
+        return FFI_FIRST, (
+            "the CUDA selects first: they read ragged rows (starts) in place, the Pallas select "
+            "a shifted copy of them"
+        )
     what = "blocks" if blocks else "columns"
     if spec.mask_blocks is not None:
         if mgpu_select.gathers(spec.columns, spec.mask_blocks, spec.block_size):

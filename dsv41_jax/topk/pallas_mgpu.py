@@ -2,9 +2,10 @@
 `dsv41_jax.topk.mgpu_select` (SIMT programs in `plgpu.kernel`s of 1024 threads).
 
 What it takes: float32 scores (bfloat16 where a row is a multiple of 8), any row length, k up
-to 16,384 (4,096 for rows over 16,384 columns), candidate-block masks; not ragged rows
-(`starts`). `emulate=True` runs the same program on the CPU emulator (tests only: numpy in and
-out, slow, with bounds, initialisation and race checks).
+to 16,384 (4,096 for rows over 16,384 columns), candidate-block masks, ragged rows (`starts`:
+the program reads each row shifted to its start, a copy `rows.shift_rows` makes first, the
+reference's own shift). `emulate=True` runs the same program on the CPU emulator (tests only:
+numpy in and out, slow, with bounds, initialisation and race checks).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _ext, _mgpu
+from dsv41_jax.rows import shift_rows
 from dsv41_jax.topk import mgpu_select
 
 
@@ -23,7 +25,6 @@ def declines(
     op: str,
     scores,
     k: int,
-    has_starts: bool,
     masked: bool,
     block_size: int,
     source: str | None,
@@ -32,8 +33,6 @@ def declines(
     score source ("f32", "bf16", "blocks": `source`), None for scores it has no source for.
     Whether it runs first is the plan's decision (`dsv41_jax.plan`)."""
     rows, n = scores.shape
-    if has_starts:
-        return f"{op} pallas: rows with starts (prefill) not supported"
     if source is None:
         return (
             f"{op} pallas: no program for {scores.dtype} rows of {n} (float32; bfloat16 top-k "
@@ -62,7 +61,7 @@ def supports(spec, device) -> str | None:
     scores = spec.scores()
     masked = spec.mask_blocks is not None
     src = source(scores, blocks=op == "select_candidate_blocks")
-    return declines(op, scores, spec.k, spec.starts, masked, spec.block_size, src)
+    return declines(op, scores, spec.k, masked, spec.block_size, src)
 
 
 def source(scores, *, blocks: bool = False) -> str | None:
@@ -81,13 +80,16 @@ def source(scores, *, blocks: bool = False) -> str | None:
 def _run(op: str, source: str | None, data, lengths, k, starts, members, block_size, emulate):
     if not emulate:
         _mgpu.require_gpu(op)
-    why = declines(op, data, k, starts is not None, members is not None, block_size, source)
-    if why is not None:
+    why = declines(op, data, k, members is not None, block_size, source)
+    if why is not None or source is None:
         raise NotImplementedError(why)
-    assert source is not None
     rows, n = data.shape
     if rows == 0 or n == 0:
         return jnp.full((rows, k), -1, jnp.int32)
+    # Ragged rows: position p of row r is column starts[r] + p, the lengths clamped to what
+    # follows the start (the reference's shift, so the same positions are visible).
+    if starts is not None:
+        data, lengths = shift_rows(jnp.asarray(data), starts, jnp.asarray(lengths))
     lengths = _checks.int32(lengths)
     if members is not None:
         members = _checks.int32(members)
