@@ -69,6 +69,7 @@ def test_options_and_their_defaults():
     assert (options.out, options.plots, options.plots_from, options.section) == ("", "", "", "")
     options, _ = args.parse_args(["topk", "--quick", "--breakdown", "--topk-impls", "ffi"])
     assert (options.quick, options.breakdown, options.topk_impls) == (True, True, "ffi")
+    assert args.parse_args(["--topk-impls", " pallas, ffi,"])[0].topk_impls == "pallas,ffi"
 
 
 def test_ops_from_positionals_and_only():
@@ -85,6 +86,10 @@ def test_ops_from_positionals_and_only():
         (["loop"], "unknown op(s): loop (choose from logits, sort, amax, topk, select, step, mod"),
         (["--plots-from", "BENCHMARKS.md"], "--plots-from needs --plots DIR"),
         (["--section", "abc"], "--section selects a run of --plots-from FILE"),
+        (["--topk-impls", "ffi,bogus"], "--topk-impls: bogus (a comma list of ffi, pallas)"),
+        (["--topk-impls", " , "], "--topk-impls: none given"),
+        (["--plots-from", "no-such.md", "--plots", "out"], "'no-such.md' does not exist"),
+        (["--plots-from", ".", "--plots", "out"], "'.' is a folder"),
     ],
 )
 def test_bad_arguments_are_usage_errors(capsys, argv, message):
@@ -119,6 +124,18 @@ def test_plots_from_writes_only_where_plots_says(tmp_path, capsys):
     assert "plotting V4.1 indexer step, NVIDIA H200, bbbbbbb (2 rows)" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no run matches"):
         cli.main(["--plots-from", path, "--plots", str(out), "--section", "zzz"])
+
+
+def test_plots_without_matplotlib_are_a_usage_error(tmp_path, capsys, monkeypatch):
+    """Without matplotlib, --plots (measuring or --plots-from) stops at the command line with
+    what to install, not with an ImportError traceback after the run."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # find_spec: not installed
+    path = saved_runs(tmp_path)
+    for argv in (["--plots-from", path, "--plots", str(tmp_path)], ["step", "--plots", "x"]):
+        with pytest.raises(SystemExit) as e:
+            args.parse_args(argv)
+        assert e.value.code == 2
+        assert "--plots needs matplotlib (pip install matplotlib)" in capsys.readouterr().err
 
 
 def test_measuring_needs_a_gpu():

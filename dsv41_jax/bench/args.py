@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import re
 from collections.abc import Sequence
 
@@ -54,7 +56,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="select, step and model run these shapes instead of their sets, e.g. bs8x1M,bs64x128K",
     )
-    ap.add_argument("--topk-impls", default="ffi,pallas", help="top-k implementations to time")
+    ap.add_argument(
+        "--topk-impls",
+        default="ffi,pallas",
+        help="top-k implementations to time beside the dispatch's pick and the reference: a "
+        "comma list of ffi, pallas",
+    )
     ap.add_argument("--breakdown", action="store_true", help="print the kernels behind each row")
     ap.add_argument("--out", default="", help="write the markdown table here")
     return ap
@@ -76,6 +83,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, set[s
         )
     if args.section and not args.plots_from:
         ap.error("--section selects a run of --plots-from FILE")
+    if args.plots_from and not os.path.isfile(args.plots_from):
+        what = "is a folder" if os.path.isdir(args.plots_from) else "does not exist"
+        ap.error(f"--plots-from {args.plots_from!r} {what}: pass a saved table (markdown)")
+    if args.plots and importlib.util.find_spec("matplotlib") is None:
+        ap.error("--plots needs matplotlib (pip install matplotlib)")
+    impls = [x.strip() for x in args.topk_impls.split(",") if x.strip()]
+    bad = [x for x in impls if x not in ("ffi", "pallas")]
+    if bad or not impls:
+        ap.error(f"--topk-impls: {', '.join(bad) or 'none given'} (a comma list of ffi, pallas)")
+    args.topk_impls = ",".join(impls)
     try:
         args.shapes = parse_shapes(args.shapes)
     except ValueError as e:

@@ -28,7 +28,7 @@ from dsv41_jax.bench.topk import bench_topk
 def plots_from(args: argparse.Namespace) -> None:
     try:
         saved, title = read_table(args.plots_from, args.section or None)
-    except ValueError as e:
+    except (OSError, ValueError) as e:  # unreadable, or no run of decode-step rows
         raise SystemExit(f"dsv41_jax.bench --plots-from: {e}") from None
     print(f"plotting {title} ({len(saved)} rows)")
     for path in plot_step(saved, args.plots, title):
