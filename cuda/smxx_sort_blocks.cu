@@ -93,13 +93,16 @@ __global__ void __launch_bounds__(kThreads)
   // stores would scatter over ~16 sectors; measured no faster either way on the H200).
   // Block b lives in page b / spp at slot b % spp: a shift and a mask for V4.1's 64 / 8 (the
   // three divisions per block this replaced were most of the emission's time).
+  // A page id past `largest` names slots past int32 (they would wrap to valid-looking ones): no
+  // page, as a negative id, whatever the page table says.
   const int32_t* pages = stage ? staged : row_pages;
   const int32_t spp = a.page_size / a.block_size;
+  const int32_t largest = int32_t((int64_t(INT32_MAX) - a.page_size + 1) / a.page_size);
   auto emit = [&](int32_t b, int32_t out, int32_t n) {
     const int32_t page_of_b = spp_shift >= 0 ? b >> spp_shift : b / spp;
     const int32_t page = pages[page_of_b];
     out_blocks[out] = b;
-    out_physical[out] = page < 0 ? -1 : page * spp + (b - page_of_b * spp);
+    out_physical[out] = page < 0 || page > largest ? -1 : page * spp + (b - page_of_b * spp);
     if (out == n - 1) {  // the table's last block: partial only if it is the newest block
       const int32_t tail =
           b == nblocks - 1 ? int32_t((len - 1) % uint32_t(a.block_size)) + 1 : a.block_size;

@@ -120,7 +120,8 @@ def test_block_ops_bad_inputs_raise(call, match):
     [(16, 4, 64), (2048, 2048, 64), (2048, 16384, 64), (3000, 20000, 64), (256, 300, 48)],
 )
 def test_sort_kernel_matches_reference(request, rng, impl, c, pages, p):
-    """Any order, repeats, -1 and ids past the row; page tables with holes; 48-position pages
+    """Any order, repeats, -1 and ids past the row; page tables with holes and page ids past
+    int32's slots; 48-position pages
     (6 blocks a page: no shift); tables staged in shared memory or read from global memory."""
     rows, b = 8, 8
     cap = pages * p
@@ -134,6 +135,9 @@ def test_sort_kernel_matches_reference(request, rng, impl, c, pages, p):
     sel[5, : c // 2] = sel[5, c // 2 : 2 * (c // 2)]  # repeats
     sel[6, :3] = [-5, cap, 2**30]  # out of range
     bt = rng.integers(-1, 10_000, (rows, pages)).astype(np.int32)
+    # Page ids whose slots pass int32 name no page (-1); the largest that fits does.
+    largest = (2**31 - p) // p
+    bt[3, :3] = [2**31 - 1, largest + 1, largest]
     args = (jnp.asarray(sel), jnp.asarray(lens), jnp.asarray(bt))
     want = dj.sort_candidate_blocks(*args, block_size=b, page_size=p, implementation="reference")
     if impl == "emulated":
