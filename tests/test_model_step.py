@@ -136,17 +136,37 @@ def test_the_model_step_is_one_custom_call_a_layer(ms, simulated_h200, batch, co
 @pytest.mark.parametrize("batch,context", [(1, 16384), (8, 131072)])
 def test_model_step_on_gpu_equals_eager_layers_and_reference(ms, rng, next_n, batch, context):
     """On the GPU: the jitted model step's selections equal the same layers called eagerly
-    (`decode_layer` one by one, outside any jit) and the reference, bitwise."""
+    (`decode_layer` one by one, outside any jit) and the reference selection over the same
+    (FFI) logits, bitwise: the source's top-k and table, each consumer's top-k inside it."""
+    from dsv41_jax.indexer import _publish_from_logits
+
     cfg = dj.IndexerConfig(next_n=next_n)
     shape = ms.ModelShape(hidden=2048, block_mb=2.0, kv_dim=128)
     ix = indexer(cfg)
     state, seen, bt = run_steps(ms, ix, rng, batch, context, 3, shape)
-    st = ix.begin_decode(state.context_lens, bt)
-    ref = indexer(cfg, implementation="reference")
-    queries = {layer: q for layer, (q, _) in seen.items()}
-    want = ref.decode(queries, state.caches, state.context_lens, bt).selections
+    lens = state.context_lens
+    rows = dj.row_lengths(lens, next_n, bt.shape[1] * cfg.page_size)
+    row_bt = dj.row_block_table(bt, next_n)
+    st = ix.begin_decode(lens, bt)
+    table = None
     for layer in (20, 24, 28, 32, 36):
-        eager, st = ix.decode_layer(layer, seen[layer][0], state.caches[layer], st)
-        got = np.asarray(seen[layer][1])
+        query, got = seen[layer][0], np.asarray(seen[layer][1])
+        eager, st = ix.decode_layer(layer, query, state.caches[layer], st)
         np.testing.assert_array_equal(got, np.asarray(eager), f"layer {layer} vs eager")
-        np.testing.assert_array_equal(got, np.asarray(want[layer]), f"layer {layer} vs reference")
+        logits = dj.paged_mqa_logits(query, state.caches[layer], lens, bt, implementation="ffi")
+        if layer == 20:
+            want, table = _publish_from_logits(logits, rows, row_bt, cfg, ("reference",))
+            for name in ("blocks", "count", "valid_lens", "physical"):
+                np.testing.assert_array_equal(
+                    np.asarray(getattr(st.table, name)), np.asarray(getattr(table, name)), name
+                )
+        else:
+            want = dj.topk(
+                logits,
+                rows,
+                cfg.index_topk,
+                candidates=table,
+                block_size=cfg.candidate_block_size,
+                implementation="reference",
+            )
+        np.testing.assert_array_equal(got, np.asarray(want), f"layer {layer} vs reference")
