@@ -23,11 +23,36 @@ FIGURE = re.compile(r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?\s?(?:µs|us\b|ms\b|%
 STEP, SELECT, TOPK = "decode step (publish + 4 selects)", "select (consumer layer)", "topk k=512"
 TORCH_STEP = "DeepGEMM logits + torch selection (baseline)"
 LOGITS = ("paged_mqa_logits", "bs64 x 128K", "ffi (DeepGEMM sm90)")
+MOE = "default, MoE-sized blocks, PjRt client"
 
 # (document, the text stating the figure, the figure, where it comes from): a BENCHMARKS.md row
 # (op, shape, implementation) for "µs" (its device µs) or "% of floor" (floor / device µs), or
 # a sentence of BENCHMARKS_HISTORY.md that states it.
 CITED = [
+    (
+        "docs/serving.md",
+        "a marginal 158.3 µs",
+        "158.3",
+        ("µs", ("indexer marginal span (model step)", "bs8 x 128K", MOE)),
+    ),
+    (
+        "docs/serving.md",
+        "for 158.3 µs of its kernels",
+        "158.3",
+        ("µs", ("indexer kernels (model step)", "bs8 x 128K", MOE)),
+    ),
+    (
+        "docs/serving.md",
+        "was 651.0 µs under",
+        "651.0",
+        ("µs", ("model step span", "bs8 x 128K", "default, light blocks, PjRt client")),
+    ),
+    (
+        "docs/serving.md",
+        "and 554.2 µs under TFRT",
+        "554.2",
+        ("µs", ("model step span", "bs8 x 128K", "default, light blocks, TFRT client")),
+    ),
     ("README.md", "69 µs at bs 1 × 16K", "69", ("µs", (STEP, "bs1 x 16K", "auto path (default)"))),
     (
         "README.md",
