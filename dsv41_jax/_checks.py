@@ -109,17 +109,23 @@ def static_int(v, name: str) -> int:
     raise ValueError(f"{name} must be an int, got {type(v).__name__} {v!r}")
 
 
-def positive_int(v, name: str) -> int:
-    """A static positive int, at most 2**31 - 1 (every size and count the kernels take is
-    int32)."""
+def _int_at_least(v, name: str, least: int, what: str) -> int:
+    """A static int >= `least`; ValueError saying it must be `what` otherwise."""
     try:
         n = static_int(v, name)
     except ValueError as e:
         if "traced" in str(e):
             raise
-        raise ValueError(f"{name} must be a positive int, got {v!r}") from None
-    if n <= 0:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
+        raise ValueError(f"{name} must be {what}, got {v!r}") from None
+    if n < least:
+        raise ValueError(f"{name} must be {what}, got {v!r}")
+    return n
+
+
+def positive_int(v, name: str) -> int:
+    """A static positive int, at most 2**31 - 1 (every size and count the kernels take is
+    int32)."""
+    n = _int_at_least(v, name, 1, "a positive int")
     if n > INT32_MAX:
         raise ValueError(f"{name} must be at most 2**31 - 1, got {n}")
     return n
@@ -127,15 +133,26 @@ def positive_int(v, name: str) -> int:
 
 def nonnegative_int(v, name: str) -> int:
     """A static int >= 0 (a count or a capacity that may be zero)."""
-    try:
-        n = static_int(v, name)
-    except ValueError as e:
-        if "traced" in str(e):
-            raise
-        raise ValueError(f"{name} must be a non-negative int, got {v!r}") from None
-    if n < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {v!r}")
-    return n
+    return _int_at_least(v, name, 0, "a non-negative int")
+
+
+def device_fields(owner: str, record) -> tuple[tuple[int, ...], int]:
+    """The fields a device record (`_ext.DeviceFacts`, `plan.Device`) shares, checked:
+    `backend` a non-empty string, `compute_capability` a string, `sm_count` and every count of
+    `short_topk_clusters` non-negative ints. Returns (the cluster counts as a tuple, sm_count);
+    ValueError naming `owner.field` otherwise."""
+    for name in ("backend", "compute_capability"):
+        value = getattr(record, name)
+        if not isinstance(value, str) or (name == "backend" and not value):
+            raise ValueError(f"{owner}.{name} must be a string, got {value!r}")
+    clusters = record.short_topk_clusters
+    if isinstance(clusters, (str, bytes)) or not isinstance(clusters, Sequence):
+        raise ValueError(
+            f"{owner}.short_topk_clusters must be a sequence of ints (clusters of 1, 2, ... CTAs "
+            f"that run at once), got {clusters!r}"
+        )
+    counts = tuple(nonnegative_int(c, f"{owner}.short_topk_clusters") for c in clusters)
+    return counts, nonnegative_int(record.sm_count, f"{owner}.sm_count")
 
 
 def layer_ids(

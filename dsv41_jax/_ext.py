@@ -7,7 +7,7 @@ import contextvars
 import dataclasses
 import functools
 import importlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -146,21 +146,8 @@ class DeviceFacts:
     def __post_init__(self) -> None:
         # Checked as the record is read (a frozen, hashable value: the plans are cached on it);
         # any sequence of cluster counts is stored as a tuple.
-        for name in ("backend", "compute_capability"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or (name == "backend" and not value):
-                raise ValueError(f"DeviceFacts.{name} must be a string, got {value!r}")
-        clusters = self.short_topk_clusters
-        if isinstance(clusters, (str, bytes)) or not isinstance(clusters, Sequence):
-            raise ValueError(
-                "DeviceFacts.short_topk_clusters must be a sequence of ints (clusters of 1, 2, "
-                f"... CTAs that run at once), got {clusters!r}"
-            )
-        counts = tuple(
-            _checks.nonnegative_int(c, "DeviceFacts.short_topk_clusters") for c in clusters
-        )
+        counts, sms = _checks.device_fields("DeviceFacts", self)
         object.__setattr__(self, "short_topk_clusters", counts)
-        sms = _checks.nonnegative_int(self.sm_count, "DeviceFacts.sm_count")
         object.__setattr__(self, "sm_count", sms)
 
 

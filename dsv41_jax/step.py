@@ -39,7 +39,6 @@ from dsv41_jax.plan.layers import (
     Path,
     Role,
     StepPlan,
-    plan_layer,
     plan_step,
 )
 from dsv41_jax.rows import row_block_table
@@ -253,14 +252,7 @@ class TwoLevelIndexer:
             )
         _check_paged_config(self.config, query, cache)
         lens, bt = state.context_lens, state.block_table
-        spec = LayerSpec.of(role, query, cache, bt, self.config, own_table=role == "consumer")
-        lp = plan_layer(
-            spec,
-            path=self.path,
-            implementation=self.implementation,
-            unfused=None if self.fuse else "fuse=False, as asked",
-            topk_algorithm=self.topk_algorithm,
-        )
+        lp = self._plan([(layer, self._spec(layer, query, cache, bt))]).layer(layer)
         cfg, forced, share = self.config, self.topk_algorithm, state.shared
         if lp.fused and share is None:
             share = fused.Shared.of(lens, bt, cfg.page_size, query.next_n)
@@ -361,23 +353,19 @@ class TwoLevelIndexer:
         for layer in self._call_order:
             _check_paged_config(self.config, queries[layer], caches[layer])
         record_ = device if isinstance(device, Device) else device_record(device)
-        specs = [
-            (
-                i,
-                LayerSpec.of(
-                    role := self._role(i),
-                    queries[i],
-                    caches[i],
-                    block_table,
-                    self.config,
-                    own_table=role == "consumer",
-                ),
-            )
-            for i in self._call_order
-        ]
+        specs = [(i, self._spec(i, queries[i], caches[i], block_table)) for i in self._call_order]
+        return self._plan(specs, record_)
+
+    def _spec(self, layer: int, query: Any, cache: Any, block_table: Any) -> LayerSpec:
+        """Layer `layer` as its plan sees it: a consumer's table is the one its step published."""
+        role = self._role(layer)
+        return LayerSpec.of(role, query, cache, block_table, self.config, role == "consumer")
+
+    def _plan(self, specs: list[tuple[int, LayerSpec]], device: Device | None = None) -> StepPlan:
+        """The plan of these layers with this indexer's path, implementation, select and fuse."""
         return plan_step(
             specs,
-            record_,
+            device,
             path=self.path,
             implementation=self.implementation,
             fuse=self.fuse,

@@ -98,7 +98,7 @@ def decode_step(
     page = cfg.page_size
     # This step's keys go to positions L .. L + next_n - 1; then every row sees its own.
     pos = state.context_lens[:, None] + jnp.arange(next_n, dtype=jnp.int32)
-    slots = jnp.take_along_axis(block_table, pos // page, axis=1) * page + pos % page
+    slots = dj.logical_to_physical(pos, block_table, page)  # -1 past the page table: skipped
     lens = state.context_lens + next_n
     row_table = dj.row_block_table(block_table, next_n)
     indexer = ix.begin_decode(lens, block_table)  # indexer: once a step

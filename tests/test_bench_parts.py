@@ -178,7 +178,8 @@ def test_interleaved_medians_alternate_the_variants(monkeypatch):
         seen.append((f"wall {fn()}", calls, keep))
         return next(walls[fn()])
 
-    def span(fn, calls, keep):
+    def span(fn, calls, keep, marks=()):
+        assert marks == ()
         seen.append((f"span {fn()}", calls, keep))
         s = next(spans[fn()])
         return dict(span=s, sum=s / 2, kernels=4.0)

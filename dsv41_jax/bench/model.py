@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,13 +31,13 @@ import numpy as np
 
 from dsv41_jax.bench.args import fits_device
 from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import device_events, host_wall_us, span_us, trace_events
+from dsv41_jax.bench.timing import breakdown_line, interleaved_medians, profiled_events
 
 MODEL_SHAPES_QUICK = ((1, 16384), (8, 131072))
 MODEL_SHAPES = ((1, 16384), (8, 16384), (8, 131072), (64, 16384), (64, 131072), (8, 1 << 20))
 WEIGHTS = {"MoE-sized": 48.0, "light": 1.0}
 LIBRARY_KERNELS = ("dsv41", "deep_gemm")  # kernel-name marks of this library's kernels
-STEPS, ROUNDS = 20, 3
+STEPS, ROUNDS = 20, 5
 
 
 def example() -> ModuleType:
@@ -60,37 +59,6 @@ def client() -> str:
     return "TFRT client" if tfrt else "PjRt client"
 
 
-def _profile(fn: Callable[[], object], calls: int) -> dict[str, float]:
-    """{span, sum, kernels, library} per call of `calls` back-to-back calls, from CUPTI."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        host_wall_us(fn, calls)
-        torch.cuda.synchronize()
-    device = device_events(trace_events(prof))
-    mine = [e for e in device if any(m in e.get("name", "") for m in LIBRARY_KERNELS)]
-    return span_us(device, calls) | dict(library=sum(e["dur"] for e in mine) / calls)
-
-
-def _top_kernels(fn: Callable[[], object], calls: int, n: int = 8) -> str:
-    """The `n` kernels that took the most time per call, with their µs (for --breakdown)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        host_wall_us(fn, calls)
-        torch.cuda.synchronize()
-    by_name: dict[str, float] = {}
-    for e in device_events(trace_events(prof)):
-        name = e.get("name", "?")[:70]
-        by_name[name] = by_name.get(name, 0.0) + e["dur"] / calls
-    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:n]
-    return "; ".join(f"{name}: {us:.1f}" for name, us in top)
-
-
 def bench_model(
     bw: float, shapes: Sequence[tuple[int, int]], breakdown: list[str] | None = None
 ) -> list[Row]:
@@ -102,7 +70,8 @@ def bench_model(
     ms = example()
     cfg = dj.IndexerConfig()
     rows: list[Row] = []
-    steps_needed = 3 + ROUNDS * 2 * STEPS + 5  # warm-up, rounds, breakdown
+    # Warm-up, the rounds' host walls and (every other round) spans, the breakdown.
+    steps_needed = 3 + ROUNDS * STEPS + (ROUNDS + 1) // 2 * STEPS + 5
     for (bs, ctx), (weight, mb) in [(s, w) for s in shapes for w in WEIGHTS.items()]:
         shape = ms.ModelShape(block_mb=mb)
         cache_bytes = bs * ctx * 132
@@ -129,32 +98,22 @@ def bench_model(
                 return box["state"].hidden
 
             variants[name] = one
-        for fn in variants.values():
-            for _ in range(3):
-                jax.block_until_ready(fn())
-        host: dict[str, list[float]] = {n: [] for n in variants}
-        gpu: dict[str, list[dict[str, float]]] = {n: [] for n in variants}
-        for _ in range(ROUNDS):
-            for name, fn in variants.items():
-                host[name].append(host_wall_us(fn, STEPS))
-                gpu[name].append(_profile(fn, STEPS))
-
-        def med(name: str, key: str) -> float:
-            return statistics.median(g[key] for g in gpu[name])
+        m = interleaved_medians(
+            {name: (fn, False) for name, fn in variants.items()}, ROUNDS, STEPS, LIBRARY_KERNELS
+        )
 
         if breakdown is not None:
-            breakdown.append(f"model {label} {weight}: {_top_kernels(variants['indexer'], 5)}")
+            top = breakdown_line(profiled_events(variants["indexer"], 5), 5)
+            breakdown.append(f"model {label} {weight}: {top}")
         index_floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)
         impl = f"default, {weight} blocks, {client()}"
         fixed_impl = f"fixed selection (no indexer kernels), {weight} blocks, {client()}"
         for name, label_impl in (("indexer", impl), ("fixed", fixed_impl)):
-            rows.append(Row("model step span", label, label_impl, med(name, "span"), 0.0))
-            rows.append(
-                Row("model step host wall", label, label_impl, statistics.median(host[name]), 0.0)
-            )
-            rows.append(Row("model step kernel sum", label, label_impl, med(name, "sum"), 0.0))
-        marginal = med("indexer", "span") - med("fixed", "span")
-        added = med("indexer", "sum") - med("fixed", "sum")
+            rows.append(Row("model step span", label, label_impl, m[name]["span"], 0.0))
+            rows.append(Row("model step host wall", label, label_impl, m[name]["host"], 0.0))
+            rows.append(Row("model step kernel sum", label, label_impl, m[name]["sum"], 0.0))
+        marginal = m["indexer"]["span"] - m["fixed"]["span"]
+        added = m["indexer"]["sum"] - m["fixed"]["sum"]
         rows.append(Row("indexer marginal span (model step)", label, impl, marginal, index_floor))
         rows.append(Row("indexer kernels (model step)", label, impl, added, index_floor))
         rows.append(
@@ -162,13 +121,13 @@ def bench_model(
                 "indexer library kernels (model step)",
                 label,
                 impl,
-                med("indexer", "library") - med("fixed", "library"),
+                m["indexer"]["marked"] - m["fixed"]["marked"],
                 index_floor,
             )
         )
         print(
-            f"bench: model {label} {weight}: kernels/step indexer {med('indexer', 'kernels'):.0f}, "
-            f"fixed {med('fixed', 'kernels'):.0f}; marginal span / added kernels "
+            f"bench: model {label} {weight}: kernels/step indexer {m['indexer']['kernels']:.0f}, "
+            f"fixed {m['fixed']['kernels']:.0f}; marginal span / added kernels "
             f"{marginal / max(added, 1e-9):.2f}",
             flush=True,
         )

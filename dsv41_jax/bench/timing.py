@@ -194,8 +194,10 @@ def host_wall_us(fn: Callable[[], object], calls: int, keep: bool = False) -> fl
     return (time.perf_counter() - t) / calls * 1e6
 
 
-def gpu_span_us(fn: Callable[[], object], calls: int, keep: bool = False) -> dict[str, float]:
-    """{span, sum, kernels} per call of `calls` back-to-back calls, from CUPTI."""
+def profiled_events(
+    fn: Callable[[], object], calls: int, keep: bool = False
+) -> list[dict[str, Any]]:
+    """The GPU work (`device_events`) of `calls` back-to-back calls of `fn`, from CUPTI."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -203,7 +205,20 @@ def gpu_span_us(fn: Callable[[], object], calls: int, keep: bool = False) -> dic
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         host_wall_us(fn, calls, keep)
         torch.cuda.synchronize()
-    return span_us(device_events(trace_events(prof)), calls)
+    return device_events(trace_events(prof))
+
+
+def gpu_span_us(
+    fn: Callable[[], object], calls: int, keep: bool = False, marks: Sequence[str] = ()
+) -> dict[str, float]:
+    """{span, sum, kernels} per call of `calls` back-to-back calls, from CUPTI; with `marks`,
+    also `marked`: the time of the kernels whose name holds one of them."""
+    device = profiled_events(fn, calls, keep)
+    out = span_us(device, calls)
+    if marks:
+        mine = [e for e in device if any(m in e.get("name", "") for m in marks)]
+        out["marked"] = sum(e["dur"] for e in mine) / calls
+    return out
 
 
 def span_us(device: list[dict[str, Any]], calls: int) -> dict[str, float]:
@@ -220,11 +235,13 @@ def interleaved_medians(
     variants: dict[str, tuple[Callable[[], object], bool]],
     rounds: int = 5,
     calls: int = 50,
+    marks: Sequence[str] = (),
 ) -> dict[str, dict[str, float]]:
     """Per variant, medians over interleaved rounds (the variants alternate, so the shared
     host's noise falls on all of them) of the host wall (`host_wall_us`, every round) and of
     `gpu_span_us`' span, kernel sum and kernel count (every other round): {host, span, sum,
-    kernels}. `variants`: name -> (zero-argument call, keep every call's outputs alive)."""
+    kernels} (and `marked`, with `marks`: as `gpu_span_us`'). `variants`: name -> (zero-argument
+    call, keep every call's outputs alive)."""
     for fn, _ in variants.values():
         for _ in range(3):
             jax.block_until_ready(fn())
@@ -234,7 +251,7 @@ def interleaved_medians(
         for name, (fn, keep) in variants.items():
             host[name].append(host_wall_us(fn, calls, keep))
             if r % 2 == 0:
-                gpu[name].append(gpu_span_us(fn, calls, keep))
+                gpu[name].append(gpu_span_us(fn, calls, keep, marks=marks))
     return {
         name: dict(
             host=statistics.median(host[name]),

@@ -61,8 +61,7 @@ def sort_candidate_blocks(
     blocks, count, valid, physical = jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(
         _checks.int32(selected),
         _checks.int32(lengths),
-        # Page ids whose slots pass int32 become -1 here: the kernel's int32 slot would wrap.
-        _checks.addressable_pages(_checks.int32(block_table), page_size),
+        _checks.int32(block_table),  # the kernel maps page ids whose slots pass int32 to -1
         block_size=np.int32(block_size),
         page_size=np.int32(page_size),
     )

@@ -29,17 +29,8 @@ class Device:
     def __post_init__(self) -> None:
         # A record built by hand is checked as `device_record` builds one (frozen and hashable:
         # sequences are stored as tuples).
-        for name in ("backend", "compute_capability"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or (name == "backend" and not value):
-                raise ValueError(f"Device.{name} must be a string, got {value!r}")
-        _checks.nonnegative_int(self.sm_count, "Device.sm_count")
-        clusters, limits = self.short_topk_clusters, self.limits
-        if isinstance(clusters, (str, bytes)) or not isinstance(clusters, Sequence):
-            raise ValueError(
-                f"Device.short_topk_clusters must be a sequence of ints, got {clusters!r}"
-            )
-        counts = tuple(_checks.nonnegative_int(c, "Device.short_topk_clusters") for c in clusters)
+        counts, _ = _checks.device_fields("Device", self)
+        limits = self.limits
         if isinstance(limits, (str, bytes)) or not isinstance(limits, Sequence):
             raise ValueError(f"Device.limits must be a sequence of (name, int), got {limits!r}")
         pairs = []
