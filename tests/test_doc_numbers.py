@@ -1,7 +1,7 @@
 """Every measured figure the README and docs/*.md state is checked against the benchmarks: each
-one is listed below with the row of BENCHMARKS.md (the newest measurement of each) or the
-sentence of BENCHMARKS_HISTORY.md it comes from, and a figure in the docs that is not listed
-fails (cite it here or point to BENCHMARKS.md instead)."""
+one is listed below with the row of BENCHMARKS.md (the newest measurement of each on a device
+kind) or the sentence of BENCHMARKS_HISTORY.md it comes from, and a figure in the docs that is
+not listed fails (cite it here or point to BENCHMARKS.md instead)."""
 
 from __future__ import annotations
 
@@ -22,64 +22,94 @@ FIGURE = re.compile(r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?\s?(?:µs|us\b|ms\b|%
 
 STEP, SELECT, TOPK = "decode step (publish + 4 selects)", "select (consumer layer)", "topk k=512"
 TORCH_STEP = "DeepGEMM logits + torch selection (baseline)"
-LOGITS = ("paged_mqa_logits", "bs64 x 128K", "ffi (DeepGEMM sm90)")
+LOGITS = ("H200", "paged_mqa_logits", "bs64 x 128K", "ffi (DeepGEMM sm90)")
 MOE = "default, MoE-sized blocks, PjRt client"
 
 # (document, the text stating the figure, the figure, where it comes from): a BENCHMARKS.md row
-# (op, shape, implementation) for "µs" (its device µs) or "% of floor" (floor / device µs), or
-# a sentence of BENCHMARKS_HISTORY.md that states it.
+# (its table, e.g. "H200", then op, shape, implementation) for "µs" (its device µs) or "% of
+# floor" (floor / device µs), or a sentence of BENCHMARKS_HISTORY.md that states it.
 CITED = [
     (
         "docs/serving.md",
         "a marginal 158.3 µs",
         "158.3",
-        ("µs", ("indexer marginal span (model step)", "bs8 x 128K", MOE)),
+        ("µs", ("H100", "indexer marginal span (model step)", "bs8 x 128K", MOE)),
     ),
     (
         "docs/serving.md",
         "for 158.3 µs of its kernels",
         "158.3",
-        ("µs", ("indexer kernels (model step)", "bs8 x 128K", MOE)),
+        ("µs", ("H100", "indexer kernels (model step)", "bs8 x 128K", MOE)),
     ),
     (
         "docs/serving.md",
         "was 651.0 µs under",
         "651.0",
-        ("µs", ("model step span", "bs8 x 128K", "default, light blocks, PjRt client")),
+        ("µs", ("H100", "model step span", "bs8 x 128K", "default, light blocks, PjRt client")),
     ),
     (
         "docs/serving.md",
         "and 554.2 µs under TFRT",
         "554.2",
-        ("µs", ("model step span", "bs8 x 128K", "default, light blocks, TFRT client")),
+        ("µs", ("H100", "model step span", "bs8 x 128K", "default, light blocks, TFRT client")),
     ),
-    ("README.md", "69 µs at bs 1 × 16K", "69", ("µs", (STEP, "bs1 x 16K", "auto path (default)"))),
+    (
+        "README.md",
+        "69 µs at bs 1 × 16K",
+        "69",
+        ("µs", ("H200", STEP, "bs1 x 16K", "auto path (default)")),
+    ),
     (
         "README.md",
         "139 µs at bs 8 × 128K",
         "139",
-        ("µs", (STEP, "bs8 x 128K", "auto path (default)")),
+        ("µs", ("H200", STEP, "bs8 x 128K", "auto path (default)")),
     ),
-    ("README.md", "torch ops: 645 µs", "645", ("µs", (STEP, "bs1 x 16K", TORCH_STEP))),
-    ("README.md", "and 935 µs)", "935", ("µs", (STEP, "bs8 x 128K", TORCH_STEP))),
-    ("README.md", "sparse path\n(20 µs", "20", ("µs", (SELECT, "bs8 x 128K", "sparse path"))),
-    ("README.md", "path 61 µs)", "61", ("µs", (SELECT, "bs8 x 128K", "mask path"))),
-    ("README.md", "[8, 16K] in 5.8 µs", "5.8", ("µs", (TOPK, "[8, 16K]", "auto (default)"))),
-    ("README.md", "torch.topk 91 µs", "91", ("µs", (TOPK, "[8, 16K]", "torch.topk (baseline)"))),
+    ("README.md", "torch ops: 645 µs", "645", ("µs", ("H200", STEP, "bs1 x 16K", TORCH_STEP))),
+    ("README.md", "and 935 µs)", "935", ("µs", ("H200", STEP, "bs8 x 128K", TORCH_STEP))),
+    (
+        "README.md",
+        "sparse path\n(20 µs",
+        "20",
+        ("µs", ("H200", SELECT, "bs8 x 128K", "sparse path")),
+    ),
+    ("README.md", "path 61 µs)", "61", ("µs", ("H200", SELECT, "bs8 x 128K", "mask path"))),
+    (
+        "README.md",
+        "[8, 16K] in 5.8 µs",
+        "5.8",
+        ("µs", ("H100", TOPK, "[8, 16K]", "auto (default)")),
+    ),
+    (
+        "README.md",
+        "torch.topk 91 µs",
+        "91",
+        ("µs", ("H100", TOPK, "[8, 16K]", "torch.topk (baseline)")),
+    ),
     (
         "README.md",
         "[64, 128K] in\n13.7 µs",
         "13.7",
-        ("µs", ("masked topk k=512", "[64, 128K]", "auto (default)")),
+        ("µs", ("H100", "masked topk k=512", "[64, 128K]", "auto (default)")),
     ),
-    ("README.md", "[8, 128K] in 10.3 µs", "10.3", ("µs", (TOPK, "[8, 128K]", "auto (default)"))),
-    ("README.md", "torch.topk 79 µs", "79", ("µs", (TOPK, "[8, 128K]", "torch.topk (baseline)"))),
-    ("README.md", "[8, 1M] in 38 µs", "38", ("µs", (TOPK, "[8, 1024K]", "ffi filter"))),
+    (
+        "README.md",
+        "[8, 128K] in 10.3 µs",
+        "10.3",
+        ("µs", ("H100", TOPK, "[8, 128K]", "auto (default)")),
+    ),
+    (
+        "README.md",
+        "torch.topk 79 µs",
+        "79",
+        ("µs", ("H100", TOPK, "[8, 128K]", "torch.topk (baseline)")),
+    ),
+    ("README.md", "[8, 1M] in 38 µs", "38", ("µs", ("H100", TOPK, "[8, 1024K]", "ffi filter"))),
     (
         "README.md",
         "torch.topk 173 µs",
         "173",
-        ("µs", (TOPK, "[8, 1024K]", "torch.topk (baseline)")),
+        ("µs", ("H100", TOPK, "[8, 1024K]", "torch.topk (baseline)")),
     ),
     ("README.md", "at 89% of copy bandwidth", "89", ("% of floor", LOGITS)),
     (
@@ -91,14 +121,9 @@ CITED = [
 ]
 
 
-def bench_rows() -> dict[tuple[str, str, str], tuple[float, float]]:
-    """(op, shape, implementation) -> (device µs, floor µs), from BENCHMARKS.md (one row each)."""
-    rows = {}
-    for table in bench_report.tables(BENCH):
-        for row in table.rows:
-            assert bench_report.key(row) not in rows, f"BENCHMARKS.md has {row!r} twice"
-            rows[bench_report.key(row)] = bench_report.figures(row)
-    return rows
+def bench_rows() -> dict[tuple[str, str, str, str], tuple[float, float]]:
+    """(table, op, shape, implementation) -> (device µs, floor µs), from BENCHMARKS.md."""
+    return bench_report.published(BENCH)
 
 
 def rounded(value: float, like: str) -> str:
