@@ -1,6 +1,6 @@
 """Where each implementation has been verified: one record per implementation, which the
-dispatch, `dsv41_jax.info` and docs/status.md (`scripts/gen_status_doc.py`) read, so that no
-decision is keyed on prose.
+dispatch, `dsv41_jax.info`, docs/status.md and the README's status lines
+(`scripts/gen_status_doc.py`) read, so that no decision or claim is keyed on prose.
 
 A status is one of
 - "device": it ran on `devices` and matched the reference there (the project's GPU tests);
@@ -93,3 +93,26 @@ def markdown() -> str:
     ]
     lines += [f"| {name} | {s} | {s.covers} |" for name, s in STATUS.items()]
     return "\n".join(lines) + "\n"
+
+
+# The README's status lines stand between these two lines (`scripts/gen_status_doc.py`).
+SUMMARY_BEGIN = "<!-- status: generated from dsv41_jax/status.py by scripts/gen_status_doc.py -->"
+SUMMARY_END = "<!-- /status -->"
+
+
+def summary() -> str:
+    """The README's status lines: the implementations at each status, as STATUS holds them."""
+    names: dict[str, list[str]] = {}
+    for name, s in STATUS.items():
+        names.setdefault(str(s), []).append(name)
+    return "".join(f"- {level}: {', '.join(n)}\n" for level, n in names.items())
+
+
+def with_summary(text: str) -> str:
+    """`text` (the README) with the lines between SUMMARY_BEGIN and SUMMARY_END replaced by
+    `summary()`; ValueError if it lacks either."""
+    head, begin, rest = text.partition(SUMMARY_BEGIN + "\n")
+    _, end, tail = rest.partition(SUMMARY_END)
+    if not begin or not end:
+        raise ValueError(f"no {SUMMARY_BEGIN!r} ... {SUMMARY_END!r} lines")
+    return head + begin + summary() + end + tail

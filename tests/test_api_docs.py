@@ -34,8 +34,9 @@ def test_api_page_lists_every_public_name():
 
 def test_every_public_function_of_sharding_and_info_is_in_all():
     """A new public function of either (of sharding's layout modules) must be added to its
-    `__all__` (and so to the reference page); `info.main` is the CLI, documented in the README,
-    and info's `__all__` also names what it re-exports from the extension module."""
+    `__all__` (and so to the reference page); `info.main` is the CLI, documented in
+    docs/dispatch.md, and info's `__all__` also names what it re-exports from the extension
+    module."""
     from dsv41_jax import info, sharding
     from dsv41_jax.sharding import dcp, pcp, rows
 
@@ -66,7 +67,7 @@ def test_check_mode_reports_a_stale_page(tmp_path, monkeypatch):
 
 
 def test_submodules_are_attributes_after_import_dsv41_jax():
-    """README: `dsv41_jax.info.explain(...)` and `dsv41_jax.sharding...` after `import dsv41_jax`
+    """docs: `dsv41_jax.info.explain(...)` and `dsv41_jax.sharding...` after `import dsv41_jax`
     alone (a fresh process: this one has imported them already)."""
     code = "import dsv41_jax; print(dsv41_jax.info.explain.__name__, dsv41_jax.sharding.__name__)"
     done = subprocess.run(

@@ -36,7 +36,8 @@ def test_quickstart_notebook_runs_under_a_real_kernel():
 
 
 def test_run_notebook_default_output_is_ignored_by_git():
-    """README: `python scripts/run_notebook.py` leaves its executed copy untracked and ignored."""
+    """docs/install.md: `python scripts/run_notebook.py` leaves its executed copy untracked and
+    ignored."""
     root = EXAMPLES.parent
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")

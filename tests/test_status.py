@@ -1,6 +1,6 @@
-"""dsv41_jax.status: one record per implementation, docs/status.md generated from it
-(scripts/gen_status_doc.py), and no status claim in the docs or docstrings that the records
-contradict."""
+"""dsv41_jax.status: one record per implementation, docs/status.md and the README's status
+lines generated from it (scripts/gen_status_doc.py), and no status claim in the docs or
+docstrings that the records contradict."""
 
 from __future__ import annotations
 
@@ -23,10 +23,30 @@ def test_docs_status_md_is_current():
     )
 
 
+def test_readme_status_lines_are_current():
+    readme = (ROOT / "README.md").read_text()
+    assert readme == status.with_summary(readme), (
+        "README.md's status lines are stale: run python scripts/gen_status_doc.py"
+    )
+    assert "- compile-verified only: sm100 paged logits," in readme
+
+
 def test_check_fails_on_a_stale_file_and_passes_once_written(tmp_path, monkeypatch):
     monkeypatch.setattr(gen_status_doc, "OUT", tmp_path / "status.md")
+    monkeypatch.setattr(gen_status_doc, "README", tmp_path / "README.md")
+    (tmp_path / "status.md").write_text(status.markdown())
+    (tmp_path / "README.md").write_text(
+        f"# x\n\n{status.SUMMARY_BEGIN}\n- typed\n{status.SUMMARY_END}\n\nmore\n"
+    )
     assert gen_status_doc.main(["--check"]) == 1
     assert gen_status_doc.main([]) == 0 and gen_status_doc.main(["--check"]) == 0
+    assert (tmp_path / "README.md").read_text() == (
+        f"# x\n\n{status.SUMMARY_BEGIN}\n{status.summary()}{status.SUMMARY_END}\n\nmore\n"
+    )
+    (tmp_path / "status.md").write_text("# stale\n")
+    assert gen_status_doc.main(["--check"]) == 1
+    with pytest.raises(ValueError, match="status"):
+        status.with_summary("no markers\n")
 
 
 def test_a_status_names_devices_exactly_when_device_verified():
@@ -41,8 +61,10 @@ def test_a_status_names_devices_exactly_when_device_verified():
 
 
 def _texts():
+    """The README (without its generated status lines), docs and the package's sources."""
     files = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "dsv41_jax").rglob("*.py")]
-    return [(f, f.read_text()) for f in files if f.name not in ("status.md", "status.py")]
+    texts = [(f, f.read_text()) for f in files if f.name not in ("status.md", "status.py")]
+    return [(f, text.replace(status.summary(), "")) for f, text in texts]
 
 
 def test_compile_verified_claims_name_only_compile_verified_architectures():
