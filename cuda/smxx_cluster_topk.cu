@@ -128,7 +128,8 @@ __device__ __forceinline__ bool RadixPass(Shared& sh, const cg::cluster_group& c
     cluster.sync();  // every CTA's histogram is complete
     int32_t count = 0;
     if (threadIdx.x < kRadixBins) {
-      // Eight peers' loads in flight at once (a loop of dependent remote loads cost ~2 us a pass).
+      // Eight peers' loads in flight at once (a loop of dependent remote loads pays each one's
+      // latency in turn).
       for (int c0 = 0; c0 < cl; c0 += 8) {
         uint32_t part[8];
 #pragma unroll
@@ -250,8 +251,8 @@ __device__ __forceinline__ void Emit(Shared& sh, const TopkArgs& a, int64_t row,
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 2) ClusterTopkKernel(TopkArgs a, int64_t chunk) {
-  // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM left clusters
-  // waiting for a whole free GPC: CTAs then started up to 27 us apart at [8, 128K] on the H200).
+  // Two CTAs per SM: a 16-CTA cluster then fits in 8 SMs of a GPC (one per SM leaves clusters
+  // waiting for a whole free GPC, so a row's CTAs start far apart).
   extern __shared__ uint32_t dyn[];  // [cached keys, or compacted keys | positions | member bitmap]
   __shared__ Shared sh;
   cg::cluster_group cluster = cg::this_cluster();

@@ -737,9 +737,10 @@ int64_t FilterSplitParts(int64_t rows, int64_t n, int32_t k, int sms) {
 
 template <class T, bool kMasked>
 cudaError_t Launch(const TopkArgs& args, size_t smem, cudaStream_t stream) {
-  // Split a row while the doubled clusters still run in one wave (two waves measured up to
-  // 1.8x slower at 20-100 rows on the H200), each chunk keeps at least one whole round and the
-  // first CTA can hold every chunk's top k. Masked rows split their candidate positions.
+  // Split a row while the doubled clusters still run in one wave (a second wave starts only as
+  // the first ends: slower at 20-100 rows on the H200, BENCHMARKS_HISTORY.md), each chunk keeps
+  // at least one whole round and the first CTA can hold every chunk's top k. Masked rows split
+  // their candidate positions.
   const int64_t elems = kMasked ? args.num_members * args.block_size : args.n;
   int cl = 1;
   while (cl < kMaxCluster && g_waves[kMasked].OneWave(args.rows, 2 * cl) &&

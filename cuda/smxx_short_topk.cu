@@ -131,8 +131,8 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
   }
   // Thread t holds digits kDigits - 1 - t * kDigitsPer - j, descending: its exclusive scan is the
   // count of keys in the bins above its own.
-  // Its own scan, not BlockFindDigit: the hit's fields stored in the loop measured 0.1 us a
-  // call faster here (H100, every short-select shape).
+  // Its own scan, not BlockFindDigit: the hit's fields stored in the loop, not returned and
+  // stored after it (faster at every short-select shape on the H100, BENCHMARKS_HISTORY.md).
   int32_t c[kDigitsPer], mine = 0;
 #pragma unroll
   for (int j = 0; j < kDigitsPer; ++j) {
@@ -154,8 +154,8 @@ __device__ Digit DigitPass(Shared& sh, const uint32_t (&key)[kPer],
 
 // The chunk's scores as float, tile j of the thread whose first element is `seg` holding chunk
 // elements seg + 32 * kVec * j + [0, kVec) (a warp's load reads 32 * kVec contiguous scores),
-// NoScore past the chunk's end (r.hi). (Issuing the loads before the row's length is read,
-// over the chunk's whole width, measured 0.1-0.4 us slower a launch on the H100.)
+// NoScore past the chunk's end (r.hi). The loads wait for the row's length (issued before it,
+// over the chunk's whole width, they were slower on the H100: BENCHMARKS_HISTORY.md).
 template <class T, int kTiles, int kVec>
 __device__ __forceinline__ void LoadTiles(const topk::Row<T>& r, int64_t seg,
                                           float (&v)[kTiles][kVec]) {
@@ -363,8 +363,9 @@ struct ChunkPositions {
 // on-chip select does the rest, each warp's candidates kept from its lanes' keys
 // (TileCandidates). Launch picks the fewest tiles that hold the chunk: a row of 2K-8K scores
 // then keeps all 32 warps busy (4 or 8 keys a lane, where 16 leave most warps idle and the
-// candidates on a few), and each tile count is its own kernel (one kernel choosing its tiles a
-// row measured 0.5-0.8 us slower at 16K rows, H100).
+// candidates on a few), and each tile count is its own kernel: a lane holds and counts only
+// its taken keys, and the 16K rows' kernel is the one of full tiles (a tile count chosen at run
+// time cost the 16K rows time on the H100, BENCHMARKS_HISTORY.md).
 template <class T, int kTiles>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage

@@ -65,7 +65,8 @@ __global__ void __launch_bounds__(kThreads)
     pages0[j] = stage && i < a.max_pages ? row_pages[i] : 0;
   }
   const int64_t cap = a.max_pages * a.page_size;
-  // len < 2^31, so 32-bit unsigned arithmetic is exact (and a 64-bit division is ~10x longer).
+  // len < 2^31, so 32-bit unsigned arithmetic is exact (a 64-bit division is a far longer
+  // instruction sequence).
   const uint32_t len = uint32_t(min(max(int64_t(raw_len), int64_t(0)), cap));
   const int64_t nblocks = (len + uint32_t(a.block_size) - 1) / uint32_t(a.block_size);
   const int64_t words = (nblocks + 31) / 32;
