@@ -26,9 +26,10 @@ def _check_not_a_list(x: object, name: str) -> None:
 def register_output_pytree[T](cls: type[T]) -> type[T]:
     """Register a frozen dataclass (fields with `metadata=_static` are static) as a pytree
     whose unflatten skips `__init__` and its checks. A jitted step rebuilds the objects it
-    returns on every call, on the host's critical path: the dataclass constructor costs several
-    µs there (measured on the H200's host); unflatten also sees placeholder leaves, which the
-    checks would refuse. Flatten stays as `register_dataclass` would do it."""
+    returns on every call, on the host's critical path, where skipping the constructor and its
+    checks makes them far cheaper to build (BENCHMARKS_HISTORY.md, where the host time goes);
+    unflatten also sees placeholder leaves, which the checks would refuse. Flatten stays as
+    `register_dataclass` would do it."""
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]  # a dataclass by contract
     data = tuple(f.name for f in fields if not f.metadata.get("static"))
     meta = tuple(f.name for f in fields if f.metadata.get("static"))

@@ -26,10 +26,11 @@ Route = Literal["dense", "mask", "sparse"]
 Path = Literal["auto", "mask", "sparse"]
 PATHS: tuple[Path, ...] = ("auto", "mask", "sparse")
 FUSED, UNFUSED = "fused (one custom call)", "op by op"
-# Measured on the H200 and H100 at 16K positions: the step is faster sparse from 8 rows, dense at 1.
+# The step at 16K positions is faster sparse from 8 rows, dense at 1 (H200, H100: BENCHMARKS.md).
 OWN_TABLE_SPARSE_MIN_ROWS = 8
 # A table from elsewhere over at most C·B positions (the sparse path rebuilds it first): one
-# select at 16K positions is faster sparse at 64 rows, through the mask at 1 and 8 (H200, H100).
+# select at 16K positions is faster sparse at 64 rows, through the mask at 1 and 8 (H200, H100:
+# BENCHMARKS.md).
 TABLE_SPARSE_MIN_ROWS = 64
 
 

@@ -38,12 +38,9 @@ SELECTS = ("short", "filter", "cluster")
 SPLIT_MAX_ROWS = 8
 ONCHIP = "onchip"
 # The short select runs rows over clusters of at least _TWO_WAVES_MIN_CTAS CTAs in up to two
-# waves of clusters (rows past the clusters that run at once), shorter rows in one. Measured
-# (kernel µs, short against filter, scripts/probes/short_waves.py): on an H100 two waves are
-# faster at 128K and 64K ([16, 128K] 20.0 against 21.8, [24, 128K] 21.2 / 22.4, [32, 64K]
-# 20.3 / 21.1, [48, 64K] 21.2 / 21.4, k=2048 [16, 128K] 21.8 / 30.7), three are not ([32, 128K]
-# 30.3 against 27.8); on an H200 at 32K (clusters of 2) two are not ([100, 32K] 19.4 against
-# 17.7, [132, 32K] 21.6 / 19.2).
+# waves of clusters (rows past the clusters that run at once), shorter rows in one: two waves
+# of clusters of 4 and 8 CTAs were faster than the filter select on the H100, three waves and
+# two of clusters of 2 (on the H200) were not (BENCHMARKS_HISTORY.md, rows in waves).
 _TWO_WAVES_MIN_CTAS = 4
 
 
@@ -301,12 +298,10 @@ def check_algorithm(topk_algorithm: str | None) -> str | None:
 
 def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     """The order of `implementation=None`, by measurement (BENCHMARKS.md): the Pallas select
-    first for the masked rows it gathers, where it measured fastest; else the CUDA selects (rows
-    of up to 16,384 columns, which the short select takes on one CTA, faster than the Pallas
-    select at every width and row count measured, top-k and candidate selection alike: 5.6
-    against 8.1 µs at top-k k=512 [1, 16K], 9.5 against 9.7 at candidate top-2048 [8, 16K] on
-    an H100; longer rows: topk k=512 [8, 128K] and [64, 1M]), then the XLA reference (hundreds
-    of µs)."""
+    first for the masked rows it gathers, where it is fastest; else the CUDA selects (rows of
+    up to 16,384 columns, which the short select takes on one CTA, and the longer rows: faster
+    than the Pallas select at every width and row count in BENCHMARKS.md, top-k and candidate
+    selection alike), then the XLA reference (the slowest by far)."""
     # Imported here: the topk package imports this module.
     from dsv41_jax.topk import mgpu_select, pallas_mgpu
 
@@ -433,10 +428,10 @@ def _policy(spec: Spec, device: Device) -> tuple[str, str]:
 def split_rows(spec: Spec, device: Device) -> str | None:
     """Why the filter select splits each row of `spec` over CTAs without a cluster ("split
     rows", docs/topk.md; the caller gives it a workspace, `cuda_topk`), or None: unmasked rows
-    longer than the short-row select holds, at most SPLIT_MAX_ROWS of them. Measured (H100,
-    kernel time, split against clusters): faster at 1, 4 and 8 rows of 1M scores (28.9 against
-    39.3, 39.6 against 44.5 µs at k = 512); at 128K the short-row select is faster than either,
-    and at 16 and 32 rows of 128K the clusters are (22.0 against 25.0, 28.4 against 30.2)."""
+    longer than the short-row select holds, at most SPLIT_MAX_ROWS of them: a few long rows
+    then stream over up to 16 CTAs each, where a cluster holds at most 8. On the H100 split rows
+    were faster than clusters at 1, 4 and 8 rows of 1M scores, the clusters at 16 and 32 rows of
+    128K, and the short-row select at 128K than either (BENCHMARKS_HISTORY.md, split rows)."""
     widest = short_max_n(device)
     if spec.mask_blocks is not None or spec.rows > SPLIT_MAX_ROWS or spec.columns <= widest:
         return None

@@ -439,7 +439,7 @@ def stages(width: int, k: int, threads: int = THREADS) -> list[int]:
 def first_threads(rows: int, width: int, k: int, sms: int) -> int:
     """CTA size of the first launch: 512 threads (chunks of 8,192) where a row over several
     chunks then fits one wave of CTAs and its candidates one chunk (the first launch's CTAs
-    finish sooner: measured faster at [8, 128K] on the H200), else 1024."""
+    finish sooner: faster at [8, 128K] on the H200, BENCHMARKS_HISTORY.md), else 1024."""
     chunks = -(-width // (512 * PER))
     if width > CHUNK and rows * chunks <= sms and chunks * k <= CHUNK:
         return 512
