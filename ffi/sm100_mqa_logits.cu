@@ -2,8 +2,8 @@
 //
 // DeepGEMM's SM100 ragged (prefill) MQA logits over packed MXFP4 keys (the unified contiguous
 // `sm100_mqa_logits`, static schedule), bf16 logits in the relative layout, instantiated ahead
-// of time for sm_100a. COMPILE-VERIFIED ONLY: no SM100 GPU has run it in this project; on any
-// other GPU the handler refuses (and the Python wrapper declines first). The ranges are clamped
+// of time for sm_100a (its status: "sm100 prefill logits" in docs/status.md); on any other GPU
+// the handler refuses (and the Python wrapper declines first). The ranges are clamped
 // and the rest of each row set to -inf first (smxx_ragged_rows), as for the SM90 kernel. The
 // launch recipe follows DeepGEMM's own launcher for this kernel version.
 #include <deep_gemm/impls/sm100_mqa_logits.cuh>

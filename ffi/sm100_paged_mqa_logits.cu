@@ -1,8 +1,8 @@
 // dsv41_sm100_paged_mqa_logits <-> PagedMqaLogitsSm100FFI <-> dsv41_jax.paged_mqa_logits("ffi")
 //
 // DeepGEMM's SM100 paged MQA logits (dense, MXFP4 cache, bf16 logits) with its schedule-metadata
-// kernel, instantiated ahead of time for sm_100a. COMPILE-VERIFIED ONLY: no SM100 GPU has run it
-// in this project; on any other GPU the handler refuses (and the Python wrapper declines first).
+// kernel, instantiated ahead of time for sm_100a (its status: "sm100 paged logits" in
+// docs/status.md); on any other GPU the handler refuses (and the Python wrapper declines first).
 // The launch recipe (split, stages, threads, TMA maps, shared memory) follows DeepGEMM's own
 // launcher for this kernel version (the unified MXFP4/MXFP8 `sm100_paged_mqa_logits`).
 #include <deep_gemm/impls/sm100_mqa_logits.cuh>

@@ -2,8 +2,8 @@
 //   <-> dsv41_jax.sparse_paged_mqa_logits("ffi")
 //
 // DeepGEMM's SM100 paged sparse MQA logits (MXFP4 cache, bf16 logits) with its metadata kernel,
-// instantiated ahead of time for sm_100a. COMPILE-VERIFIED ONLY: no SM100 GPU has run it in this
-// project; on any other GPU the handler refuses (and the Python wrapper declines first).
+// instantiated ahead of time for sm_100a (its status: "sm100 sparse logits" in docs/status.md);
+// on any other GPU the handler refuses (and the Python wrapper declines first).
 // Launch recipe: DeepGEMM's csrc/jit_kernels/impls/sm100_sparse_mqa_logits.hpp.
 #include <deep_gemm/impls/sm100_sparse_mqa_logits.cuh>
 #include <deep_gemm/scheduler/sm100_sparse_mqa_logits_metadata.cuh>

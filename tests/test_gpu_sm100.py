@@ -1,8 +1,8 @@
 """DeepGEMM's SM100 paged MQA logits (sparse and dense): run only where an SM100 (Blackwell) GPU is
 present.
 
-No such machine is lent to this project: the kernels are compile-verified only (CI builds them for
-sm_100a; tests/test_ext.py checks their FFI calls lower). On an SM100 machine these run as they are.
+CI builds the kernels for sm_100a and tests/test_ext.py checks their FFI calls lower; where they
+have run: docs/status.md ("sm100 ..."). On an SM100 machine these run as they are.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ PAGED_MQA_LOGITS = Op(
 )
 SPARSE_PAGED_MQA_LOGITS = Op(
     "sparse_paged_mqa_logits",
-    # SM90: the project's kernel; SM100 compile-verified only
+    # SM90: the project's kernel; SM100: DeepGEMM's (each one's status: docs/status.md)
     ffi=Impl(
         ffi.sparse_paged_mqa_logits,
         ffi.sparse_supports,
@@ -171,7 +171,7 @@ def sparse_paged_mqa_logits(
     block or one whose positions pass the int32 range: no position wraps); the "ffi" implementation
     leaves the other columns unspecified and gives float32 on SM90 (the project's kernel over
     the paged cache: bitwise the SM90 `paged_mqa_logits` at the same positions, NaN on slots
-    outside the cache) or bfloat16 on SM100 (DeepGEMM's kernel: compile-verified only). Same
+    outside the cache) or bfloat16 on SM100 (DeepGEMM's kernel; status: docs/status.md). Same
     formula as `paged_mqa_logits`.
     """
     context_lens = _checks.array(context_lens, "context_lens")
@@ -210,8 +210,8 @@ def mqa_logits(
         and the one DeepGEMM's kernel writes; the "ffi" implementation makes the other layout
         from it with one more pass over the logits.
       implementation: None (fastest available), "ffi" (DeepGEMM's kernels: on SM90 fp8 keys
-        with 32 or 64 heads; on SM100 mxfp4 keys with 32 heads, compile-verified only; head_dim
-        128) or "reference".
+        with 32 or 64 heads; on SM100 mxfp4 keys with 32 heads; head_dim 128; each one's
+        status: docs/status.md) or "reference".
 
     Returns:
       float32 `[rows, T]`, -inf outside each row's range. Ranges known at trace time outside

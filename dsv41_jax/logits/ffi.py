@@ -8,8 +8,8 @@ paged_mqa_logits:
 - SM90 (DeepGEMM's FP8 paged kernel): fp8 cache, head_dim 128, page 64, 32 or 64 heads, next_n 1
   or 2, `num_columns` a multiple of 256 covering the page table (the kernel writes whole
   256-position splits).
-- SM100 (DeepGEMM's unified MXFP4 paged kernel, COMPILE-VERIFIED ONLY: no Blackwell machine has
-  run it here): mxfp4 cache, head_dim 128, page 64 or 128, 32 heads; bf16 weights and logits
+- SM100 (DeepGEMM's unified MXFP4 paged kernel; its status: "sm100 paged logits" in
+  docs/status.md): mxfp4 cache, head_dim 128, page 64 or 128, 32 heads; bf16 weights and logits
   inside the kernel, returned as float32.
 Columns at or past a row's length are left as the kernel wrote them (unspecified): no
 selection op reads them. Positions on invalid page ids are NaN, as in the reference. Called
@@ -165,7 +165,7 @@ def _sm100_paged_unsupported(device: Device, query, cache, block_table) -> Check
 
 
 def paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns):
-    """Blackwell: DeepGEMM's SM100 paged kernel (MXFP4), COMPILE-VERIFIED ONLY. The kernel reads
+    """Blackwell: DeepGEMM's SM100 paged kernel (MXFP4; status: docs/status.md). The kernel reads
     a page id outside the cache as TMA's zero fill; those visible positions are set to NaN here,
     in the same pass that widens its bf16 logits to float32. The caller has checked the inputs
     (`paged_supports`)."""
@@ -287,8 +287,8 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
 
 def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size):
     """DeepGEMM's SM100 paged sparse MQA logits: bf16 `[rows, 16384]`, columns past
-    `table.valid_lens` unspecified. COMPILE-VERIFIED ONLY: never run in this project (no SM100
-    machine). NotImplementedError for inputs the kernel does not take."""
+    `table.valid_lens` unspecified (its status: "sm100 sparse logits" in docs/status.md).
+    NotImplementedError for inputs the kernel does not take."""
     c = table.num_candidates
     checks = _sm100_sparse_unsupported(_here(), query, cache, c, block_size)
     _require(_first(SPARSE_TARGET, checks))
@@ -354,7 +354,7 @@ def mqa_logits(
 ) -> jax.Array:
     """Ragged prefill logits through DeepGEMM's kernels, which write the relative layout: SM90
     `sm90_fp8_mqa_logits` (fp8 keys, 32 or 64 heads) or SM100 `sm100_mqa_logits` (MXFP4 keys,
-    32 heads, bf16 inside the kernel; COMPILE-VERIFIED ONLY), by `kernel` (the plan's; None:
+    32 heads, bf16 inside the kernel; status: docs/status.md), by `kernel` (the plan's; None:
     this device's). The handlers clamp the ranges and write -inf past each row's range.
     `relative=False` moves every row to its absolute columns in one more XLA pass."""
     _ext.require_gpu(f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
