@@ -1,6 +1,7 @@
 """Where each implementation has been verified: one record per implementation, which the
-dispatch, `dsv41_jax.info`, docs/status.md and the README's status lines
-(`scripts/gen_status_doc.py`) read, so that no decision or claim is keyed on prose.
+dispatch, `dsv41_jax.info`, docs/status.md, the README's status lines and the inline statuses
+of the README and docs (`scripts/gen_status_doc.py`) read, so that no decision or claim is
+keyed on prose.
 
 A status is one of
 - "device": it ran on `devices` and matched the reference there (the project's GPU tests);
@@ -11,6 +12,7 @@ A status is one of
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Literal
 
 Level = Literal["device", "compiled", "host"]
@@ -66,6 +68,11 @@ STATUS: dict[str, Status] = {
     "dcp sparse path": Status(
         "host", '`dcp_select(path="sparse")`: local candidate tables under decode context parallel'
     ),
+    "command buffers": Status(
+        "device",
+        "the jitted decode step captured as CUDA graphs at XLA's default flags, results as without",
+        _H200,
+    ),
 }
 
 
@@ -116,3 +123,19 @@ def with_summary(text: str) -> str:
     if not begin or not end:
         raise ValueError(f"no {SUMMARY_BEGIN!r} ... {SUMMARY_END!r} lines")
     return head + begin + summary() + end + tail
+
+
+# An inline status in the README or a docs page: `<!-- status of "NAME" -->TEXT<!-- /status -->`
+# on one line, TEXT written as `str(of(NAME))` (`scripts/gen_status_doc.py`), so a table cell or
+# sentence states what the record says.
+INLINE = re.compile(r'(<!-- status of "(?P<name>[^"]+)" -->)(?P<text>[^\n]*?)(<!-- /status -->)')
+
+
+def with_inline(text: str) -> str:
+    """`text` with each inline status written from its record; KeyError for an unknown name."""
+    return INLINE.sub(lambda m: m[1] + str(of(m["name"])) + m[4], text)
+
+
+def without_generated(text: str) -> str:
+    """`text` less its generated status text (the inline statuses' and the README's lines)."""
+    return INLINE.sub(lambda m: m[1] + m[4], text).replace(summary(), "")
