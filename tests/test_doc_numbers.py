@@ -1,11 +1,14 @@
 """Every measured figure the README and docs/*.md state is checked against the benchmarks: each
 one is listed below with the row of BENCHMARKS.md (the newest measurement of each on a device
 kind) or the sentence of BENCHMARKS_HISTORY.md it comes from, and a figure in the docs that is
-not listed fails (cite it here or point to BENCHMARKS.md instead)."""
+not listed fails (cite it here or point to BENCHMARKS.md instead). The kernels' comments and
+the package's comments and docstrings state no measured figure at all."""
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -165,3 +168,38 @@ def test_every_figure_in_the_docs_is_cited():
 
 def test_rounding():
     assert rounded(654.5, "655") == "655" and rounded(10.94, "10.9") == "10.9"
+
+
+# A measured figure in code: a time, bandwidth, share or ratio ("0.4 us", "2.8 TB/s", "12%",
+# "1.8x"; "8 x 16384", a shape, is not one).
+CODE_FIGURE = re.compile(
+    r"\d+(?:\.\d+)?(?:[–-]\d+(?:\.\d+)?)?(?:\s?(?:µs|us\b|ms\b|ns\b|TB/s|GB/s)|%|x\b|×)"
+)
+
+
+def _cxx_comments(text: str) -> list[tuple[int, str]]:
+    return [
+        (i, line[line.index("//") :]) for i, line in enumerate(text.splitlines(), 1) if "//" in line
+    ]
+
+
+def _py_comments_and_docstrings(text: str) -> list[tuple[int, str]]:
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        doc = tok.type == tokenize.STRING and tok.string.lstrip("rbuRBU")[:3] in ('"""', "'''")
+        if tok.type == tokenize.COMMENT or doc:
+            out += [(tok.start[0] + k, line) for k, line in enumerate(tok.string.splitlines())]
+    return out
+
+
+def test_no_measured_figure_in_kernel_comments_or_docstrings():
+    """A figure belongs to a run: the kernels' comments and the package's docstrings say why
+    (the mechanism) and cite BENCHMARKS.md or BENCHMARKS_HISTORY.md for the measurement."""
+    found = []
+    for path in sorted([*(ROOT / "cuda").iterdir(), *(ROOT / "ffi").iterdir()]):
+        if path.is_file():
+            found += [(path, i, s) for i, s in _cxx_comments(path.read_text())]
+    for path in sorted((ROOT / "dsv41_jax").rglob("*.py")):
+        found += [(path, i, s) for i, s in _py_comments_and_docstrings(path.read_text())]
+    bad = [f"{p.relative_to(ROOT)}:{i}: {s.strip()}" for p, i, s in found if CODE_FIGURE.search(s)]
+    assert not bad, "measured figures in code (cite BENCHMARKS.md instead):\n" + "\n".join(bad)
