@@ -69,60 +69,6 @@ __device__ __forceinline__ uint32_t* RowKeys(const cooperative_groups::cluster_g
   return (rank == 0 ? keys : cluster.map_shared_rank(keys, 0)) + col;
 }
 
-// A row split over CTAs without a cluster (CTA `part` of `parts` scoring the row's columns [lo,
-// hi)) meets in global memory instead: each CTA stores its keys in its own shared memory and in
-// the row's `keys` (global), and JoinSplitRow adds its pass-1 counts into the row's `counts` and
-// takes a ticket; the last CTA to arrive loads the other parts' keys and the row's counts and
-// selects (SelectRow, one CTA). No CTA waits on another, so the parts need not run at once.
-// `counts` then the ticket, kSplitWords a row, zeroed before the launch.
-constexpr int kSplitWords = kFirstWords + 1;
-
-struct SplitRow {
-  const uint32_t* keys;  // [n rounded up to 4], 16-byte aligned: the parts' keys by column
-  uint32_t* counts;      // [kSplitWords]: the parts' pass-1 counts, then their tickets
-};
-
-// Every thread of every part calls it once its keys are stored and counted; true in the CTA that
-// arrived last (its `keys` [0, n) and `counts` then the row's), false in the others.
-template <int kThreads>
-__device__ __forceinline__ bool JoinSplitRow(const SplitRow& row, uint32_t* keys, uint32_t* counts,
-                                             int32_t n, int32_t lo, int32_t hi, uint32_t parts) {
-  __shared__ uint32_t last;
-  __syncthreads();  // the CTA's keys stored and counted
-  for (int i = int(threadIdx.x); i < kFirstWords; i += kThreads) {
-    if (counts[i] != 0) atomicAdd(&row.counts[i], counts[i]);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // the CTA's key stores and count atomics before its ticket (bar.sync above)
-    last = atomicAdd(&row.counts[kFirstWords], 1u) == parts - 1;
-  }
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();
-  for (int i = int(threadIdx.x); i < kFirstWords; i += kThreads) counts[i] = __ldcg(&row.counts[i]);
-  // The other parts' keys, 16 bytes a load (lo and hi are whole tiles), every load of a thread
-  // issued before its first store: a row's 16K keys are two rounds.
-  constexpr int kBatch = 8;
-  const uint4* from = reinterpret_cast<const uint4*>(row.keys);
-  uint4* to = reinterpret_cast<uint4*>(keys);
-  const int32_t vectors = (n + 3) / 4;
-  for (int32_t first = int32_t(threadIdx.x); first < vectors; first += kThreads * kBatch) {
-    uint4 v[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int32_t i = first + b * kThreads;
-      if (i < vectors && (4 * i < lo || 4 * i >= hi)) v[b] = __ldcg(from + i);
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int32_t i = first + b * kThreads;
-      if (i < vectors && (4 * i < lo || 4 * i >= hi)) to[i] = v[b];
-    }
-  }
-  return true;  // SelectRow's first barrier orders these stores before its reads
-}
-
 struct Digit {
   int32_t bin, above, in_bin;
 };

@@ -27,7 +27,7 @@ from dsv41_jax import _checks, _ext
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.ordering import every_block
-from dsv41_jax.plan import ONCHIP, Spec, device_record, split_rows
+from dsv41_jax.plan import Spec, device_record, split_rows
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
 
@@ -211,13 +211,11 @@ class SparseShared:
         return cls(clamp_lengths(table.valid_lens, c * table.block_size))
 
 
-def _sparse_workspaces(rows: int, c: int, b: int, k: int, select: str):
-    """The sparse row's logits and the chosen columns of a sparse select; the on-chip select
-    keeps a split row's keys in the first and its parts' counts in the second."""
-    width = max(k, _ext.limit("onchip_split_words")) if select == ONCHIP else k
+def _sparse_workspaces(rows: int, c: int, b: int, k: int):
+    """The sparse row's logits and the chosen columns of a sparse select."""
     return (
         jax.ShapeDtypeStruct((rows, c * b), jnp.float32),
-        jax.ShapeDtypeStruct((rows, width), jnp.int32),
+        jax.ShapeDtypeStruct((rows, k), jnp.int32),
     )
 
 
@@ -234,7 +232,7 @@ def sparse_select(
     `dsv41_jax.plan.sparse_select`)."""
     rows, c = table.physical.shape
     b = table.block_size
-    logits, columns = _sparse_workspaces(rows, c, b, k, select)
+    logits, columns = _sparse_workspaces(rows, c, b, k)
     out = (jax.ShapeDtypeStruct((rows, k), jnp.int32), logits, columns)
     positions, *_ = jax.ffi.ffi_call(SPARSE_SELECT, out, vmap_method="sequential")(
         query.values,

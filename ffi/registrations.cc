@@ -77,8 +77,6 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   limits["select_short"] = static_cast<int32_t>(dsv41::Select::kShort);
   limits["select_onchip"] = dsv41::kSelectOnChip;  // the sparse layers only
   limits["onchip_max_columns"] = dsv41::SparseSelectMaxColumns();
-  // Words a row of the on-chip select's second workspace (its split rows' counts and tickets).
-  limits["onchip_split_words"] = dsv41::SparseSelectSplitWords(1);
   m.attr("LIMITS") = limits;
   m.def("registrations", []() {
     pybind11::dict d;
@@ -110,8 +108,6 @@ PYBIND11_MODULE(_dsv41_jax_ext, m) {
   m.def("short_topk_max_clusters", &dsv41::ShortTopkMaxActiveClusters);
   // CTAs a row of the one-kernel sparse select for (rows, C) on the current device (0: cannot).
   m.def("sparse_select_cluster_size", &dsv41::SparseSelectClusterSize);
-  // CTAs a row of it without a cluster, meeting in global memory (1: the cluster; 0: cannot).
-  m.def("sparse_select_split_parts", &dsv41::SparseSelectSplitParts);
   // Kernel attributes and device facts, set once per device before any call: the handlers
   // themselves must not make such calls (illegal while XLA captures a CUDA graph).
   m.def("prepare", []() {

@@ -201,13 +201,8 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(
   if (sel.has_error()) return sel.error();
   const int64_t rows = call->rows, cols = logits.dimensions()[1];
   if (block_size != 8) return InvalidArgument(op, "needs candidate blocks of 8");
-  const int64_t columns_words = onchip ? SparseSelectSplitWords(rows) : rows * k;
-  if (blocks.element_count() != rows * call->c ||
-      (onchip ? columns.element_count() < columns_words
-              : columns.element_count() != columns_words)) {
-    return InvalidArgument(op,
-                           "inconsistent shapes (blocks [rows, C], columns [rows, k], or at least "
-                           "[rows, onchip_split_words] for the on-chip select)");
+  if (blocks.element_count() != rows * call->c || columns.element_count() != rows * k) {
+    return InvalidArgument(op, "inconsistent shapes (blocks [rows, C], columns [rows, k])");
   }
   if (onchip) {
     if (k <= 0) return InvalidArgument(op, "k must be positive");
@@ -225,10 +220,7 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(
 ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& p) {
   const int64_t rows = p.call.rows, cols = p.call.c * p.block_size;
   if (rows == 0) return ffi::Error::Success();
-  if (p.onchip) {
-    return LaunchSm90SparseSelect(op, stream, p.call, p.blocks, p.k, p.out,
-                                  reinterpret_cast<uint32_t*>(p.columns));
-  }
+  if (p.onchip) return LaunchSm90SparseSelect(op, stream, p.call, p.blocks, p.k, p.out);
   if (auto e = LaunchSm90SparseLogits(op, stream, p.call); e.failure()) return e;
   // The select reads only the columns below each row's valid length.
   const TopkArgs args{

@@ -84,7 +84,7 @@ struct SparsePlan {
   const int32_t* blocks;
   int32_t *columns, *out;
   Select select;  // the select after the logits, unless onchip
-  bool onchip;    // the one-kernel select (sm90_sparse_select.h): logits and columns workspace
+  bool onchip;    // the one-kernel select (sm90_sparse_select.h): no logits or columns written
   int32_t k, block_size;
 };
 

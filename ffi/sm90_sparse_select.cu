@@ -1,16 +1,13 @@
 // The SM90 sparse consumer's select in one kernel (sm90_sparse_select.h): a row's logits never
 // leave the chip.
 //
-// A row is `parts` CTAs (one an SM), part p over a contiguous chunk of the row's 64-column tiles.
-// Phase 1 scores them as the logits kernel does (sm90_sparse_tiles.cuh: the same instructions, so
-// the same logits bitwise), four math warpgroups taking the staged tiles in turn from four
-// producer warps, and keeps each logit's key; phase 2 is one CTA's exact select over the row's
-// keys (cuda/smxx_onchip_select.cuh). The parts are either a cluster, storing their keys into
-// rank 0's shared memory (a 16K-column row is 64 KB), which selects, or CTAs without a cluster,
-// storing them in global memory as well, where the last to finish gathers them and selects
-// (onchip::JoinSplitRow): a split row is not bound by how many clusters fit at once. No logits
-// are written, no second kernel reads them, and the column-to-position map is the select's
-// output step.
+// A row is a cluster of `cl` CTAs (1-16, one an SM), CTA r over a contiguous chunk of the row's
+// 64-column tiles. Phase 1 scores them as the logits kernel does (sm90_sparse_tiles.cuh: the same
+// instructions, so the same logits bitwise), four math warpgroups taking the staged tiles in turn
+// from four producer warps, and stores each logit's key into rank 0's shared memory (a 16K-column
+// row is 64 KB); phase 2 is rank 0's exact select over the row's keys
+// (cuda/smxx_onchip_select.cuh). No logits are written, no second kernel reads them, and the
+// column-to-position map is the select's output step.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -53,20 +50,13 @@ constexpr size_t SmemBytes(uint32_t row_tiles, uint32_t chunk_tiles) {
 }
 static_assert(SmemBytes<64>(kRowTiles, kRowTiles) <= 227 * 1024, "one CTA an SM");
 
-// The row's candidate blocks (those of its `len` columns), which the select's output maps through.
-__device__ __forceinline__ void LoadRowBlocks(int32_t* row_blocks, const int32_t* blocks,
-                                              uint32_t len) {
-  for (uint32_t i = threadIdx.x; i < CeilDiv(len, kBlock); i += kThreads) row_blocks[i] = blocks[i];
-}
-
 template <uint32_t kHeads>
 __global__ void __launch_bounds__(kThreads, 1)
     SparseSelectKernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ kv,
                        int64_t num_pages, const float* __restrict__ weights,
                        const int32_t* __restrict__ physical, const int32_t* __restrict__ valid_lens,
                        const int32_t* __restrict__ blocks, int32_t* __restrict__ out, uint32_t c,
-                       uint32_t chunk_tiles, int32_t k, uint32_t parts,
-                       uint32_t* __restrict__ split_keys, uint32_t* __restrict__ split_counts) {
+                       uint32_t chunk_tiles, int32_t k) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint8_t smem_raw[];
   auto& s = AlignedRing<Smem<kHeads>>(smem_raw);
@@ -76,11 +66,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   int32_t* slots = row_blocks + c;
   const cg::cluster_group cluster = cg::this_cluster();
   const int cl = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-  const bool split = parts > 1;  // then no cluster: cl == 1
-  const uint32_t row = blockIdx.x / (split ? parts : uint32_t(cl)), row_cols = c * kBlock;
-  const uint32_t part = split ? blockIdx.x % parts : uint32_t(rank);
+  const uint32_t row = blockIdx.x / uint32_t(cl), row_cols = c * kBlock;
   const uint32_t len = uint32_t(min(max(valid_lens[row], 0), int32_t(row_cols)));
-  const uint32_t first = part * chunk_tiles;
+  const uint32_t first = uint32_t(rank) * chunk_tiles;
   const uint32_t last = min(first + chunk_tiles, CeilDiv(len, kTile));
   const uint32_t tiles = last > first ? last - first : 0;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -92,7 +80,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (cl > 1) cluster.barrier_arrive();
   const int32_t* row_slots = physical + uint64_t(row) * c + first * kBlocksPerTile;
   for (uint32_t i = threadIdx.x; i < tiles * kBlocksPerTile; i += kThreads) slots[i] = row_slots[i];
-  if (!split && rank == 0) LoadRowBlocks(row_blocks, blocks + uint64_t(row) * c, len);
+  if (rank == 0) {
+    const int32_t* b = blocks + uint64_t(row) * c;
+    for (uint32_t i = threadIdx.x; i < CeilDiv(len, kBlock); i += kThreads) row_blocks[i] = b[i];
+  }
   if (threadIdx.x == kMathGroups * kMathThreads) InitRing(s, kMathThreads);
   __syncthreads();
   if (cl > 1) cluster.barrier_wait();
@@ -105,19 +96,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const Scorer<kHeads> scorer(weights + uint64_t(row) * kHeads, warp, lane);
     reinterpret_cast<Barrier*>(&s.q_full)->wait(0);
     uint32_t* chunk_keys = onchip::RowKeys(cluster, keys, rank, int64_t(first) * kTile);
-    uint32_t* global_keys = split ? split_keys + uint64_t(row) * row_cols + first * kTile : nullptr;
     for (uint32_t i = warp / 4; i < tiles; i += kMathGroups) {
       float v0, v1;
       scorer.Score(s, i % kStages, (i / kStages) & 1, lane, v0, v1);
       if (lane % 4 == 0) {  // the quad holds one value
-        const uint32_t at = i * kTile + scorer.sub_warp;
+        uint32_t* tile = chunk_keys + i * kTile + scorer.sub_warp;
         const uint32_t key0 = onchip::KeyOfLogit(v0), key1 = onchip::KeyOfLogit(v1);
-        chunk_keys[at + scorer.v0_at] = key0;
-        chunk_keys[at + scorer.v1_at] = key1;
-        if (split) {
-          global_keys[at + scorer.v0_at] = key0;
-          global_keys[at + scorer.v1_at] = key1;
-        }
+        tile[scorer.v0_at] = key0;
+        tile[scorer.v1_at] = key1;
         // Only the row's columns count: the last tile's past `len` are not the row's.
         const uint32_t col = (first + i) * kTile + scorer.sub_warp;
         if (col + scorer.v0_at < len) onchip::CountKey(counts, key0);
@@ -127,16 +113,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   DSV41_STAMP(3);
-  if (split) {  // the last part to finish selects
-    const onchip::SplitRow parts_of_row{split_keys + uint64_t(row) * row_cols,
-                                        split_counts + uint64_t(row) * onchip::kSplitWords};
-    if (!onchip::JoinSplitRow<int(kThreads)>(parts_of_row, keys, counts, int32_t(len),
-                                             int32_t(first * kTile), int32_t(last * kTile),
-                                             parts)) {
-      return;
-    }
-    LoadRowBlocks(row_blocks, blocks + uint64_t(row) * c, len);
-  }
   // Once every tile of the row is scored (the ring's buffers free): rank 0 selects.
   auto& select = *reinterpret_cast<onchip::Shared*>(&s.kv[0][0]);
   onchip::SelectRow<int(kThreads)>(select, keys, counts, int32_t(len), cluster, cl, rank, k,
@@ -147,14 +123,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 PerDevice g_num_sms;                                // recorded by PrepareSparseSelectSm90
 PerDevice g_max_clusters[onchip::kMaxCluster + 1];  // [cl]: clusters of cl CTAs at once
 
-// The fewest CTAs that keep the chunk of `parts` (the row's time is its largest chunk's).
-int FewestParts(uint32_t row_tiles, int parts) {
-  return int(CeilDiv(row_tiles, CeilDiv(row_tiles, uint32_t(parts))));
-}
-
 // The cluster a row (0: the row is too wide): the most CTAs that all rows' clusters run at once
 // in one wave (one CTA an SM) with two tiles or more each, then the fewest CTAs that keep the
-// same chunk.
+// same chunk (the row's time is its largest chunk's).
 int ClusterSize(int64_t rows, uint32_t row_tiles, int num_sms) {
   if (row_tiles > kRowTiles) return 0;
   int cl = 1;
@@ -164,14 +135,7 @@ int ClusterSize(int64_t rows, uint32_t row_tiles, int num_sms) {
       cl = c;
     }
   }
-  return FewestParts(row_tiles, cl);
-}
-
-// The CTAs a row split without a cluster (1: not split): as many as run at once in one wave, two
-// tiles or more each, where they outnumber the row's cluster.
-int SplitParts(int64_t rows, uint32_t row_tiles, int num_sms, int cl) {
-  const int64_t parts = std::min<int64_t>(num_sms / std::max<int64_t>(rows, 1), row_tiles / 2);
-  return parts > cl ? FewestParts(row_tiles, int(parts)) : 1;
+  return int(CeilDiv(row_tiles, CeilDiv(row_tiles, uint32_t(cl))));
 }
 
 }  // namespace
@@ -182,18 +146,10 @@ int32_t SparseSelectClusterSize(int64_t rows, int64_t c) {
   return ClusterSize(rows, uint32_t(c / kBlocksPerTile), num_sms);
 }
 
-int32_t SparseSelectSplitParts(int64_t rows, int64_t c) {
-  const int cl = SparseSelectClusterSize(rows, c);
-  return cl == 0 ? 0 : SplitParts(rows, uint32_t(c / kBlocksPerTile), g_num_sms.Current(), cl);
-}
-
-int64_t SparseSelectSplitWords(int64_t rows) { return rows * onchip::kSplitWords; }
-
 int64_t SparseSelectMaxColumns() { return onchip::kMaxRow; }
 
 ffi::Error LaunchSm90SparseSelect(const char* op, cudaStream_t stream, const Sm90SparseLogits& c,
-                                  const int32_t* blocks, int32_t k, int32_t* out,
-                                  uint32_t* split_counts) {
+                                  const int32_t* blocks, int32_t k, int32_t* out) {
   if (c.rows == 0) return ffi::Error::Success();
   const int num_sms = g_num_sms.Current();
   if (num_sms == 0) {
@@ -205,22 +161,14 @@ ffi::Error LaunchSm90SparseSelect(const char* op, cudaStream_t stream, const Sm9
     return InvalidArgument(op, "the on-chip select takes rows of at most " +
                                    std::to_string(SparseSelectMaxColumns()) + " columns");
   }
-  const int parts = SplitParts(c.rows, row_tiles, num_sms, cl);
-  const uint32_t chunk_tiles = CeilDiv(row_tiles, uint32_t(parts > 1 ? parts : cl));
-  if (parts > 1) {  // the parts' counts and tickets start at zero
-    const cudaError_t e = cudaMemsetAsync(
-        split_counts, 0, size_t(SparseSelectSplitWords(c.rows)) * sizeof(uint32_t), stream);
-    if (e != cudaSuccess) return CudaStatus(op, e);
-  }
+  const uint32_t chunk_tiles = CeilDiv(row_tiles, uint32_t(cl));
   const auto kernel = c.heads == 32 ? SparseSelectKernel<32> : SparseSelectKernel<64>;
   const size_t smem =
       c.heads == 32 ? SmemBytes<32>(row_tiles, chunk_tiles) : SmemBytes<64>(row_tiles, chunk_tiles);
   return CudaStatus(
-      op, LaunchKernel(kernel, dim3(unsigned(c.rows * (parts > 1 ? parts : cl))), dim3(kThreads),
-                       smem, stream, unsigned(parts > 1 ? 0 : cl),
-                       static_cast<const uint8_t*>(c.q), c.kv, c.num_pages, c.weights, c.physical,
-                       c.valid_lens, blocks, out, uint32_t(c.c), chunk_tiles, k, uint32_t(parts),
-                       reinterpret_cast<uint32_t*>(c.logits), split_counts));
+      op, LaunchKernel(kernel, dim3(unsigned(c.rows * cl)), dim3(kThreads), smem, stream,
+                       unsigned(cl), static_cast<const uint8_t*>(c.q), c.kv, c.num_pages, c.weights,
+                       c.physical, c.valid_lens, blocks, out, uint32_t(c.c), chunk_tiles, k));
 }
 
 cudaError_t PrepareSparseSelectSm90() {

@@ -21,22 +21,12 @@ int64_t SparseSelectMaxColumns();
 // when it cannot take them or the device was not prepared).
 int32_t SparseSelectClusterSize(int64_t rows, int64_t c);
 
-// CTAs a row the kernel runs without a cluster, meeting in global memory (1: it runs the
-// cluster of SparseSelectClusterSize; 0 when it cannot take the rows).
-int32_t SparseSelectSplitParts(int64_t rows, int64_t c);
-
-// The words of the `split_counts` workspace a launch of `rows` rows needs.
-int64_t SparseSelectSplitWords(int64_t rows);
-
 // out[r, 0, k) = the positions blocks[r, j / 8] * 8 + j % 8 of the k best columns j <
 // valid_lens[r] of row r's logits (the same logits, bitwise, as LaunchSm90SparseLogits'), ties
 // by lower column, NaN never, -1 past the columns there are; in column order. `call.logits` is
-// not read; a split row (SparseSelectSplitParts > 1) stores its keys there, and its parts' counts
-// in `split_counts` (SparseSelectSplitWords words). InvalidArgument for rows wider than
-// SparseSelectMaxColumns().
+// not written. InvalidArgument for rows wider than SparseSelectMaxColumns().
 ffi::Error LaunchSm90SparseSelect(const char* op, cudaStream_t stream, const Sm90SparseLogits& call,
-                                  const int32_t* blocks, int32_t k, int32_t* out,
-                                  uint32_t* split_counts);
+                                  const int32_t* blocks, int32_t k, int32_t* out);
 
 // Kernel attributes and device facts (SM count, clusters that fit), once per device.
 cudaError_t PrepareSparseSelectSm90();

@@ -142,9 +142,8 @@ def sparse():
 
 
 def onchip():
-    # The one-kernel sparse select (forced): a cluster a row (6 rows of C 32) and a row split
-    # over CTAs meeting in global memory (a row of C 2048), -1 padding and a page past the cache
-    # among the slots, lengths 0 to past the row.
+    # The one-kernel sparse select (forced): clusters of 1 (6 rows of C 32) and 16 (a row of C
+    # 2048), -1 padding and a page past the cache among the slots, lengths 0 to past the row.
     from dsv41_jax import _ext
     from dsv41_jax import fused as fused_layers
 

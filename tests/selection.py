@@ -424,18 +424,16 @@ def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):
     return out.view(out_dtype).reshape(out_shape)
 
 
-def emulate_onchip(exe, scores, lens, k, blocks, cl, reverse=False):
+def emulate_onchip(exe, scores, lens, k, blocks, cl):
     """Runs the on-chip select (cuda/smxx_onchip_select.cuh behind tests/simt/onchip_select.cc)
-    on the CPU stand-in, a row a cluster of `cl` CTAs (`cl` < -1: -cl CTAs without a cluster, a
-    split row, whose CTAs run last to first when `reverse`); `blocks` [rows, >= ceil(n / 8)] is each
+    on the CPU stand-in, a row a cluster of `cl` CTAs; `blocks` [rows, >= ceil(n / 8)] is each
     row's candidate-block table. Returns (cudaError, out [rows, k])."""
     scores = np.asarray(scores, np.float32)
     rows, n = scores.shape
     blocks = np.asarray(blocks, np.int32)
     header = [rows, n, k, 8, 0, False, True, blocks.shape[1], False]
     arrays = [scores, np.asarray(lens, np.int32), np.zeros(rows, np.int32), blocks]
-    env = {"EMU_REVERSE_CTAS": "1"} if reverse else None
-    status, out = _launch(exe, f"onchip:{cl}", header, arrays, env_extra=env)
+    status, out = _launch(exe, f"onchip:{cl}", header, arrays)
     return status, out.view(np.int32).reshape(rows, k)
 
 

@@ -492,7 +492,6 @@ def test_limits_come_from_the_extension():
         "select_short",
         "select_onchip",
         "onchip_max_columns",
-        "onchip_split_words",
     }
     assert all(isinstance(v, int) for v in limits.values())
     assert len({limits[f"select_{s}"] for s in ("cluster", "filter", "short", "onchip")}) == 4

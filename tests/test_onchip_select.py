@@ -1,8 +1,8 @@
 """The on-chip select of the SM90 sparse consumer (cuda/smxx_onchip_select.cuh) on the CPU
 stand-in: the exact top-k of a row whose keys the CTAs of its cluster (1-16 a row) store into rank
-0's shared memory, or that CTAs without a cluster (a split row: `cl` < -1 here, -cl CTAs) store in
-global memory for the last of them to gather, in column order, each column written as the
-position its candidate block maps to. The GPU kernel around it (ffi/sm90_sparse_select.cu) needs WGMMA; tests/simt/onchip_select.cc
+0's shared memory, in column order, each column written as the position its candidate block maps
+to. The
+GPU kernel around it (ffi/sm90_sparse_select.cu) needs WGMMA; tests/simt/onchip_select.cc
 makes the same keys from given scores in the same layout and calls the same select, with 640
 threads a CTA and whole 64-column tiles a CTA as there.
 
@@ -27,10 +27,9 @@ TILE, MAX_ROW = 64, 16384  # onchip_select.cc's tiles; onchip::kMaxRow
 
 
 def chunk_of(n: int, cl: int) -> int:
-    """Columns a CTA: whole tiles, as LaunchOnChipSelectForTest (and the GPU kernel) splits
-    (`cl` < -1: a split row of -cl CTAs)."""
+    """Columns a CTA: whole tiles, as LaunchOnChipSelectForTest (and the GPU kernel) splits."""
     tiles = -(-n // TILE)
-    return max(-(-tiles // abs(cl)), 1) * TILE
+    return max(-(-tiles // cl), 1) * TILE
 
 
 def block_tables(rng, rows: int, n: int) -> np.ndarray:
@@ -47,26 +46,22 @@ def block_tables(rng, rows: int, n: int) -> np.ndarray:
 
 
 def check(exe, rng, scores, lens, k: int, cl: int) -> None:
-    """The stand-in's output (poisoned before the launch) equals the reference exactly; a split
-    row's with its CTAs run first to last and last to first (either may select)."""
+    """The stand-in's output (poisoned before the launch) equals the reference exactly."""
     scores = np.asarray(scores, np.float32)
     blocks = block_tables(rng, *scores.shape)
+    status, got = emulate_onchip(exe, scores, lens, k, blocks, cl)
+    assert status == 0, f"launch error {status}"
+    assert not (got == UNWRITTEN).any(), "an output element was never written"
     want = onchip_reference(scores, lens, k, blocks)
-    for reverse in (False, True) if cl < -1 else (False,):
-        status, got = emulate_onchip(exe, scores, lens, k, blocks, cl, reverse)
-        assert status == 0, f"launch error {status}"
-        assert not (got == UNWRITTEN).any(), "an output element was never written"
-        for r in range(len(got)):
-            np.testing.assert_array_equal(
-                got[r], want[r], err_msg=f"row {r} (len {lens[r]}, reverse {reverse})"
-            )
+    for r in range(len(got)):
+        np.testing.assert_array_equal(got[r], want[r], err_msg=f"row {r} (len {lens[r]})")
 
 
 def edge_lengths(n: int, k: int, cl: int) -> list[int]:
     """0, 1, 7, 8, 9, k - 1, k, k + 1, the whole row, n - 1, one CTA's chunk exactly and one
     past it, and one that leaves the last CTAs without keys (where the cluster has them)."""
     chunk = chunk_of(n, cl)
-    edges = [0, 1, 7, 8, 9, k - 1, k, k + 1, n, n - 1, chunk, chunk + 1, (abs(cl) - 1) * chunk - 5]
+    edges = [0, 1, 7, 8, 9, k - 1, k, k + 1, n, n - 1, chunk, chunk + 1, (cl - 1) * chunk - 5]
     return sorted({x for x in edges if 0 <= x <= n})
 
 
@@ -79,19 +74,18 @@ def mixed_rows(rng, rows: int, n: int) -> np.ndarray:
     return np.concatenate([make_scores(rng, 1, n, KINDS[r % len(KINDS)]) for r in range(rows)])
 
 
-# (cluster, k): clusters of 1-16 CTAs (powers of two or not) and split rows of 2-16 CTAs (cl <
-# -1) with k of 1, 64, 512 and 2048 over them (a launch a pair)
+# (cluster, k): clusters of 1-16 CTAs (powers of two or not) with k of 1, 64, 512 and 2048 over
+# them (a launch a pair)
 PAIRS = [(1, 1), (1, 64), (1, 512), (1, 2048), (2, 64), (3, 2048), (4, 1), (5, 512), (16, 64)]
-PAIRS += [(-2, 512), (-5, 64), (-16, 2048)]
 
 
 @pytest.mark.parametrize("cl,k", PAIRS, ids=[f"cl{c}-k{k}" for c, k in PAIRS])
 def test_lengths_at_the_edges(simt_topk, rng, cl, k):
     """Every edge length on rows of every kind; n not a multiple of a CTA's 64-column tiles,
     and the scores past a row's length +inf, which only a read past it would take."""
-    n = max(k + 2, 2 * TILE * abs(cl)) + 37
+    n = max(k + 2, 2 * TILE * cl) + 37
     lens = np.array(edge_lengths(n, k, cl), np.int32)
-    if abs(cl) == 16:  # 16 CTAs a row: the lengths that matter most
+    if cl == 16:  # 16 CTAs a row: the lengths that matter most
         lens = np.array(sorted({0, 1, k, k + 1, n, chunk_of(n, cl) + 1}), np.int32)
     s = mixed_rows(rng, len(lens), n)
     s[np.arange(n)[None] >= lens[:, None]] = np.inf
@@ -124,12 +118,12 @@ def special_rows(rng, n: int, k: int, chunk: int) -> np.ndarray:
     return np.array(rows, np.float32)
 
 
-@pytest.mark.parametrize("cl,k", [(1, 512), (2, 64), (4, 2048), (12, 64), (-3, 512)])
+@pytest.mark.parametrize("cl,k", [(1, 512), (2, 64), (4, 2048), (12, 64)])
 def test_ties_nan_inf_and_zeros(simt_topk, rng, cl, k):
-    n = max(3 * k, 5 * TILE * abs(cl)) - 11
+    n = max(3 * k, 5 * TILE * cl) - 11
     chunk = chunk_of(n, cl)
     s = special_rows(rng, n, k, chunk)
-    if abs(cl) > 8:  # many CTAs a row: the ties and the NaN / -inf runs
+    if cl > 8:  # many CTAs a row: the ties and the NaN / -inf runs
         s = s[[1, 2, 3, 5]]
     lens = np.full(len(s), n, np.int32)
     lens[1] = n - chunk // 2  # a tie run cut by the length
@@ -149,9 +143,8 @@ def test_kth_key_found_at_each_digit_pass(simt_topk, rng, cl, k):
         (1, MAX_ROW, 2048, ("random", "ties")),  # one CTA, the widest row
         (15, MAX_ROW - 100, 2048, ("equal",)),  # all tied, over 15 CTAs' chunks
         (16, MAX_ROW, 512, ("random",)),
-        (-16, MAX_ROW, 512, ("random",)),  # split over 16 CTAs
     ],
-    ids=["cl1-16k", "cl8-16k", "cl16-16k", "split16-16k"],
+    ids=["cl1-16k", "cl8-16k", "cl16-16k"],
 )
 def test_wide_rows(simt_topk, rng, cl, n, k, kinds):
     s = np.concatenate([make_scores(rng, 1, n, kind) for kind in kinds])
@@ -161,20 +154,12 @@ def test_wide_rows(simt_topk, rng, cl, n, k, kinds):
 
 @pytest.mark.parametrize(
     "cl,n,k",
-    [
-        (1, MAX_ROW + 1, 8),
-        (16, MAX_ROW + 1, 8),
-        (-4, MAX_ROW + 1, 8),
-        (0, 256, 8),
-        (17, 4096, 8),
-        (2, 256, 0),
-        (-3, 256, 0),
-    ],
-    ids=["row-too-wide", "row-too-wide-cl16", "row-too-wide-split", "cl0", "cl17", "k0", "k0-split"],
+    [(1, MAX_ROW + 1, 8), (16, MAX_ROW + 1, 8), (0, 256, 8), (17, 4096, 8), (2, 256, 0)],
+    ids=["row-too-wide", "row-too-wide-cl16", "cl0", "cl17", "k0"],
 )
 def test_launcher_refuses(simt_topk, rng, cl, n, k):
     """Rows past onchip::kMaxRow keys, clusters of other than 1-16 CTAs, and k < 1 are refused
-    before anything runs, split or not."""
+    before anything runs."""
     s = rng.standard_normal((2, n)).astype(np.float32)
     status, got = emulate_onchip(simt_topk, s, [n, n], k, block_tables(rng, 2, n), cl)
     assert status != 0
@@ -201,15 +186,7 @@ MUTANTS = [
     ("bin-end-wrong", "k_rem <= digit_above + count)", "k_rem < digit_above + count)"),
     ("digit-scan-inclusive", "WarpInclusiveScan(count) - count;", "WarpInclusiveScan(count);"),
     ("groups-wrong", "kBins / 2 + (key >> 26)]", "kBins / 2 + (key >> 27)]"),
-    ("counts-not-pushed", "if (counts[i] != 0) atomicAdd(&to", "if (false) atomicAdd(&to"),
-    (
-        "split-counts-not-joined",
-        "if (counts[i] != 0) atomicAdd(&row.counts",
-        "if (false) atomicAdd(&row.counts",
-    ),
-    ("split-ticket-early", "1u) == parts - 1;", "1u) == parts - 2;"),
-    ("split-parts-not-gathered", "(4 * i < lo || 4 * i >= hi)) to[i]", "(4 * i < lo)) to[i]"),
-    ("split-counts-not-loaded", "counts[i] = __ldcg(&row.counts[i]);", "{}"),
+    ("counts-not-pushed", "if (counts[i] != 0) atomicAdd", "if (false) atomicAdd"),
     ("counts-half-swapped", "1u << ((key >> 17) & 16)", "1u << ((key >> 16) & 16)"),
     ("all-ties-not-taken", "thresh -= 1, need = 0;", "need = 0;"),
     ("warps-before-inclusive", "lane < warp ? uint32_t", "lane <= warp ? uint32_t"),
@@ -229,7 +206,7 @@ MUTANTS = [
 def _mutant_cases(exe, seed: int) -> None:
     """A few of the cases above, on `exe`: one launch of rows whose k-th key is found at each
     pass, one of ties, one of a sorted row (a warp's candidates past 32) and a random one (four
-    CTAs a row), and two rows split over three CTAs."""
+    CTAs a row)."""
     rng = np.random.default_rng(seed)
     k, cl = 64, 4
     n = 3 * TILE * cl + 37
@@ -238,8 +215,6 @@ def _mutant_cases(exe, seed: int) -> None:
     check(exe, rng, special_rows(rng, n, k, chunk_of(n, cl))[:3], lens[:3], k, cl)
     sorted_and_random = [make_scores(rng, 1, n, kind)[0] for kind in ("descending", "random")]
     check(exe, rng, sorted_and_random, lens[:2], k, cl)
-    split = [digit_row(rng, n, k, 1), make_scores(rng, 1, n, "random")[0]]  # three CTAs a row
-    check(exe, rng, split, lens[:2], k, -3)
 
 
 def test_mutants_are_caught(simt_topk, rng, tmp_path):

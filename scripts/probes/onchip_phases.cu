@@ -2,9 +2,9 @@
 // phase stamps (DSV41_PHASE_STAMPS: thread 0 of each CTA records %globaltimer at the phase ends)
 // at V4.1's defaults (32 heads, C = 2048 blocks of 8: 16K columns a row, k = 512) over random fp8
 // values, every row's 128K-token context on pages of its own. Prints per batch the event-timed
-// time of 20 back-to-back launches, the CTAs a row (a cluster, or split), and the phase ends in us since each CTA's
+// time of 20 back-to-back launches, the cluster size, and the phase ends in us since each CTA's
 // start, median over CTAs (max in brackets): 1 = cluster started, 2 = thread 0's first tile
-// scored, 3 = thread 0's tiles scored; the selecting CTA only: 4 = the row's keys gathered, 5 / 6 / 7 =
+// scored, 3 = thread 0's tiles scored; rank 0 only: 4 = the row's keys gathered, 5 / 6 / 7 =
 // digit pass 1 / 2 / 3 decided, 8 = output counts scanned, 9 = output written, 10 = thread 0's
 // keys loaded, 11 / 12 = pass 2 / 3 counted, 13 = thread 0's output counts made, 14 = thread
 // 0's candidates kept.
@@ -65,9 +65,6 @@ int main() {
     uint8_t *d_q, *d_kv;
     float* d_w;
     int32_t *d_phys, *d_blocks, *d_lens, *d_out;
-    float* d_logits;
-    uint32_t* d_split;
-    cudaMalloc(&d_logits, rows * kC * 8 * 4), cudaMalloc(&d_split, SparseSelectSplitWords(rows) * 4);
     cudaMalloc(&d_q, q.size()), cudaMalloc(&d_kv, kv.size()), cudaMalloc(&d_w, w.size() * 4);
     cudaMalloc(&d_phys, physical.size() * 4), cudaMalloc(&d_blocks, blocks.size() * 4);
     cudaMalloc(&d_lens, rows * 4), cudaMalloc(&d_out, rows * kK * 4);
@@ -77,10 +74,9 @@ int main() {
     cudaMemcpy(d_phys, physical.data(), physical.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(d_blocks, blocks.data(), blocks.size() * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(d_lens, lens.data(), rows * 4, cudaMemcpyHostToDevice);
-    const Sm90SparseLogits call{d_q, d_w, d_kv, d_phys, d_lens, d_logits, rows, kHeads, pages, kC};
+    const Sm90SparseLogits call{d_q, d_w, d_kv, d_phys, d_lens, nullptr, rows, kHeads, pages, kC};
     auto launch = [&] {
-      const ffi::Error e =
-          LaunchSm90SparseSelect("probe", 0, call, d_blocks, int32_t(kK), d_out, d_split);
+      const ffi::Error e = LaunchSm90SparseSelect("probe", 0, call, d_blocks, int32_t(kK), d_out);
       if (!e.success()) std::printf("FAIL %s\n", e.message().c_str());
     };
     for (int i = 0; i < 3; ++i) launch();
@@ -98,10 +94,9 @@ int main() {
     launch();
     cudaDeviceSynchronize();
     cudaMemcpyFromSymbol(st, g_phase_stamps, sizeof(st));
-    const int parts = SparseSelectSplitParts(rows, kC);
-    const int cl = parts > 1 ? parts : SparseSelectClusterSize(rows, kC);
-    std::printf("TIME rows %ld (%s of %d): %.1f us per launch (events, 20 launches):", rows,
-                parts > 1 ? "split" : "clusters", cl, ms * 1000 / 20);
+    const int cl = SparseSelectClusterSize(rows, kC);
+    std::printf("TIME rows %ld (clusters of %d): %.1f us per launch (events, 20 launches):", rows,
+                cl, ms * 1000 / 20);
     for (int phase = 1; phase < 16; ++phase) {
       std::vector<double> d;
       for (int64_t b = 0; b < rows * cl; ++b) {
@@ -113,7 +108,7 @@ int main() {
     }
     std::printf("\n");
     cudaFree(d_q), cudaFree(d_kv), cudaFree(d_w), cudaFree(d_phys), cudaFree(d_blocks);
-    cudaFree(d_lens), cudaFree(d_out), cudaFree(d_logits), cudaFree(d_split);
+    cudaFree(d_lens), cudaFree(d_out);
   }
   return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

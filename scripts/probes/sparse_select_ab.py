@@ -39,9 +39,6 @@ for bs in batches:
         got[algorithm] = np.asarray(jax.jit(sel)(*select_sets[0]))
         t = jax_time_us(sel, select_sets)
         print(f"TIME {tag} bs{bs} select-{algorithm} {t:.1f}")
-    ext = _ext.extension()
-    cl = ext.sparse_select_cluster_size(bs, cfg.candidate_topk_blocks)
-    parts = getattr(ext, "sparse_select_split_parts", lambda *a: 1)(bs, cfg.candidate_topk_blocks)
-    form = f"split over {parts} CTAs" if parts > 1 else f"in clusters of {cl}"
-    print(f"bs{bs}: one kernel {form}; same selection:", end=" ")
+    cl = _ext.extension().sparse_select_cluster_size(bs, cfg.candidate_topk_blocks)
+    print(f"bs{bs}: one kernel in clusters of {cl}; same selection:", end=" ")
     print(np.array_equal(got["short"], got["onchip"]))

@@ -389,9 +389,8 @@ T atomicAnd(T* p, T v) {
   return std::atomic_ref<T>(*p).fetch_and(v);
 }
 
-// The CTAs of a launch without clusters run one after another (last to first with
-// EMU_REVERSE_CTAS set, so a kernel that depends on their order shows): their global stores are
-// seen by every later one.
+// The CTAs of a launch without clusters run one after another: their global stores are seen by
+// every later one.
 inline void __threadfence() {}
 template <class T>
 T __ldcg(const T* p) {
@@ -424,9 +423,7 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
   std::function<void()> body = [&] { kernel(P(args)...); };
   for (unsigned z = 0; z < grid.z; ++z) {
     for (unsigned y = 0; y < grid.y; ++y) {
-      const bool reverse = cl == 1 && std::getenv("EMU_REVERSE_CTAS") != nullptr;
-      for (unsigned i = 0; i < grid.x; i += unsigned(cl)) {
-        const unsigned first = reverse ? grid.x - 1 - i : i;
+      for (unsigned first = 0; first < grid.x; first += unsigned(cl)) {
         emu::Cluster cluster(cl);
         std::vector<std::thread> ctas;
         for (int r = 0; r < cl; ++r) {
