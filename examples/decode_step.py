@@ -80,12 +80,13 @@ def main() -> None:
         f"config: k={cfg.index_topk} C={cfg.candidate_topk_blocks} B={cfg.candidate_block_size}"
     )
 
-    @jax.jit
-    def step(layers, context_lens, block_table):
+    def step_body(layers, context_lens, block_table):
         (q0, c0), consumers = layers[0], layers[1:]
         indices, table = dj.publish(q0, c0, context_lens, block_table, cfg)
         selected = [dj.select(q, c, context_lens, block_table, table, cfg) for q, c in consumers]
         return indices, table, selected
+
+    step = jax.jit(step_body)
 
     @jax.jit
     def dense_topk(layers, context_lens, block_table):
@@ -95,6 +96,7 @@ def main() -> None:
             out.append(dj.topk(logits, context_lens, cfg.index_topk))
         return out
 
+    print(implementations(step_body, layers, context_lens, block_table))
     print("[2/4] compiling and running the step: publish (layer 20) + 4 selects ...")
     t0 = time.perf_counter()
     indices, table, selected = jax.block_until_ready(step(layers, context_lens, block_table))
@@ -124,6 +126,20 @@ def main() -> None:
         f"then median {statistics.median(times) * 1e3:.1f} ms wall per step on "
         f"{jax.default_backend()} (device-time numbers: see BENCHMARKS.md)"
     )
+
+
+def implementations(fn, *args) -> str:
+    """Which implementation each op of `fn(*args)` takes here (`dsv41_jax.info.explain`, traced
+    before the first call), and why the faster ones were declined."""
+    built = dj.info.device()["extension"]
+    lines = [f"CUDA extension: {built}; the step's ops take:"]
+    for choice in dict.fromkeys(
+        (c.op, c.implementation, c.declined[0][1] if c.declined else "")
+        for c in dj.info.explain(fn, *args)
+    ):
+        op, impl, why = choice
+        lines.append(f"  {op}: {impl}" + (f" ({why})" if why else ""))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

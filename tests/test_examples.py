@@ -48,3 +48,31 @@ def test_run_notebook_default_output_is_ignored_by_git():
     assert out == Path("examples/quickstart.executed.ipynb")
     done = subprocess.run(["git", "check-ignore", "-q", str(out)], cwd=root)
     assert done.returncode == 0, f"{out} is not ignored by .gitignore"
+
+
+def test_demo_says_which_implementation_each_op_takes():
+    """`make demo` (examples/decode_step.py) names, before it runs, the implementation each op
+    of its step takes here and why a faster one was declined: on this CPU backend the reference,
+    the FFI declined for want of a CUDA GPU backend, whether or not the extension is built."""
+    import jax
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("checks the CPU backend's choices")
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "decode_step.py"), "--batch", "2"]
+        + ["--min-context", "300", "--max-context", "17000"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("CUDA extension: "))
+    taken = dict(line.strip().split(": ", 1) for line in lines[start + 1 : start + 4])
+    assert set(taken) >= {"publish", "paged_mqa_logits", "topk"}
+    assert taken["paged_mqa_logits"].startswith("reference (")
+    assert "needs a CUDA GPU backend" in taken["paged_mqa_logits"]
+    assert (
+        lines.index("[2/4] compiling and running the step: publish (layer 20) + 4 selects ...")
+        > start
+    )
