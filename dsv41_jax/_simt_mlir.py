@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jax.experimental.mosaic.gpu import utils as mu
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import arith, gpu, llvm, nvvm, scf
+
+from dsv41_jax._pallas import mosaic_utils as mu
 
 
 def _i32():

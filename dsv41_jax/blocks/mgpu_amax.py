@@ -14,9 +14,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from dsv41_jax import _simt
+from dsv41_jax._pallas import plgpu, ref_types
 
 THREADS = 1024
 NEG_INF, POS_INF = 0xFF800000, 0x7F800000  # float32 bits
@@ -83,7 +83,7 @@ def _kernel(s: AmaxSpec, rows: int):
             refs = {"data": data, "lengths": lengths, "out": out}
             program(_simt_mlir.Mlir(refs, smem), s)
 
-        plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * len(refs))(emit)(*refs)
+        plgpu.inline_mgpu(arg_types=ref_types(2, len(refs)))(emit)(*refs)  # data, lengths: inputs
 
     return plgpu.kernel(
         body,

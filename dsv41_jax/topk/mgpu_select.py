@@ -33,9 +33,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from dsv41_jax import _simt
+from dsv41_jax._pallas import plgpu, ref_types
 
 PER = 16  # keys a thread holds
 THREADS = 1024  # threads of a CTA (8 Mosaic GPU warpgroups); 512 where it pays (`stages`)
@@ -470,7 +470,7 @@ def _kernel(s: Spec, rows: int):
             *gmem, smem = r
             program(_simt_mlir.Mlir(dict(zip(names, gmem)), smem), s)
 
-        plgpu.inline_mgpu(arg_types=(plgpu.RefType(),) * len(refs))(emit)(*refs)
+        plgpu.inline_mgpu(arg_types=ref_types(len(s.inputs), len(refs)))(emit)(*refs)
 
     return plgpu.kernel(
         body,

@@ -6,7 +6,8 @@ lower the scalar peer store (printed below)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from dsv41_jax._pallas import plgpu
 
 S = jax.ShapeDtypeStruct
 CL = 8

@@ -9,8 +9,8 @@ key bits, in both lowering semantics. `python scripts/probes/mgpu_counting_cost.
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from dsv41_jax._pallas import plgpu
 from dsv41_jax.bench.timing import jax_time_us
 
 S = jax.ShapeDtypeStruct
