@@ -178,12 +178,14 @@ class KeyBuffer:
         if v is None or sc is None or not hasattr(self.values, "dtype"):
             return  # pytree plumbing: nothing to check
         fp8 = self.format == "fp8"
-        want = (jnp.float8_e4m3fn, jnp.float32) if fp8 else (jnp.uint8, jnp.uint8)
+        want = tuple(
+            jnp.dtype(w) for w in ((jnp.float8_e4m3fn, jnp.float32) if fp8 else (jnp.uint8,) * 2)
+        )
         got = (jnp.dtype(self.values.dtype), jnp.dtype(self.scales.dtype))
-        if len(v) < 2 or got != tuple(jnp.dtype(w) for w in want):
+        if len(v) < 2 or got != want:
             raise ValueError(
-                f"KeyBuffer ({self.format}) needs values {want[0].__name__} [T, "
-                f"{'D' if fp8 else 'D/2'}] and scales {want[1].__name__}, got values "
+                f"KeyBuffer ({self.format}) needs values {want[0].name} [T, "
+                f"{'D' if fp8 else 'D/2'}] and scales {want[1].name}, got values "
                 f"{got[0]} {tuple(v)} and scales {got[1]} (quantize keys with "
                 "dsv41_jax.quantize_keys)"
             )
