@@ -7,6 +7,7 @@ import contextvars
 import dataclasses
 import functools
 import importlib
+import logging
 from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import _checks
+from dsv41_jax import _checks, status
 
 if TYPE_CHECKING:
     from dsv41_jax.plan.device import Device
@@ -213,10 +214,26 @@ def _real_facts() -> DeviceFacts:
     dev = jax.devices()[0]
     cc = str(getattr(dev, "compute_capability", ""))
     clusters: tuple[int, ...] = ()
+    if jax.default_backend() == "gpu":
+        warn_unverified_jax()
     if jax.default_backend() == "gpu" and available() and cc in PORTABLE:
         register_ffi_targets()  # the occupancy calculator reads the prepared kernels
         clusters = tuple(_occupancy(c) for c in range(1, limit("short_topk_max_cluster") + 1))
     return DeviceFacts(jax.default_backend(), cc, clusters, int(getattr(dev, "core_count", 0) or 0))
+
+
+@functools.cache
+def warn_unverified_jax() -> None:
+    """A WARNING on the `dsv41_jax` logger, once per process, where the installed jax is not
+    one the GPU test suite has passed on (`status.GPU_VERIFIED_JAX`). Called where the ops
+    first read a real GPU device; never on other backends."""
+    if not status.jax_gpu_verified(jax.__version__):
+        logging.getLogger("dsv41_jax").warning(
+            "jax %s: the dsv41_jax GPU kernels have been verified on jax %s only (the GPU "
+            "tests have not run on this version)",
+            jax.__version__,
+            ", ".join(status.GPU_VERIFIED_JAX),
+        )
 
 
 def backend() -> str:

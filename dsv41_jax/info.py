@@ -122,8 +122,16 @@ def explain(fn: Callable[..., object], *args: Any, **kwargs: Any) -> list[Choice
 def device() -> dict[str, object]:
     """The facts the dispatch reads: backend, device kind and compute capability, whether the
     CUDA extension is built, each implementation's status (`dsv41_jax.status`), and on a GPU
-    the short-row select's cluster occupancy."""
+    the short-row select's cluster occupancy; with them the installed jax and the jax releases
+    the GPU test suite has passed on (`status.GPU_VERIFIED_JAX`), which the statuses hold for."""
+    verified = ", ".join(status.GPU_VERIFIED_JAX)
     facts: dict[str, object] = {
+        "jax": jax.__version__
+        + (
+            " (GPU-verified)"
+            if status.jax_gpu_verified(jax.__version__)
+            else f" (not GPU-verified: the GPU tests have run on jax {verified} only)"
+        ),
         "backend": _ext.backend(),
         "device": jax.devices()[0].device_kind,
         "compute_capability": _ext.compute_capability() or None,

@@ -17,6 +17,15 @@ from typing import Literal
 
 Level = Literal["device", "compiled", "host"]
 
+# The jax releases the GPU test suite has passed on: the "device" statuses below hold for these.
+# The CPU suite passes on every release pyproject.toml allows (0.11.2 and 0.12.1).
+GPU_VERIFIED_JAX = ("0.11.2",)
+
+
+def jax_gpu_verified(version: str) -> bool:
+    """Whether the GPU test suite has passed on jax `version` (e.g. `jax.__version__`)."""
+    return version in GPU_VERIFIED_JAX
+
 
 @dataclasses.dataclass(frozen=True)
 class Status:
@@ -94,6 +103,9 @@ def markdown() -> str:
         "it is device-verified) and `python -m dsv41_jax info` prints them. A kernel counts as",
         "verified on a device once it has run there and matched the reference; compile-verified",
         "kernels are built for their architecture in CI and have never run in this project.",
+        f"The device statuses hold on jax {', '.join(GPU_VERIFIED_JAX)} (`GPU_VERIFIED_JAX`: the",
+        "releases the GPU test suite has passed on); on any other jax, the first op on a GPU",
+        "backend logs a warning, once per process.",
         "",
         "| implementation | status | what it is |",
         "|---|---|---|",
@@ -108,11 +120,13 @@ SUMMARY_END = "<!-- /status -->"
 
 
 def summary() -> str:
-    """The README's status lines: the implementations at each status, as STATUS holds them."""
+    """The README's status lines: the implementations at each status, as STATUS holds them,
+    and the jax releases the device statuses hold on (GPU_VERIFIED_JAX)."""
     names: dict[str, list[str]] = {}
     for name, s in STATUS.items():
         names.setdefault(str(s), []).append(name)
-    return "".join(f"- {level}: {', '.join(n)}\n" for level, n in names.items())
+    jax = f"- the device statuses hold on jax {', '.join(GPU_VERIFIED_JAX)} (`docs/install.md`)\n"
+    return "".join(f"- {level}: {', '.join(n)}\n" for level, n in names.items()) + jax
 
 
 def with_summary(text: str) -> str:

@@ -12,7 +12,7 @@ import pytest
 from devices import SM80
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, info
+from dsv41_jax import _ext, info, status
 
 
 def sds(shape, dtype):
@@ -212,6 +212,29 @@ def test_a_simulated_device_is_what_the_dispatch_reads_and_only_inside():
     with pytest.raises(TypeError, match="DeviceFacts"):
         with info.simulated_device(("gpu", "9.0")):
             pass
+
+
+def test_info_names_the_jax_and_warns_once_on_a_gpu_with_a_jax_not_gpu_verified(
+    monkeypatch, caplog
+):
+    """`info.device()` names the installed jax and whether the GPU suite has passed on it. On
+    another jax, reading a real GPU logs one WARNING a process; a CPU backend never does."""
+    line = info.device()["jax"]
+    assert isinstance(line, str) and line.startswith(jax.__version__ + " (")
+    assert ("(GPU-verified)" in line) == status.jax_gpu_verified(jax.__version__)
+    assert status.jax_gpu_verified("0.11.2") and not status.jax_gpu_verified("0.12.1")
+    monkeypatch.setattr(jax, "__version__", "0.12.1")
+    assert "not GPU-verified: the GPU tests have run on jax 0.11.2" in info.device()["jax"]
+    _ext.warn_unverified_jax.cache_clear()
+    try:
+        for backend, warned in (("cpu", 0), ("gpu", 1), ("gpu", 1), ("cpu", 1)):
+            monkeypatch.setattr(jax, "default_backend", lambda: backend)
+            with caplog.at_level("WARNING", logger="dsv41_jax"):
+                _ext._real_facts.__wrapped__()  # what the ops read first (cached in a process)
+            said = [r for r in caplog.records if "jax 0.12.1: the dsv41_jax GPU" in r.getMessage()]
+            assert len(said) == warned, backend  # the records of the whole test so far
+    finally:
+        _ext.warn_unverified_jax.cache_clear()
 
 
 # ------------------------------------------------ issue 70: the records and calls that misled
