@@ -17,7 +17,8 @@ ifeq ($(CUDA),0)
 export DSV41_BUILD_CUDA := OFF
 endif
 # The jax and jaxlib release installed: 0.11.2, the one the GPU suite has passed on; the CPU
-# suite passes on 0.12.1 too (README, "JAX versions"). E.g. `make JAX_VERSION=0.12.1 VENV=.venv012`.
+# suite passes on 0.12.1 too (docs/install.md, "JAX versions"), e.g. in a venv of its own:
+# `make JAX_VERSION=0.12.1 VENV=.venv-jax0.12.1 test`.
 JAX_VERSION ?= 0.11.2
 NVCC := $(shell command -v nvcc)
 comma := ,
