@@ -216,9 +216,9 @@ def _real_facts() -> DeviceFacts:
     clusters: tuple[int, ...] = ()
     if jax.default_backend() == "gpu":
         warn_unverified_jax()
-    if jax.default_backend() == "gpu" and available() and cc in PORTABLE:
-        register_ffi_targets()  # the occupancy calculator reads the prepared kernels
-        clusters = tuple(_occupancy(c) for c in range(1, limit("short_topk_max_cluster") + 1))
+        if available() and cc in PORTABLE:
+            register_ffi_targets()  # the occupancy calculator reads the prepared kernels
+            clusters = tuple(_occupancy(c) for c in range(1, limit("short_topk_max_cluster") + 1))
     return DeviceFacts(jax.default_backend(), cc, clusters, int(getattr(dev, "core_count", 0) or 0))
 
 

@@ -67,7 +67,6 @@ RETIRED = frozenset(
 class Table:
     """A table of benchmark rows in a markdown file, with where it stands."""
 
-    section: str  # the "## " heading above it ("" before the first)
     heading: str  # the nearest heading of any level above it
     device: str  # the first line of the "Device:" paragraph under that heading ("" if none)
     rows: tuple[str, ...]  # its rows, as written
@@ -130,7 +129,6 @@ def tables(text: str) -> list[Table]:
             places = (paragraph, heading, section, "\n".join(prose))
             named = [k for k in map(kinds, places) if len(k) == 1]
             table = Table(
-                section,
                 heading,
                 device,
                 (),
