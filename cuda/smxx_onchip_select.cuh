@@ -131,6 +131,19 @@ struct BlockPositions {
   }
 };
 
+// Where a select's output goes (SelectFromFirst's `Out`): Put(slot, i) for the row's slot-th
+// selected column i (slots ascending with the column), Pad(slot) for each slot past the keys
+// there are, and Finish(n), by one thread, once n = min(keys, k) is known. This one: out[slot]
+// = position(i), -1 padded.
+template <class Position>
+struct PositionsOut {
+  Position position;
+  int32_t* __restrict__ out;
+  __device__ __forceinline__ void Put(int32_t slot, int32_t i) const { out[slot] = position(i); }
+  __device__ __forceinline__ void Pad(int32_t slot) const { out[slot] = -1; }
+  __device__ __forceinline__ void Finish(int32_t) const {}
+};
+
 // Unpacked pass-1 counts (kBins words, a digit's count each, then kGroups words): the groups' from
 // the digits', one warp a group (the warps divide the groups: the short select's 1024-thread
 // CTA; the sparse consumer counts packed, CountKey). Every thread of the CTA calls it once the
@@ -193,11 +206,10 @@ __device__ __forceinline__ Digit DigitPass(Shared& sh, const uint32_t* keys, int
 // The output in column order, from each warp's candidates (`count` columns from sh.list + lo):
 // those above the k-th key `thresh`, and (kTies) the first `need` > 0 equal to it. Each warp's
 // counts of both (above | equal << 16: a row's stay below 2^15 each) and one barrier give the
-// warp its first slots. A column i is written as position(i).
-template <bool kTies, class Position>
+// warp its first slots. A column i goes to its slot through out.Put.
+template <bool kTies, class Out>
 __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t lo, int32_t count,
-                                     uint32_t thresh, int32_t need, Position position,
-                                     int32_t* __restrict__ out) {
+                                     uint32_t thresh, int32_t need, const Out& out) {
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const uint32_t lanes_below = (1u << lane) - 1u;
   const auto column = [&](int32_t t) { return t < count ? sh.list[lo + t] : -1; };
@@ -226,12 +238,12 @@ __device__ __forceinline__ void Emit(Shared& sh, const uint32_t* keys, int32_t l
     if constexpr (kTies) {
       const int32_t e = e0 + __popc(eq & lanes_below);
       if ((gt >> lane) & 1u) {
-        out[g + min(e, need)] = position(i);
+        out.Put(g + min(e, need), i);
       } else if (((eq >> lane) & 1u) && e < need) {
-        out[g + e] = position(i);
+        out.Put(g + e, i);
       }
     } else if ((gt >> lane) & 1u) {
-      out[g] = position(i);
+      out.Put(g, i);
     }
     g0 += __popc(gt), e0 += __popc(eq);
   }
@@ -276,17 +288,17 @@ struct First {
   }
 };
 
-// The row's top-k once pass 1's digit is known (`first`, for k >= 1): out[0, k) = the positions
-// position(col) of its k best columns in column order, -1 past the keys there are. `keys` are
+// The row's top-k once pass 1's digit is known (`first`, for k >= 1): its k best columns in
+// column order through `out` (PositionsOut: out[0, k) = their positions position(col), -1 past
+// the keys there are). `keys` are
 // the row's by column; `mine` the thread's keys, whose warp keeps its candidates from
 // sh.list + mine.lo (`mine.Keep(sh, lowest)`: its keys >= lowest, in column order; the warps'
 // columns ascending with the warp); sh.hist zero. Every thread of the CTA calls it. Passes 2
 // and 3 and the output read only the candidates (about k plus the k-th key's pass-1 bin: ~1K of
 // a 16K-column row).
-template <int kThreads, class Keys, class Position>
+template <int kThreads, class Keys, class Out>
 __device__ __forceinline__ void SelectFromFirst(Shared& sh, const uint32_t* keys, const Keys& mine,
-                                                int32_t k, const First& first, Position position,
-                                                int32_t* __restrict__ out) {
+                                                int32_t k, const First& first, const Out& out) {
   // ---- the k-th key: keys above `thresh` are taken, and the first `need` keys equal to it
   int32_t k_rem = k, need = 0;
   uint32_t thresh = 0, prefix = 0;
@@ -317,20 +329,20 @@ __device__ __forceinline__ void SelectFromFirst(Shared& sh, const uint32_t* keys
     }
   }
   if (need == 0) {
-    Emit<false>(sh, keys, lo, count, thresh, need, position, out);
+    Emit<false>(sh, keys, lo, count, thresh, need, out);
   } else {
-    Emit<true>(sh, keys, lo, count, thresh, need, position, out);
+    Emit<true>(sh, keys, lo, count, thresh, need, out);
   }
-  for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out[i] = -1;
+  for (int32_t i = min(total, k) + int32_t(threadIdx.x); i < k; i += kThreads) out.Pad(i);
+  if (threadIdx.x == 0) out.Finish(min(total, k));
   DSV41_STAMP(9);
 }
 
 // The row's top-k (SelectFromFirst) from its pass-1 counts: `counts` in CountKey's packed layout
 // (kPacked), or kBins words then kGroups (SumGroups). Every thread of the CTA calls it.
-template <int kThreads, bool kPacked, class Keys, class Position>
+template <int kThreads, bool kPacked, class Keys, class Out>
 __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32_t* counts,
-                                  const Keys& mine, int32_t k, Position position,
-                                  int32_t* __restrict__ out) {
+                                  const Keys& mine, int32_t k, const Out& out) {
   constexpr int kWarps = kThreads / 32;
   static_assert(kThreads % 32 == 0 && kWarps <= 32, "one warp adds the warps' counts");
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
@@ -348,8 +360,7 @@ __device__ void SelectToPositions(Shared& sh, const uint32_t* keys, const uint32
   DSV41_STAMP(10);
   __syncthreads();
   DSV41_STAMP(5);
-  SelectFromFirst<kThreads>(sh, keys, mine, k, First{sh.total, sh.bin, sh.above, sh.in_bin},
-                            position, out);
+  SelectFromFirst<kThreads>(sh, keys, mine, k, First{sh.total, sh.bin, sh.above, sh.in_bin}, out);
 }
 
 // Once every CTA of the row's cluster (of `cl`) stored its keys through RowKeys and counted them
@@ -373,7 +384,7 @@ __device__ void SelectRow(Shared& sh, const uint32_t* keys, uint32_t* counts, in
   DSV41_STAMP(4);
   if (rank == 0) {
     SelectToPositions<kThreads, true>(sh, keys, counts, StridedKeys<kThreads>(keys, n), k,
-                                      BlockPositions{blocks}, out);
+                                      PositionsOut<BlockPositions>{BlockPositions{blocks}, out});
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "smxx_bitmap.cuh"
 #include "smxx_block_scan.cuh"
+#include "smxx_candidate_table.cuh"
 #include "smxx_onchip_select.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_short_topk.cuh"
@@ -357,6 +358,35 @@ struct ChunkPositions {
   __device__ __forceinline__ int32_t operator()(int32_t i) const { return i; }
 };
 
+// A top-C row's output as its candidate table (TopkArgs::table; onchip::PositionsOut's
+// interface): slot s the s-th chosen block and its physical slot through the row's page table
+// (staged in shared memory), kTablePad / -1 past the n chosen, then the count and the valid
+// length, as the sort (smxx_sort_blocks.cu) builds them from the ids. The newest block is pinned
+// and the row's largest: where any block is chosen it is the last, and only it may be partial.
+struct TableSink {
+  int32_t* __restrict__ blocks;
+  int32_t* __restrict__ physical;
+  const int32_t* __restrict__ pages;  // the row's page table, staged
+  int32_t* __restrict__ count;
+  int32_t* __restrict__ valid_len;
+  int32_t len, block_size, spp, spp_shift, largest;  // len: the row's positions, clamped
+  __device__ __forceinline__ void Put(int32_t slot, int32_t b) const {
+    blocks[slot] = b;
+    physical[slot] = PhysicalSlot(pages, b, spp, spp_shift, largest);
+  }
+  __device__ __forceinline__ void Pad(int32_t slot) const {
+    blocks[slot] = kTablePad, physical[slot] = -1;
+  }
+  __device__ __forceinline__ void Finish(int32_t n) const {
+    *count = n;
+    *valid_len = n == 0 ? 0 : block_size * (n - 1) + (len - 1) % block_size + 1;
+  }
+};
+
+// Most pages a row's table stages (kTable): CtaShared and they fit an SM's shared memory.
+constexpr int64_t kMaxTablePages = 16384;
+static_assert(sizeof(CtaShared) + kMaxTablePages * sizeof(int32_t) <= 227 * 1024, "an SM's");
+
 // A row of at most kTiles * kTileRow<T> scores on one CTA, kTiles tiles of kVec scores a lane
 // (warp w takes the chunk's scores [w span, (w + 1) span), span = 32 kVec kTiles): each thread
 // loads and keys them, stores them for the on-chip select and counts their pass-1 digits; the
@@ -366,7 +396,9 @@ struct ChunkPositions {
 // candidates on a few), and each tile count is its own kernel: a lane holds and counts only
 // its taken keys, and the 16K rows' kernel is the one of full tiles (a tile count chosen at run
 // time cost the 16K rows time on the H100, BENCHMARKS_HISTORY.md).
-template <class T, int kTiles>
+// kTable: a top-C row's output is its candidate table (TableSink; the row's page table staged
+// after CtaShared while the scores load).
+template <class T, int kTiles, bool kTable = false>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
   CtaShared& sh = *reinterpret_cast<CtaShared*>(dyn);
@@ -379,6 +411,15 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
   LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
+  int32_t* const staged_pages = reinterpret_cast<int32_t*>(&sh + 1);
+  int32_t len = 0;  // kTable: the row's positions (the launch checked max_pages * page_size)
+  if constexpr (kTable) {
+    const int64_t cap = a.table.max_pages * a.table.page_size;
+    len = int32_t(min(max(int64_t(a.lens[row]), int64_t(0)), cap));
+    const int32_t pages = (len + a.table.page_size - 1) / a.table.page_size;
+    const int32_t* row_pages = a.table.block_table + row * a.table.max_pages;
+    for (int32_t i = int32_t(threadIdx.x); i < pages; i += kThreads) staged_pages[i] = row_pages[i];
+  }
   static_assert(kBins == 2 * kThreads);
   sh.counts[threadIdx.x] = 0, sh.counts[kThreads + threadIdx.x] = 0;
   if (a.members != nullptr) {  // the candidate blocks of the row (it synchronises)
@@ -403,9 +444,22 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   onchip::SumGroups<kThreads>(sh.counts);
   __syncthreads();
   DSV41_STAMP(1);
-  onchip::SelectToPositions<kThreads, false>(sh.select, sh.keys, sh.counts,
-                                             TileCandidates<kVec, kTiles>{warp * kSpan, key}, a.k,
-                                             ChunkPositions{}, a.out + row * int64_t(a.k));
+  const TileCandidates<kVec, kTiles> candidates{warp * kSpan, key};
+  if constexpr (kTable) {
+    const TableOut& t = a.table;
+    const int32_t spp = t.page_size / a.block_size;
+    const TableSink sink{t.blocks + row * a.k, t.physical + row * a.k,
+                         staged_pages,         t.count + row,
+                         t.valid_lens + row,   len,
+                         a.block_size,         spp,
+                         SlotsShift(spp),      LargestPage(t.page_size)};
+    onchip::SelectToPositions<kThreads, false>(sh.select, sh.keys, sh.counts, candidates, a.k,
+                                               sink);
+  } else {
+    onchip::SelectToPositions<kThreads, false>(
+        sh.select, sh.keys, sh.counts, candidates, a.k,
+        onchip::PositionsOut<ChunkPositions>{ChunkPositions{}, a.out + row * int64_t(a.k)});
+  }
   DSV41_STAMP(15);
 }
 
@@ -493,9 +547,9 @@ __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
   DSV41_STAMP(4);
   if (sh.overflow != 0) return false;  // uniform: every CTA was told
   if (rank == 0) {
-    onchip::SelectFromFirst<kThreads>(sh.select, sh.gather_keys,
-                                      GatheredKeys(kept, room, cl, sh.region_kept), k, first,
-                                      GatheredPositions{sh.gather_positions}, out);
+    onchip::SelectFromFirst<kThreads>(
+        sh.select, sh.gather_keys, GatheredKeys(kept, room, cl, sh.region_kept), k, first,
+        onchip::PositionsOut<GatheredPositions>{GatheredPositions{sh.gather_positions}, out});
   }
   return true;
 }
@@ -634,11 +688,21 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   if (cl > 1) cluster.sync();  // the peers have read this CTA's counts: it may exit
 }
 
+// The table's kernel for a top-C row of `chunk` block scores (ShortTopkWritesTable).
+cudaError_t LaunchTable(const TopkArgs& args, int64_t chunk, cudaStream_t stream) {
+  auto kernel = ShortTopkCtaKernel<float, kFullTiles<float>, true>;
+  if (chunk <= 2 * kTileRow<float>) kernel = ShortTopkCtaKernel<float, 2, true>;
+  if (chunk <= kTileRow<float>) kernel = ShortTopkCtaKernel<float, 1, true>;
+  const size_t smem = sizeof(CtaShared) + size_t(args.table.max_pages) * sizeof(int32_t);
+  return topk::LaunchRowClusters(kernel, args, chunk, 1, kThreads, smem, stream);
+}
+
 template <class T>
 cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
   // Fewest CTAs that hold the row, equal chunks of whole warp segments (16-byte aligned).
   const int64_t cl = max((args.n + kShortChunk - 1) / kShortChunk, int64_t(1));
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
+  if (args.table.blocks != nullptr) return LaunchTable(args, chunk, stream);
 #if DSV41_SHORT_ONE_CTA
   if (cl == 1) {
     // The fewest tiles a lane that hold the chunk (every warp keeps keys); bf16's full count
@@ -659,10 +723,14 @@ cudaError_t PrepareShortTopk() {
   const cudaError_t err =
       SetMaxDynamicSmem(sizeof(Shared), ShortTopkKernel<float>, ShortTopkKernel<topk::Bf16>);
   if (err != cudaSuccess) return err;
-  return SetMaxDynamicSmem(
+  const cudaError_t e = SetMaxDynamicSmem(
       sizeof(CtaShared), ShortTopkCtaKernel<float, 1>, ShortTopkCtaKernel<float, 2>,
       ShortTopkCtaKernel<float, kFullTiles<float>>, ShortTopkCtaKernel<topk::Bf16, 1>,
       ShortTopkCtaKernel<topk::Bf16, kFullTiles<topk::Bf16>>);
+  if (e != cudaSuccess) return e;
+  return SetMaxDynamicSmem(sizeof(CtaShared) + kMaxTablePages * sizeof(int32_t),
+                           ShortTopkCtaKernel<float, 1, true>, ShortTopkCtaKernel<float, 2, true>,
+                           ShortTopkCtaKernel<float, kFullTiles<float>, true>);
 }
 
 int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
@@ -675,10 +743,21 @@ int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
   return MaxActiveClusters(ShortTopkKernel<float>, cluster, kThreads, sizeof(Shared));
 }
 
+bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int32_t page_size) {
+  return n >= 1 && n <= kShortChunk && block_size >= 1 && page_size % block_size == 0 &&
+         max_pages >= 1 && max_pages <= kMaxTablePages && max_pages * page_size == n * block_size;
+}
+
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   if (args.k <= 0 || args.n > kShortMaxCluster * kShortChunk) return cudaErrorInvalidValue;
   if (args.members != nullptr && args.mode != TopkMode::kPositions) return cudaErrorInvalidValue;
+  if (args.table.blocks != nullptr &&
+      (args.mode != TopkMode::kCandidateBlocks || args.bf16 || args.starts != nullptr ||
+       !ShortTopkWritesTable(args.n, args.block_size, args.table.max_pages,
+                             args.table.page_size))) {
+    return cudaErrorInvalidValue;
+  }
   return args.bf16 ? Launch<topk::Bf16>(args, stream) : Launch<float>(args, stream);
 }
 

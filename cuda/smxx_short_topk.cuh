@@ -20,9 +20,15 @@ cudaError_t PrepareShortTopk();
 // How many clusters of `cluster` CTAs of the kernel the current device runs at once (0 when it
 // cannot tell): more rows than that run in waves. Outside any stream capture.
 int32_t ShortTopkMaxActiveClusters(int32_t cluster);
+// Whether the select writes a top-C's candidate table itself (TopkArgs::table) for rows of n
+// block scores of block_size positions, page tables of max_pages pages of page_size positions:
+// a row of one CTA (n <= kShortChunk) whose page table covers exactly its n blocks and fits
+// shared memory beside the select's. Such a call needs no sort (LaunchSortCandidateBlocks).
+bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int32_t page_size);
 // Same arguments and output as LaunchClusterTopk (both modes, starts, a candidate mask in
 // kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
-// (the FFI handler rejects them first).
+// (the FFI handler rejects them first), and for a table (TopkArgs::table) where
+// ShortTopkWritesTable does not hold, or in another mode than kCandidateBlocks, bf16 or starts.
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

@@ -2,6 +2,7 @@
 // the words' popcounts, and emits the set bits in order. O(nblocks / 32 + c) per row, no
 // comparisons, and duplicates vanish for free.
 #include "smxx_bitmap.cuh"
+#include "smxx_candidate_table.cuh"
 #include "smxx_launch.cuh"
 #include "smxx_sort_blocks.cuh"
 
@@ -10,7 +11,6 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int32_t kPad = 0x7fffffff;
 // Page tables up to this many entries are staged in shared memory (64 KiB): the emit loop then
 // looks pages up without a dependent global load per block.
 constexpr int64_t kMaxStagedPages = 16384;
@@ -92,18 +92,11 @@ __global__ void __launch_bounds__(kThreads)
 
   // Emit into shared memory, then copy out coalesced (straight to global memory each warp's
   // stores would scatter over ~16 sectors; measured no faster either way on the H200).
-  // Block b lives in page b / spp at slot b % spp: a shift and a mask for V4.1's 64 / 8 (the
-  // three divisions per block this replaced were most of the emission's time).
-  // A page id past `largest` names slots past int32 (they would wrap to valid-looking ones): no
-  // page, as a negative id, whatever the page table says.
   const int32_t* pages = stage ? staged : row_pages;
-  const int32_t spp = a.page_size / a.block_size;
-  const int32_t largest = int32_t((int64_t(INT32_MAX) - a.page_size + 1) / a.page_size);
+  const int32_t spp = a.page_size / a.block_size, largest = LargestPage(a.page_size);
   auto emit = [&](int32_t b, int32_t out, int32_t n) {
-    const int32_t page_of_b = spp_shift >= 0 ? b >> spp_shift : b / spp;
-    const int32_t page = pages[page_of_b];
     out_blocks[out] = b;
-    out_physical[out] = page < 0 || page > largest ? -1 : page * spp + (b - page_of_b * spp);
+    out_physical[out] = PhysicalSlot(pages, b, spp, spp_shift, largest);
     if (out == n - 1) {  // the table's last block: partial only if it is the newest block
       const int32_t tail =
           b == nblocks - 1 ? int32_t((len - 1) % uint32_t(a.block_size)) + 1 : a.block_size;
@@ -116,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
   int32_t* physical = a.physical + row * a.c;
   for (int64_t i = threadIdx.x; i < a.c; i += kThreads) {
     const bool used = i < n;
-    blocks[i] = used ? out_blocks[i] : kPad;
+    blocks[i] = used ? out_blocks[i] : kTablePad;
     physical[i] = used ? out_physical[i] : -1;
   }
   if (threadIdx.x == 0) {
@@ -144,8 +137,7 @@ cudaError_t LaunchSortCandidateBlocks(const SortBlocksArgs& args, cudaStream_t s
   if (args.c > kMaxSortCandidates) return cudaErrorInvalidValue;
   const size_t smem = size_t(words + staged + 2 * args.c) * sizeof(uint32_t);
   if (smem > kMaxSortSmem) return cudaErrorInvalidValue;
-  const int32_t spp = args.page_size / args.block_size;
-  const int32_t spp_shift = (spp & (spp - 1)) == 0 ? __builtin_ctz(uint32_t(spp)) : -1;
+  const int32_t spp_shift = SlotsShift(args.page_size / args.block_size);
   return LaunchKernel(SortCandidateBlocksKernel, dim3(unsigned(args.rows)), dim3(kThreads), smem,
                       stream, 0, args, words, spp_shift);
 }

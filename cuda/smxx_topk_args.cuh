@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "smxx_candidate_table.cuh"
+
 namespace dsv41 {
 
 enum class TopkMode : int32_t {
@@ -30,6 +32,9 @@ struct TopkArgs {
   // Scratch global memory a select may use (the filter select's split rows), or nullptr.
   uint32_t* workspace = nullptr;
   int64_t workspace_words = 0;
+  // kCandidateBlocks: the candidate table written in place of `out` (the short select's rows of
+  // one CTA: ShortTopkWritesTable), or blocks == nullptr.
+  TableOut table = {};
 };
 
 }  // namespace dsv41

@@ -5,17 +5,19 @@
 // One indexer layer of a decode step as one custom call: the same kernels, in the same order
 // and on the same data, as the layer's ops called one by one (paged logits, the exact select,
 // block scores, the top-C blocks, the candidate table, the sparse logits), so the results are
-// bitwise those of the ops. A serving loop pays XLA's per-call host work once a layer instead of
-// once an op. The DeepGEMM schedule is an input: it depends only on the lengths, so a step
-// computes it once (dsv41_sm90_paged_mqa_schedule) for all the layers that share them.
-// Intermediates (logits, block scores, chosen columns) are workspace results. The plans are in
-// sm90_indexer_layers.h.
+// bitwise those of the ops; where the short select takes the top-C it writes the candidate
+// table itself (ShortTopkWritesTable), the sort's result without the sort. A serving loop pays
+// XLA's per-call host work once a layer instead of once an op. The DeepGEMM schedule is an input:
+// it depends only on the lengths, so a step computes it once (dsv41_sm90_paged_mqa_schedule) for
+// all the layers that share them. Intermediates (logits, block scores, chosen columns) are
+// workspace results. The plans are in sm90_indexer_layers.h.
 #include "sm90_indexer_layers.h"
 
 #include <algorithm>
 
 #include "sm90_sparse_select.h"
 #include "smxx_block_ops.cuh"
+#include "smxx_short_topk.cuh"
 #include "smxx_sort_blocks.cuh"
 
 namespace dsv41 {
@@ -168,19 +170,28 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
     LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size, true,
                     p.block_scores, p.nb, stream);
     if (auto e = LastCudaError(op); e.failure()) return e;
-    const TopkArgs args{p.block_scores,
-                        p.topk.row_lens,
-                        nullptr,
-                        nullptr,
-                        p.selected,
-                        rows,
-                        p.nb,
-                        0,
-                        int32_t(p.c),
-                        p.topk.block_size,
-                        TopkMode::kCandidateBlocks,
-                        false};
+    TopkArgs args{p.block_scores,
+                  p.topk.row_lens,
+                  nullptr,
+                  nullptr,
+                  p.selected,
+                  rows,
+                  p.nb,
+                  0,
+                  int32_t(p.c),
+                  p.topk.block_size,
+                  TopkMode::kCandidateBlocks,
+                  false};
+    // The short select writes the table as it selects where it can (no sort kernel).
+    const bool table =
+        p.select_c == Select::kShort &&
+        ShortTopkWritesTable(p.nb, p.topk.block_size, p.row_table_width, p.page_size);
+    if (table) {
+      args.table = TableOut{p.row_block_table, p.blocks,          p.count,    p.valid_lens,
+                            p.physical,        p.row_table_width, p.page_size};
+    }
     if (auto e = CudaStatus(op, LaunchTopk(p.select_c, args, stream)); e.failure()) return e;
+    if (table) return ffi::Error::Success();
     chosen = p.selected;
   }
   const SortBlocksArgs sort{chosen,  p.topk.row_lens,   p.row_block_table, p.blocks,

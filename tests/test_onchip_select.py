@@ -171,7 +171,7 @@ HEADER = ROOT / "cuda" / "smxx_onchip_select.cuh"
 # (what, the text of the header, its replacement): each breaks the select in a way the cases
 # above must see.
 MUTANTS = [
-    ("ties-not-capped", "out[g + min(e, need)] =", "out[g + e] ="),
+    ("ties-not-capped", "out.Put(g + min(e, need), i);", "out.Put(g + e, i);"),
     (
         "keys-kept-local",
         "(rank == 0 ? keys : cluster.map_shared_rank(keys, 0)) + col",

@@ -108,8 +108,8 @@ MUTANTS = [
     ),
     (
         "spread-candidates-at-the-chunk-segment",
-        "TileCandidates<kVec, kTiles>{warp * kSpan, key}",
-        "TileCandidates<kVec, kTiles>{warp * kSegment, key}",
+        "candidates{warp * kSpan, key}",
+        "candidates{warp * kSegment, key}",
     ),
     ("groups-not-summed", "  onchip::SumGroups<kThreads>(sh.counts);\n", ""),
     (

@@ -4,6 +4,7 @@
 //                                           workspace, poisoned: its split rows where they apply)
 //   kernels_emu onchip:CL CASE OUT         (the on-chip select, clusters of CL; at RunOnChip)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
+//   kernels_emu short-table CASE OUT       (the short select's top-C as the table; RunShortTable)
 //   kernels_emu l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
@@ -90,6 +91,50 @@ static int RunSort(const char* case_path, const char* out_path) {
                                    pages,           int32_t(h[3]), int32_t(h[4])};
   GuardSharedMemory(dsv41::SortBlocksSharedMemory);
   const int32_t status = dsv41::LaunchSortCandidateBlocks(args, nullptr);
+  std::FILE* o = std::fopen(out_path, "wb");
+  std::fwrite(&status, 4, 1, o);
+  for (const auto* v : {&blocks, &count, &valid, &physical}) {
+    std::fwrite(v->data(), 4, v->size(), o);
+  }
+  std::fclose(o);
+  return 0;
+}
+
+// The short select writing a top-C's candidate table (TopkArgs::table). CASE: int64 rows, n, c,
+// block_size, max_pages, page_size; float block scores [rows, n], int32 lens [rows] (positions),
+// block_table [rows, max_pages]. OUT as for RunSort.
+static int RunShortTable(const char* case_path, const char* out_path) {
+  std::FILE* f = std::fopen(case_path, "rb");
+  if (!f) return 2;
+  std::vector<int64_t> h;
+  std::vector<float> scores;
+  std::vector<int32_t> lens, table;
+  if (!Read(f, h, 6)) return 2;
+  const int64_t rows = h[0], n = h[1], c = h[2], pages = h[4];
+  if (!Read(f, scores, rows * n) || !Read(f, lens, rows) || !Read(f, table, rows * pages)) {
+    return 2;
+  }
+  std::fclose(f);
+  std::vector<int32_t> blocks(rows * c, 0x7eadbeef), count(rows, 0x7eadbeef),
+      valid(rows, 0x7eadbeef), physical(rows * c, 0x7eadbeef), ids(rows * c, 0x7eadbeef);
+  dsv41::TopkArgs args{scores.data(),
+                       lens.data(),
+                       nullptr,
+                       nullptr,
+                       ids.data(),
+                       rows,
+                       n,
+                       0,
+                       int32_t(c),
+                       int32_t(h[3]),
+                       dsv41::TopkMode::kCandidateBlocks,
+                       false};
+  args.table = {table.data(),    blocks.data(), count.data(), valid.data(),
+                physical.data(), pages,         int32_t(h[5])};
+  GuardSharedMemory(dsv41::ShortTopkSharedMemory);
+  int32_t status = dsv41::LaunchShortTopk(args, nullptr);
+  // The ids are not the table's output: the select must leave them alone.
+  for (const int32_t id : ids) status = id == 0x7eadbeef ? status : -1;
   std::FILE* o = std::fopen(out_path, "wb");
   std::fwrite(&status, 4, 1, o);
   for (const auto* v : {&blocks, &count, &valid, &physical}) {
@@ -194,6 +239,7 @@ int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
   if (which == "sort") return RunSort(argv[2], argv[3]);
+  if (which == "short-table") return RunShortTable(argv[2], argv[3]);
   if (which.rfind("onchip:", 0) == 0) return RunOnChip(std::atoi(argv[1] + 7), argv[2], argv[3]);
   if (which == "l2p" || which == "ragged" || which == "amax" || which == "cols") {
     return RunPageKernel(which, argv[2], argv[3]);
