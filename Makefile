@@ -86,7 +86,7 @@ demo: install
 	$(PY) examples/decode_step.py
 
 # ruff pinned: a new release's rules or formatting must not fail CI on unchanged code.
-LINTED := dsv41_jax tests examples scripts
+LINTED := dsv41_jax benchmarks tests examples scripts
 # The project's C++ / CUDA (.clang-format); DeepGEMM's headers are not ours.
 CXX_LINTED := $(shell find ffi cuda tests/simt scripts/probes -type f \( -name '*.cu' -o -name '*.cuh' -o -name '*.cc' -o -name '*.h' \) | sort)
 lint: install
@@ -98,11 +98,12 @@ lint: install
 
 # BENCHMARKS.md from BENCHMARKS_HISTORY.md (after a run's section is added there).
 benchmarks: install
-	$(PY) -m dsv41_jax.bench_report
+	$(PY) -m benchmarks.report
 
-# mypy -p dsv41_jax with [tool.mypy] of pyproject.toml (tests/test_types.py runs it too).
+# mypy -p dsv41_jax -p benchmarks with [tool.mypy] of pyproject.toml (tests/test_types.py runs
+# it too).
 typecheck: install
-	$(PY) -m mypy -p dsv41_jax
+	$(PY) -m mypy -p dsv41_jax -p benchmarks
 
 clean:
 	rm -rf $(VENV) .venv-jax$(NEWEST_JAX) build dist *.egg-info .pytest_cache .mypy_cache

@@ -15,7 +15,7 @@ Copy `decode_step` into a model: the four lines marked "indexer" are all it take
 
 It runs a few steps (the reference path on CPU, the kernels on a GPU) and checks every indexer
 layer's selection of the last step against the reference run on the same queries and caches.
-`python -m dsv41_jax.bench model` times the same step on a GPU.
+`python -m benchmarks model` times the same step on a GPU.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def main() -> None:
             if times[1:]
             else ""
         )
-        + " (device time: python -m dsv41_jax.bench model)"
+        + " (device time: python -m benchmarks model)"
     )
 
 

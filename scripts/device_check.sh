@@ -77,7 +77,7 @@ for step in $STEPS; do
       note "demo rc=$?"; cat "$OUT/demo.log" ;;
     bench)
       quick=--quick; [ "${BENCH_QUICK:-1}" = 0 ] && quick=
-      $PY -m dsv41_jax.bench $quick ${BENCH_ARGS:-} --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
+      $PY -m benchmarks $quick ${BENCH_ARGS:-} --out "$OUT/bench.md" >"$OUT/bench.log" 2>&1
       note "bench rc=$?"; cat "$OUT/bench.md" 2>/dev/null || tail -30 "$OUT/bench.log" ;;
     cuprobe:*)  # cuprobe:<file.cu>[:<MACRO>]: a CUDA probe built with nvcc for sm_90a, then run
       spec=${step#cuprobe:}; f=${spec%%:*}; def=; [ "$spec" != "$f" ] && def=${spec#*:}

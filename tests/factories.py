@@ -1,4 +1,4 @@
-"""Test-only helpers; the random inputs themselves come from `dsv41_jax.testing` (shared with the
+"""Test-only helpers; the random inputs themselves come from `benchmarks.inputs` (shared with the
 benchmark) and are re-exported here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax.testing import packed_keys, paged_cache, query, scores  # noqa: F401
+from benchmarks.inputs import packed_keys, paged_cache, query, scores  # noqa: F401
 
 
 def small_config(**kw):

@@ -42,7 +42,7 @@ UNWRITTEN = 0x7EADBEEF  # what tests/simt/main.cc fills the outputs with before 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One selection input: `rows` rows of `n` scores of a `kind` (dsv41_jax.testing.scores)."""
+    """One selection input: `rows` rows of `n` scores of a `kind` (benchmarks.inputs.scores)."""
 
     rows: int
     n: int

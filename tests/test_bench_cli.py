@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from dsv41_jax.bench import args, cli, table, timing
+from benchmarks import args, cli, table, timing
 
 HEADER = (
     "| op | shape | implementation | device µs | floor µs | vs floor |\n|---|---|---|---|---|---|"
@@ -59,7 +59,7 @@ def test_usage_names_the_module_and_what_measuring_needs(capsys):
         cli.main(["--help"])
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert out.startswith("usage: python -m dsv41_jax.bench ")
+    assert out.startswith("usage: python -m benchmarks ")
     assert "Measuring needs an NVIDIA GPU" in out and "torch" in out and "dsv41_jax[bench]" in out
 
 
@@ -97,7 +97,7 @@ def test_bad_arguments_are_usage_errors(capsys, argv, message):
         args.parse_args(argv)
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m dsv41_jax.bench") and message in err
+    assert err.startswith("usage: python -m benchmarks ") and message in err
 
 
 def test_read_table_takes_one_run(tmp_path):
@@ -188,15 +188,16 @@ def test_results_are_checked_before_anything_is_timed(monkeypatch):
 
 
 def test_module_runs_as_a_script():
-    """`python -m dsv41_jax.bench` is the package's __main__: on a CPU backend it stops with the
+    """`python -m benchmarks` is the package's __main__: on a CPU backend it stops with the
     GPU message (exit status 1), before anything is measured."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "dsv41_jax.bench", "topk"],
+        [sys.executable, "-m", "benchmarks", "topk"],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
     assert done.returncode == 1 and done.stdout == ""
-    assert "dsv41_jax.bench measures on an NVIDIA GPU; JAX's backend here is 'cpu'" in done.stderr
+    message = "python -m benchmarks measures on an NVIDIA GPU; JAX's backend here is 'cpu'"
+    assert message in done.stderr

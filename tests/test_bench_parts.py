@@ -1,4 +1,4 @@
-"""The bench's CPU-runnable parts (dsv41_jax/bench/): a row and the table it goes in, the trace
+"""The bench's CPU-runnable parts (benchmarks/): a row and the table it goes in, the trace
 arithmetic behind each figure, the result checks, the run's Timer, the host wall of back-to-back
 calls and the interleaved medians, and that every module imports without torch or a GPU."""
 
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dsv41_jax.bench import args, table, timing
+from benchmarks import args, table, timing
 
 ROOT = Path(__file__).parents[1]
 
@@ -203,10 +203,10 @@ def test_every_bench_module_imports_without_torch_or_a_gpu():
     code = (
         "import importlib, pkgutil, sys\n"
         "sys.modules['torch'] = None  # import torch raises ImportError\n"
-        "import dsv41_jax.bench as bench\n"
+        "import benchmarks as bench\n"
         "names = sorted(m.name for m in pkgutil.iter_modules(bench.__path__))\n"
         "for name in names:\n"
-        "    importlib.import_module(f'dsv41_jax.bench.{name}')\n"
+        "    importlib.import_module(f'benchmarks.{name}')\n"
         "print(' '.join(names))\n"
     )
     env = {
@@ -220,8 +220,9 @@ def test_every_bench_module_imports_without_torch_or_a_gpu():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     names = set(done.stdout.split())
-    families = {"logits", "blocks", "topk", "select", "step", "prefill", "sharded"}
-    assert {"__main__", "args", "cli", "timing", "table", "plots"} | families <= names
+    families = {"logits", "blocks", "topk", "select", "step", "model", "prefill", "sharded"}
+    parts = {"__main__", "args", "cli", "timing", "table", "plots", "inputs", "report"}
+    assert parts | families <= names
 
 
 def test_a_shape_past_the_devices_memory_is_skipped_with_a_line(monkeypatch, capsys):

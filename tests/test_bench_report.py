@@ -1,23 +1,23 @@
-"""BENCHMARKS.md is generated from BENCHMARKS_HISTORY.md (dsv41_jax/bench_report.py): the
+"""BENCHMARKS.md is generated from BENCHMARKS_HISTORY.md (benchmarks/report.py): the
 committed file is current, and the rules it is made by."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dsv41_jax import bench_report
+from benchmarks import report
 
 ROOT = Path(__file__).parents[1]
-H = bench_report.HEADER + "\n" + bench_report.RULE
-C = bench_report.CURRENT_HEADER + "\n" + bench_report.CURRENT_RULE
+H = report.HEADER + "\n" + report.RULE
+C = report.CURRENT_HEADER + "\n" + report.CURRENT_RULE
 
 
 def test_committed_benchmarks_are_generated_from_the_history():
     history = (ROOT / "BENCHMARKS_HISTORY.md").read_text()
-    assert (ROOT / "BENCHMARKS.md").read_text() == bench_report.render(history), (
-        "BENCHMARKS.md is stale: run python -m dsv41_jax.bench_report"
+    assert (ROOT / "BENCHMARKS.md").read_text() == report.render(history), (
+        "BENCHMARKS.md is stale: run python -m benchmarks.report"
     )
-    assert bench_report.main(["--root", str(ROOT), "--check"]) == 0
+    assert report.main(["--root", str(ROOT), "--check"]) == 0
 
 
 def test_committed_benchmarks_have_one_table_a_device_kind():
@@ -26,7 +26,7 @@ def test_committed_benchmarks_have_one_table_a_device_kind():
     assert titles[:2] == ["H100", "H200"] and len(titles) == len(set(titles))
     assert all(t.split(",")[0] in ("H100", "H200") for t in titles), titles
     rows = [line for line in text.splitlines() if line.startswith("| ")]
-    assert len(bench_report.published(text)) == len(rows) - len(titles)
+    assert len(report.published(text)) == len(rows) - len(titles)
 
 
 HISTORY = f"""# Benchmark history
@@ -72,7 +72,7 @@ No device named here.
 
 
 def test_newest_row_of_each_key_a_device_kind():
-    text = bench_report.render(HISTORY)
+    text = report.render(HISTORY)
     assert text.startswith("# Benchmarks\n")
     body = text[text.index("\n## ") :]
     assert (
@@ -111,7 +111,7 @@ def test_newest_row_of_each_key_a_device_kind():
 | sort | [8, 2048] | ffi | 4.0 | 0.1 | 40.0x | eeeeeee |
 """
     )
-    published = bench_report.published(text)
+    published = report.published(text)
     assert published[("H200", "topk", "[8, 16K]", "ffi")] == (8.0, 0.1)
     assert published[("H100", "select", "bs8 x 128K", "mask path")] == (60.0, 4.0)
     assert published[("device not named", "sort", "[8, 2048]", "ffi")] == (4.0, 0.1)
@@ -120,12 +120,12 @@ def test_newest_row_of_each_key_a_device_kind():
 
 def test_main_writes_and_checks(tmp_path):
     (tmp_path / "BENCHMARKS_HISTORY.md").write_text(HISTORY)
-    assert bench_report.main(["--root", str(tmp_path)]) == 0
+    assert report.main(["--root", str(tmp_path)]) == 0
     text = (tmp_path / "BENCHMARKS.md").read_text()
-    assert text == bench_report.render(HISTORY)
-    assert bench_report.main(["--root", str(tmp_path), "--check"]) == 0
+    assert text == report.render(HISTORY)
+    assert report.main(["--root", str(tmp_path), "--check"]) == 0
     (tmp_path / "BENCHMARKS.md").write_text(text + "edited\n")
-    assert bench_report.main(["--root", str(tmp_path), "--check"]) == 1
+    assert report.main(["--root", str(tmp_path), "--check"]) == 1
 
 
 def test_a_tables_device_kind_is_the_first_place_naming_one():
@@ -161,7 +161,7 @@ Device: NVIDIA H200 and NVIDIA H100 (each named per table).
 {H}
 {row}
 """
-    found = bench_report.tables(history)
+    found = report.tables(history)
     assert [t.kind for t in found] == ["H100", "H200", "H200", "", "H200"]
     assert [t.run for t in found] == ["2026-01-01"] * 3 + ["–", "–"]
 
@@ -176,8 +176,8 @@ def test_rows_order_by_op_then_shape_then_time():
         "| DCP | bs8 x 16K | ffi | 5.0 | 1.0 | 5.0x |",
         "| block_amax | bs8 x 16K | ffi | 5.0 | 1.0 | 5.0x |",
     ]
-    ordered = sorted(rows, key=bench_report.order)
-    assert [bench_report.key(r)[:2] for r in ordered] == [
+    ordered = sorted(rows, key=report.order)
+    assert [report.key(r)[:2] for r in ordered] == [
         ("block_amax", "bs8 x 16K"),
         ("DCP", "bs8 x 16K"),
         ("topk", "[8, 2048]"),
@@ -186,11 +186,11 @@ def test_rows_order_by_op_then_shape_then_time():
         ("topk", "[8, 1024K]"),
         ("topk", "[64, 16K]"),
     ]
-    assert bench_report.key(ordered[3])[2] == "ffi"
+    assert report.key(ordered[3])[2] == "ffi"
 
 
 def test_retired_rows_stay_in_the_history_only():
-    """Rows of what the project no longer has (`bench_report.RETIRED`: by op or by
+    """Rows of what the project no longer has (`report.RETIRED`: by op or by
     implementation) are left out, the run's other rows kept; a kind left with none is gone."""
     history = f"""## A run
 
@@ -209,10 +209,10 @@ Device: NVIDIA H100.
 | decode step host wall | bs1 x 16K | op by op | 158.5 | – | – |
 | decode step (publish + 4 selects) | bs1 x 16K | one call, direct launches | 66.5 | 2.5 | 26.4x |
 """
-    text = bench_report.render(history)
+    text = report.render(history)
     assert text[text.index("\n## ") :] == (
         f"\n## H200\n\n1 row, from 1 run.\n\n{C}\n| decode step (publish + 4 selects) | "
         "bs8 x 128K | auto path (default) | 139.0 | 48.3 | 2.9x | – |\n"
     )
-    assert {"decode step span (pipelined)", "a call a layer"} <= bench_report.RETIRED
-    assert "auto path (default)" not in bench_report.RETIRED
+    assert {"decode step span (pipelined)", "a call a layer"} <= report.RETIRED
+    assert "auto path (default)" not in report.RETIRED

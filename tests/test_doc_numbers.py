@@ -2,7 +2,7 @@
 one is listed below with the row of BENCHMARKS.md (the newest measurement of each on a device
 kind) or the sentence of BENCHMARKS_HISTORY.md it comes from, and a figure in the docs that is
 not listed fails (cite it here or point to BENCHMARKS.md instead). The kernels' comments and
-the package's comments and docstrings state no measured figure at all."""
+the comments and docstrings of the package and of benchmarks/ state no measured figure at all."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv41_jax import bench_report
+from benchmarks import report
 
 ROOT = Path(__file__).parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -126,7 +126,7 @@ CITED = [
 
 def bench_rows() -> dict[tuple[str, str, str, str], tuple[float, float]]:
     """(table, op, shape, implementation) -> (device µs, floor µs), from BENCHMARKS.md."""
-    return bench_report.published(BENCH)
+    return report.published(BENCH)
 
 
 def rounded(value: float, like: str) -> str:
@@ -193,13 +193,14 @@ def _py_comments_and_docstrings(text: str) -> list[tuple[int, str]]:
 
 
 def test_no_measured_figure_in_kernel_comments_or_docstrings():
-    """A figure belongs to a run: the kernels' comments and the package's docstrings say why
-    (the mechanism) and cite BENCHMARKS.md or BENCHMARKS_HISTORY.md for the measurement."""
+    """A figure belongs to a run: the kernels' comments and the docstrings of the package and of
+    benchmarks/ say why (the mechanism) and cite BENCHMARKS.md or BENCHMARKS_HISTORY.md for the
+    measurement."""
     found = []
     for path in sorted([*(ROOT / "cuda").iterdir(), *(ROOT / "ffi").iterdir()]):
         if path.is_file():
             found += [(path, i, s) for i, s in _cxx_comments(path.read_text())]
-    for path in sorted((ROOT / "dsv41_jax").rglob("*.py")):
+    for path in sorted([*(ROOT / "dsv41_jax").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
         found += [(path, i, s) for i, s in _py_comments_and_docstrings(path.read_text())]
     bad = [f"{p.relative_to(ROOT)}:{i}: {s.strip()}" for p, i, s in found if CODE_FIGURE.search(s)]
     assert not bad, "measured figures in code (cite BENCHMARKS.md instead):\n" + "\n".join(bad)

@@ -1,5 +1,6 @@
 """Packaging: one version source, a pure-Python py3-none-any wheel without the extension, the
-license and the changelog shipped with it."""
+license and the changelog shipped with it, and the library alone in it (the benchmarks, their
+report and the test inputs are the repository's, in benchmarks/)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import dsv41_jax
 
 ROOT = Path(__file__).parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+# Modules the package once held that are not the library: the bench (`python -m
+# benchmarks`), the BENCHMARKS.md generator (`python -m benchmarks.report`) and the ops' random
+# inputs (`benchmarks.inputs`).
+NOT_LIBRARY = ("dsv41_jax.bench", "dsv41_jax.bench_report", "dsv41_jax.testing")
 
 
 def test_one_version_source():
@@ -58,12 +63,27 @@ def test_pure_python_wheel_without_the_extension(tmp_path):
     assert wheel.name == f"dsv41_jax-{dsv41_jax.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     assert "dsv41_jax/py.typed" in names and "dsv41_jax/__init__.py" in names
-    assert "dsv41_jax/bench/__main__.py" in names  # python -m dsv41_jax.bench
+    assert all(n.startswith(("dsv41_jax/", f"dsv41_jax-{dsv41_jax.__version__}")) for n in names)
+    for module in NOT_LIBRARY:  # neither a module nor a package of that name
+        path = module.replace(".", "/")
+        assert not [n for n in names if n == f"{path}.py" or n.startswith(f"{path}/")], module
     assert not [n for n in names if n.endswith((".so", ".pyd"))]
     info = f"dsv41_jax-{dsv41_jax.__version__}.dist-info"
     assert f"{info}/licenses/LICENSE" in names
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_the_package_holds_the_library_only():
+    """The bench, its report and the test inputs live in benchmarks/ of the repository: the
+    package folder the wheel installs (`wheel.packages`) has none of them."""
+    assert PYPROJECT["tool"]["scikit-build"]["wheel"]["packages"] == ["dsv41_jax"]
+    for module in NOT_LIBRARY:
+        assert importlib.util.find_spec(module) is None, module
+    for name in ("bench", "bench_report.py", "testing.py"):
+        assert not (ROOT / "dsv41_jax" / name).exists(), name
+    for module in ("benchmarks.__main__", "benchmarks.report", "benchmarks.inputs"):
+        assert importlib.util.find_spec(module) is not None, module
 
 
 def test_install_doc_describes_the_test_extra():

@@ -1,7 +1,8 @@
-"""Type checking, where mypy is installed (the `test` extra installs it): the package passes
-`mypy -p dsv41_jax` with the configuration in pyproject.toml ([tool.mypy]), and the python
-blocks of the README and docs/*.md type-check as a user's code: the same strict settings, but
-unannotated functions allowed (their bodies are still checked). One mypy run checks both."""
+"""Type checking, where mypy is installed (the `test` extra installs it): the package and the
+repository's benchmarks pass `mypy -p dsv41_jax -p benchmarks` with the configuration in
+pyproject.toml ([tool.mypy]), and the python blocks of the README and docs/*.md type-check as a
+user's code: the same strict settings, but unannotated functions allowed (their bodies are still
+checked). One mypy run checks all three."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ def mypy_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], list[P
             files[-1].write_text(RELAXED + "\n".join(blocks))
     env = {**os.environ, "MYPYPATH": str(ROOT)}  # this checkout's dsv41_jax, not an installed one
     done = subprocess.run(
-        # `dsv41_jax` as a folder: the modules of `mypy -p dsv41_jax` (which takes no files too)
-        [sys.executable, "-m", "mypy", "dsv41_jax", *map(str, files)],
+        # `dsv41_jax` and `benchmarks` as folders: the modules of `mypy -p dsv41_jax -p
+        # benchmarks` (which takes no files too)
+        [sys.executable, "-m", "mypy", "dsv41_jax", "benchmarks", *map(str, files)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -54,6 +56,12 @@ def test_package_passes_mypy_with_its_config(mypy_run):
     done, _ = mypy_run
     assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]  # 2: a crash
     assert not errors(done, "dsv41_jax"), "\n".join(errors(done, "dsv41_jax"))
+
+
+def test_benchmarks_pass_mypy_with_the_config(mypy_run):
+    done, _ = mypy_run
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    assert not errors(done, "benchmarks"), "\n".join(errors(done, "benchmarks"))
 
 
 def test_doc_examples_type_check(mypy_run):

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
 from dsv41_jax.topk import ffi as topk_ffi
 
 tag, args = sys.argv[1], sys.argv[2:]
@@ -62,7 +62,7 @@ for kind, rows, n, k, dtype in CASES:
         ).astype(jnp.int32)
 
     def scores():
-        s = testing.normal(rng, (rows, n))
+        s = inputs.normal(rng, (rows, n))
         return (jnp.sort(s, axis=1) if kind == "ascending" else s).astype(dtype)
 
     sets = [(scores(), lens) for _ in range(3)]

@@ -26,8 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, testing
-from dsv41_jax.bench.timing import host_wall_us
+from benchmarks import inputs
+from benchmarks.timing import host_wall_us
+from dsv41_jax import _ext
 
 LAYERS = (20, 24, 28, 32, 36)
 CFG = dj.IndexerConfig()
@@ -116,7 +117,7 @@ def micro_rows():
 
 def step_inputs(bs, ctx):
     rng = np.random.default_rng(0)
-    caches, qs, lens, bt = testing.decode_inputs(rng, jax.random.key(bs + ctx), bs, ctx, layers=5)
+    caches, qs, lens, bt = inputs.decode_inputs(rng, jax.random.key(bs + ctx), bs, ctx, layers=5)
     return caches, qs, lens, bt
 
 
@@ -150,9 +151,7 @@ def op_rows(bs, ctx, which):
         # Fresh-looking inputs: three sets of queries and lengths, rotated call by call.
         sets = []
         for j in range(3):
-            qj = {
-                layer: testing.query(np.random.default_rng(j), bs, 1, 32, 128) for layer in LAYERS
-            }
+            qj = {layer: inputs.query(np.random.default_rng(j), bs, 1, 32, 128) for layer in LAYERS}
             sets.append((qj, cd, lens + 0 * j, bt + 0 * j))
         it = iter(range(1 << 30))
         rows[f"step {s}, 3 input sets rotated"] = lambda: step(*sets[next(it) % 3])

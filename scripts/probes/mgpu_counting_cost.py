@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.timing import jax_time_us
 from dsv41_jax._pallas import plgpu
-from dsv41_jax.bench.timing import jax_time_us
 
 S = jax.ShapeDtypeStruct
 LANE = plgpu.CompilerParams(lowering_semantics=plgpu.LoweringSemantics.Lane)

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
 from dsv41_jax.topk import mgpu_select
 
 K = 1024
@@ -53,7 +53,7 @@ def amax(rng) -> None:
 
     for rows, n in AMAX:
         sets = [
-            (testing.normal(rng, (rows, n)), jnp.full((rows,), n - 3, jnp.int32)) for _ in range(3)
+            (inputs.normal(rng, (rows, n)), jnp.full((rows,), n - 3, jnp.int32)) for _ in range(3)
         ]
         want = jax.jit(lambda s, lens: dj.block_amax(s, lens, implementation="reference"))(*sets[0])
         variants = {
@@ -93,7 +93,7 @@ def main() -> None:
         length = n * 8 - 3 if candidate else n - 3
         sets = []
         for _ in range(3):
-            s = testing.normal(rng, (rows, n))
+            s = inputs.normal(rng, (rows, n))
             if dtype == "bf16":
                 s = s.astype(jnp.bfloat16)
             lens = jnp.asarray(rng.integers(length // 2, length + 1, rows).astype(np.int32))

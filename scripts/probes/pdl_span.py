@@ -1,6 +1,6 @@
 """The GPU span of back-to-back calls on the extension in PYTHONPATH, for programmatic dependent
 launch A/Bs: per call, the span (first kernel start to last kernel end over 50 calls, / 50),
-the kernel sum and the kernel count, from CUPTI (`dsv41_jax.bench.timing.interleaved_medians`:
+the kernel sum and the kernel count, from CUPTI (`benchmarks.timing.interleaved_medians`:
 medians over interleaved rounds). What it times: 16 short selects (k = 512 over [1, 16K], each
 forced to the CUDA short select) in one jit, back to back on the stream: (span - sum) / kernels
 is the gap a kernel boundary costs (a kernel that starts early and waits counts its wait in its
@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import testing
-from dsv41_jax.bench.timing import interleaved_medians
+from benchmarks import inputs
+from benchmarks.timing import interleaved_medians
 
 tag = sys.argv[1]
 rng = np.random.default_rng(0)
@@ -33,7 +33,7 @@ def report(what: str, shape: str, fn) -> None:
 
 
 # 16 selects back to back
-s = testing.normal(rng, (1, 16384))
+s = inputs.normal(rng, (1, 16384))
 lens = jnp.full((1,), 16384 - 3, jnp.int32)
 
 

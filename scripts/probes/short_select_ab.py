@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
 from dsv41_jax.topk import ffi as topk_ffi
 
 tag = sys.argv[1]
@@ -39,7 +39,7 @@ for op, rows, n, k in CASES:
         blocks = jnp.asarray(
             np.sort(np.stack([rng.choice(n // 8, 2048, replace=False) for _ in range(rows)]), 1)
         ).astype(jnp.int32)
-    sets = [(testing.normal(rng, (rows, n)), lens) for _ in range(3)]
+    sets = [(inputs.normal(rng, (rows, n)), lens) for _ in range(3)]
 
     def fn(s, ln, impl=None, forced=None, op=op, k=k, blocks=blocks):
         if op == "candidate":

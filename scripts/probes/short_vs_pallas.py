@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
 
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 rng = np.random.default_rng(0)
@@ -46,7 +46,7 @@ for r in range(rounds):
     for op, rows, n, k in CASES:
         length = n * 8 - 3 if op == "candidate" else n - 3
         sets = [
-            (testing.normal(rng, (rows, n)), jnp.full((rows,), length, jnp.int32)) for _ in range(3)
+            (inputs.normal(rng, (rows, n)), jnp.full((rows,), length, jnp.int32)) for _ in range(3)
         ]
         want = np.asarray(call(op, k, "reference")(*sets[0]))
         for impl in ("ffi", "pallas") if r % 2 == 0 else ("pallas", "ffi"):

@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
+from dsv41_jax import _ext
 
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 rng = np.random.default_rng(0)
@@ -41,8 +42,8 @@ def call(k, select):
 times: dict[tuple, list[float]] = {}
 for r in range(rounds):
     for rows, n, k in CASES:
-        sets = [(testing.normal(rng, (rows, n)), jnp.full((rows,), n - 3, jnp.int32))]
-        sets += [(testing.normal(rng, (rows, n)), sets[0][1]) for _ in range(2)]
+        sets = [(inputs.normal(rng, (rows, n)), jnp.full((rows,), n - 3, jnp.int32))]
+        sets += [(inputs.normal(rng, (rows, n)), sets[0][1]) for _ in range(2)]
         want = np.asarray(dj.topk(*sets[0], k, implementation="reference"))
         for select in ("short", "filter") if r % 2 == 0 else ("filter", "short"):
             t = jax_time_us(call(k, select), sets, calls=40, want=want, what=f"topk {select}")

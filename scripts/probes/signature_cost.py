@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import testing
-from dsv41_jax.bench.timing import host_wall_us
+from benchmarks import inputs
+from benchmarks.timing import host_wall_us
 
 LAYERS = (20, 24, 28, 32, 36)
 
@@ -44,7 +44,7 @@ def main() -> None:
     for n_out in (5, 9, 17):
         f = jax.jit(lambda a, n=n_out: tuple(a + i for i in range(n)))
         variants[f" 1 in, {n_out:2d} out"] = lambda f=f: f(x)
-    caches, qs, lens, bt = testing.decode_inputs(
+    caches, qs, lens, bt = inputs.decode_inputs(
         np.random.default_rng(0),
         jax.random.key(7),
         1,

@@ -13,8 +13,9 @@ import jax
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
+from dsv41_jax import _ext
 from dsv41_jax.logits import ffi as logits_ffi
 
 tag = sys.argv[1]
@@ -22,7 +23,7 @@ batches = [int(b) for b in (sys.argv[2] if len(sys.argv) > 2 else "8,64").split(
 cfg = dj.IndexerConfig()
 rng = np.random.default_rng(0)
 for bs in batches:
-    caches, qs, lens, bt = testing.decode_inputs(rng, jax.random.key(bs), bs, 131072, layers=2)
+    caches, qs, lens, bt = inputs.decode_inputs(rng, jax.random.key(bs), bs, 131072, layers=2)
     _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(qs[0], caches[0], lens, bt)
     sets = [(qs[1], caches[1], table), (qs[0], caches[0], table)]
     t = jax_time_us(

@@ -58,8 +58,8 @@ def child(mode: str) -> None:
     from jax.experimental.compute_on import compute_on
 
     import dsv41_jax as dj
-    from dsv41_jax import testing
-    from dsv41_jax.bench.timing import jax_time_us
+    from benchmarks import inputs
+    from benchmarks.timing import jax_time_us
     from dsv41_jax.blocks import block_amax, sort_candidate_blocks
     from dsv41_jax.rows import row_block_table, row_lengths
     from dsv41_jax.topk import select_candidate_blocks
@@ -67,7 +67,7 @@ def child(mode: str) -> None:
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)
     rng = np.random.default_rng(0)
-    caches, qs, lens, bt = testing.decode_inputs(rng, jax.random.key(3), 8, 131072, layers=5)
+    caches, qs, lens, bt = inputs.decode_inputs(rng, jax.random.key(3), 8, 131072, layers=5)
 
     overlap = mode != "0"
     inline = mode == "4"

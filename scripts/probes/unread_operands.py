@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import dsv41_jax as dj
-from dsv41_jax import _ext, testing
-from dsv41_jax.bench.timing import jax_time_us
+from benchmarks import inputs
+from benchmarks.timing import jax_time_us
+from dsv41_jax import _ext
 from dsv41_jax.topk.ffi import SHORT_TOPK
 
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
@@ -48,7 +49,7 @@ times: dict[tuple, list[float]] = {}
 for r in range(rounds):
     for rows, n, k in CASES:
         sets = [
-            (testing.normal(rng, (rows, n)), jnp.full((rows,), n - 3, jnp.int32)) for _ in range(3)
+            (inputs.normal(rng, (rows, n)), jnp.full((rows,), n - 3, jnp.int32)) for _ in range(3)
         ]
         want = np.asarray(dj.topk(*sets[0], k, implementation="reference"))
         forms = {

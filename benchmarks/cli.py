@@ -1,4 +1,4 @@
-"""`python -m dsv41_jax.bench`: runs the ops asked for, in order, and writes their table (and
+"""`python -m benchmarks`: runs the ops asked for, in order, and writes their table (and
 plots); or plots a saved table (`--plots-from`)."""
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ import subprocess
 import jax
 import numpy as np
 
-from dsv41_jax.bench.args import parse_args, pick_shapes
-from dsv41_jax.bench.blocks import bench_block_amax, bench_sort
-from dsv41_jax.bench.logits import bench_logits
-from dsv41_jax.bench.model import MODEL_SHAPES, MODEL_SHAPES_QUICK, bench_model
-from dsv41_jax.bench.plots import plot_step
-from dsv41_jax.bench.prefill import bench_prefill
-from dsv41_jax.bench.select import bench_select
-from dsv41_jax.bench.sharded import bench_sharded
-from dsv41_jax.bench.step import bench_step
-from dsv41_jax.bench.table import Row, markdown, read_table
-from dsv41_jax.bench.timing import Timer, copy_bandwidth_gbs
-from dsv41_jax.bench.topk import bench_topk
+from benchmarks.args import parse_args, pick_shapes
+from benchmarks.blocks import bench_block_amax, bench_sort
+from benchmarks.logits import bench_logits
+from benchmarks.model import MODEL_SHAPES, MODEL_SHAPES_QUICK, bench_model
+from benchmarks.plots import plot_step
+from benchmarks.prefill import bench_prefill
+from benchmarks.select import bench_select
+from benchmarks.sharded import bench_sharded
+from benchmarks.step import bench_step
+from benchmarks.table import Row, markdown, read_table
+from benchmarks.timing import Timer, copy_bandwidth_gbs
+from benchmarks.topk import bench_topk
 
 
 def plots_from(args: argparse.Namespace) -> None:
     try:
         saved, title = read_table(args.plots_from, args.section or None)
     except (OSError, ValueError) as e:  # unreadable, or no run of decode-step rows
-        raise SystemExit(f"dsv41_jax.bench --plots-from: {e}") from None
+        raise SystemExit(f"python -m benchmarks --plots-from: {e}") from None
     print(f"plotting {title} ({len(saved)} rows)")
     for path in plot_step(saved, args.plots, title):
         print("plot:", path)
@@ -42,14 +42,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     if jax.default_backend() != "gpu":
         raise SystemExit(
-            f"dsv41_jax.bench measures on an NVIDIA GPU; JAX's backend here is "
+            f"python -m benchmarks measures on an NVIDIA GPU; JAX's backend here is "
             f"{jax.default_backend()!r} (--plots-from FILE --plots DIR needs no GPU)"
         )
     try:
         import torch  # noqa: F401 - CUPTI timing (torch.profiler) and the torch baselines
     except ImportError:
         raise SystemExit(
-            "dsv41_jax.bench reads device time through torch.profiler and compares with torch "
+            "python -m benchmarks reads device time through torch.profiler and compares with torch "
             "baselines: install the bench extra (pip install 'dsv41_jax[bench]')"
         ) from None
     rng = np.random.default_rng(0)

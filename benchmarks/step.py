@@ -8,10 +8,10 @@ import itertools
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import testing
-from dsv41_jax.bench.args import fits_device, pick_shapes
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.args import fits_device, pick_shapes
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 STEP_SHAPES = tuple((bs, ctx) for bs in (1, 8, 64) for ctx in (16384, 131072, 1 << 20))
 
@@ -97,7 +97,7 @@ def bench_step(timer: Timer, rng, bw, quick: bool, shapes=None) -> list[Row]:
         # The layers' caches (132 bytes a position), and as much again for those the step returns.
         if not fits_device(f"step bs{bs} x {ctx // 1024}K", 2 * len(layers) * bs * ctx * 132):
             continue
-        caches, qs, lens, bt = testing.decode_inputs(
+        caches, qs, lens, bt = inputs.decode_inputs(
             rng, jax.random.key(7 + bs + ctx), bs, ctx, layers=5
         )
         floor = (bs * ctx * 132 + 4 * bs * cfg.candidate_positions * 132) / (bw * 1e3)

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import testing
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 
 def bench_sort(timer: Timer, rng, bw) -> list[Row]:
@@ -55,7 +55,7 @@ def bench_block_amax(timer: Timer, rng, bw) -> list[Row]:
 
     rows = []
     for bs, n in ((8, 131072), (64, 131072), (64, 1 << 20)):
-        sets = [(testing.normal(rng, (bs, n)), jnp.full((bs,), n - 5, jnp.int32)) for _ in range(2)]
+        sets = [(inputs.normal(rng, (bs, n)), jnp.full((bs,), n - 5, jnp.int32)) for _ in range(2)]
         floor = bs * n * 4 * (1 + 1 / 8) / (bw * 1e3)
         want = jax.jit(lambda s, l: dj.block_amax(s, l, implementation="reference"))(*sets[0])
         for impl in ("pallas", "reference"):

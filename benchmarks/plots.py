@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dsv41_jax.bench.table import Row
+from benchmarks.table import Row
 
 
 def plot_step(rows: list[Row], out_dir: str, title: str) -> list[str]:

@@ -7,7 +7,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dsv41_jax import bench_report
+from benchmarks import report
 
 
 @dataclass
@@ -30,9 +30,7 @@ class Row:
 
 def markdown(device_line: str, rows: Sequence[Row]) -> str:
     """A run's table as `--out` writes it: the "Device:" line, then the rows under the header."""
-    return "\n".join(
-        [device_line, "", bench_report.HEADER, bench_report.RULE, *[r.md() for r in rows]]
-    )
+    return "\n".join([device_line, "", report.HEADER, report.RULE, *[r.md() for r in rows]])
 
 
 def read_runs(path: str) -> list[tuple[str, list[Row]]]:
@@ -41,8 +39,8 @@ def read_runs(path: str) -> list[tuple[str, list[Row]]]:
     the heading above the table and the "Device:" line under that heading, if any."""
     runs: list[tuple[str, list[Row]]] = []
     with contextlib.redirect_stdout(io.StringIO()):  # a Row prints a progress line
-        for table in bench_report.tables(open(path).read()):
-            rows = [Row(*bench_report.key(r), *bench_report.figures(r)) for r in table.rows]
+        for table in report.tables(open(path).read()):
+            rows = [Row(*report.key(r), *report.figures(r)) for r in table.rows]
             runs.append((" / ".join(filter(None, (table.heading, table.device))), rows))
     return runs
 

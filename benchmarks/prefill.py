@@ -5,10 +5,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from dsv41_jax import testing
-from dsv41_jax.bench.logits import SIMILAR
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.logits import SIMILAR
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 FP8_DENSE_TFLOPS = 989.0  # H100/H200 SXM dense FP8 tensor-core peak (the prefill logits floor)
 PREFILL_TOKENS = (4096, 32768, 131072)
@@ -31,7 +31,7 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
     cfg = dj.IndexerConfig()
     rows = []
     for t in PREFILL_TOKENS[:1] if quick else PREFILL_TOKENS:
-        keys = dj.quantize_keys(testing.normal(rng, (t, 128)))
+        keys = dj.quantize_keys(inputs.normal(rng, (t, 128)))
         shape = f"{t // 1024}K tokens, H 32" + (
             f", {PREFILL_CHUNK // 1024}K-row chunks" if t > PREFILL_CHUNK else ""
         )
@@ -42,7 +42,7 @@ def bench_prefill(timer: Timer, rng, bw, quick: bool) -> list[Row]:
         )
         for r0 in range(0, t, PREFILL_CHUNK):
             n = min(PREFILL_CHUNK, t - r0)
-            q = testing.query(rng, n, 1, 32, 128)
+            q = inputs.query(rng, n, 1, 32, 128)
             starts = jnp.zeros((n,), jnp.int32)
             ends = jnp.arange(r0 + 1, r0 + n + 1, dtype=jnp.int32)
             args = (q, keys, starts, ends)

@@ -1,4 +1,4 @@
-"""BENCHMARKS.md from BENCHMARKS_HISTORY.md: `python -m dsv41_jax.bench_report [--check]`.
+"""BENCHMARKS.md from BENCHMARKS_HISTORY.md: `python -m benchmarks.report [--check]`.
 
 The history holds every device run as it was measured (its method, the benchmark's tables, the
 A/B tables of probes, phase tables, the targets), oldest first. BENCHMARKS.md holds one table
@@ -34,12 +34,12 @@ DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
 COMMIT = re.compile(r"\b(?:commit|trees? of(?: commit)?) ([0-9a-f]{7,40})\b")
 GPUS = re.compile(r"\b(\d+) GPUs\b")
 
-# Ops and implementations the project no longer has: a row whose op or implementation is named
-# here stays in the history and is left out of BENCHMARKS.md. All are `python -m dsv41_jax.bench
-# loop`'s, retired with the whole-decode-step custom call (its modes: one call replaying a cached
-# CUDA graph, launching directly or captured by XLA; a call a layer; op by op) and its graph
-# cache: a model calls the indexer one layer at a time inside its own jitted decode step, where
-# the one call cannot be used, and in a serving loop it was no faster.
+# Ops and implementations the project no longer has: a row whose op or implementation is named here
+# stays in the history and is left out of BENCHMARKS.md. All are the bench's former `loop` op's,
+# retired with the whole-decode-step custom call (its modes: one call replaying a cached CUDA graph,
+# launching directly or captured by XLA; a call a layer; op by op) and its graph cache: a model
+# calls the indexer one layer at a time inside its own jitted decode step, where the one call cannot
+# be used, and in a serving loop it was no faster.
 RETIRED = frozenset(
     {
         # ops (the loop's span, host wall and kernel sum, and its host-floor jits)
@@ -218,7 +218,7 @@ def render(text: str) -> str:
         "How fast each op runs, by device kind: one table per kind (and per GPU count) holding",
         "the newest measurement of every op, shape and implementation on that kind, ordered by",
         "op, then shape, fastest first. Device time per call, read from CUPTI kernel records",
-        "(`python -m dsv41_jax.bench`): kernels only, the median of repeated calls over rotating",
+        "(`python -m benchmarks`): kernels only, the median of repeated calls over rotating",
         "inputs; the floor is the bytes that must move over the copy bandwidth measured in the",
         "same run. `run` is the date and commit of the run a row comes from: rows of one run",
         "compare directly; between runs the code and the machine's load differ as well.",
@@ -226,7 +226,7 @@ def render(text: str) -> str:
         "A run's device kind is the one its `Device:` line names, else its headings or text;",
         f'rows of runs that name none are under "{UNNAMED}", only where no named kind has',
         "a figure. The method, every run whole and the A/B tables behind each choice:",
-        f"{HISTORY}. Generated from it by `python -m dsv41_jax.bench_report`; do not edit,",
+        f"{HISTORY}. Generated from it by `python -m benchmarks.report`; do not edit,",
         "regenerate.",
     ]
     for name, rows in current(text).items():
@@ -259,7 +259,7 @@ def published(text: str) -> dict[tuple[str, str, str, str], tuple[float, float]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m dsv41_jax.bench_report",
+        prog="python -m benchmarks.report",
         description=f"Write {CURRENT} from {HISTORY} (both in --root).",
     )
     ap.add_argument("--root", default=".", help="the folder holding both (default: here)")
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     want = render((root / HISTORY).read_text())
     if args.check:
         if (root / CURRENT).read_text() != want:
-            print(f"{CURRENT} is stale: run python -m dsv41_jax.bench_report", file=sys.stderr)
+            print(f"{CURRENT} is stale: run python -m benchmarks.report", file=sys.stderr)
             return 1
         return 0
     (root / CURRENT).write_text(want)

@@ -1,4 +1,8 @@
-"""Device-time benchmarks: `python -m dsv41_jax.bench [ops] [--quick] [--out FILE]`.
+"""Device-time benchmarks: `python -m benchmarks [ops] [--quick] [--out FILE]`.
+
+A package of the repository, not of the installed library (`pip install .` installs only
+`dsv41_jax`): it runs from a checkout, with the repository root as the current directory or on
+PYTHONPATH.
 
 Runs on a GPU machine. Time is GPU kernel time read from CUPTI (through torch.profiler, which
 records every kernel of the process, JAX's included): the sum of kernel durations inside the
@@ -11,10 +15,13 @@ step's variants against the mask path's selections; a row whose result differs r
 WrongResult and is never timed.
 
 A run's table (`--out`) goes into BENCHMARKS_HISTORY.md as a new section, and BENCHMARKS.md is
-generated from that file (`python -m dsv41_jax.bench_report`).
+generated from that file (`python -m benchmarks.report`).
 
 Modules: `args` (the command line), `cli` (`main`: the run and its table), `timing` (CUPTI
 kernel time, the result checks, the copy bandwidth, the host wall and GPU span of back-to-back
 calls), `table` (`Row`, the markdown table, saved runs), `plots`, and one module per benchmark
-family: `logits`, `blocks` (sort, amax), `topk`, `select`, `step`, `prefill`, `sharded`.
+family: `logits`, `blocks` (sort, amax), `topk`, `select`, `step`, `model`, `prefill`,
+`sharded`. Beside the bench: `inputs` (the ops' random inputs, shared with the test suite and
+the probes) and `report` (BENCHMARKS.md from BENCHMARKS_HISTORY.md: `python -m
+benchmarks.report [--check]`).
 """

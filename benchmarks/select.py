@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import jax
 
-from dsv41_jax import testing
-from dsv41_jax.bench.args import pick_shapes
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.args import pick_shapes
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 SELECT_SHAPES = ((8, 131072), (64, 131072), (8, 1 << 20), (64, 1 << 20))
 
@@ -23,7 +23,7 @@ def bench_select(timer: Timer, rng, bw, quick: bool, shapes=None) -> list[Row]:
     cfg = dj.IndexerConfig()
     rows = []
     for bs, ctx in pick_shapes(shapes, quick, SELECT_SHAPES[:2], SELECT_SHAPES):
-        caches, qs, lens, bt = testing.decode_inputs(
+        caches, qs, lens, bt = inputs.decode_inputs(
             rng, jax.random.key(bs + ctx), bs, ctx, layers=2
         )
         _, table = jax.jit(lambda q, c, n, b: dj.publish(q, c, n, b, cfg))(

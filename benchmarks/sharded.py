@@ -1,4 +1,4 @@
-"""Row sharding and DCP over every visible GPU (`python -m dsv41_jax.bench sharded`)."""
+"""Row sharding and DCP over every visible GPU (`python -m benchmarks sharded`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import testing
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 
 def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
@@ -32,7 +32,7 @@ def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
     for bs, ctx in ((64, 131072), (64, 1 << 20)):
         shape = f"bs{bs} x {ctx // 1024}K, {w} GPUs"
         # Row sharding: replicated cache, each GPU scores bs / W requests.
-        caches, qs, lens, bt = testing.decode_inputs(
+        caches, qs, lens, bt = inputs.decode_inputs(
             rng, jax.random.key(ctx), bs, ctx, layers=2, sharding=NamedSharding(mesh, P())
         )
 
@@ -60,7 +60,7 @@ def bench_sharded(timer: Timer, rng, bw) -> list[Row]:
         # and the consuming layer have their own queries and caches (identical operands would
         # let XLA compute the logits once).
         local_ctx = ctx // w
-        caches, qs, lens_local, bt = testing.decode_inputs(
+        caches, qs, lens_local, bt = inputs.decode_inputs(
             rng, jax.random.key(ctx + 1), bs * w, local_ctx, layers=2
         )
         stacked = [

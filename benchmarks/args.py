@@ -16,7 +16,7 @@ DEFAULT_OPS = tuple(op for op in OPS if op != "sharded")  # the single-GPU ones
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m dsv41_jax.bench",
+        prog="python -m benchmarks",
         description="dsv41_jax device-time benchmarks. Measuring needs an NVIDIA GPU (JAX's "
         "CUDA backend, the CUDA extension built for the FFI rows) and torch (the bench extra: "
         "pip install 'dsv41_jax[bench]'): kernel time is read through torch.profiler (CUPTI) "

@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import testing
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 SIMILAR = 5e-6  # the FFI logits against the XLA reference's (the bound of tests/test_logits.py)
 
@@ -33,7 +33,7 @@ def bench_logits(timer: Timer, rng, bw, quick: bool) -> list[Row]:
             for _ in range(2):
                 cache = dj.PagedIndexCache(jnp.asarray(_cache(rng, bs * pages)))
                 bt = jnp.asarray(rng.permutation(bs * pages).astype(np.int32).reshape(bs, pages))
-                q = testing.query(rng, bs, 1, 32, 128)
+                q = inputs.query(rng, bs, 1, 32, 128)
                 sets.append((q, cache, jnp.full((bs,), ctx, jnp.int32), bt))
             floor = bs * ctx * 132 / (bw * 1e3)
             reference = jax.jit(lambda *a: dj.paged_mqa_logits(*a, implementation="reference"))

@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dsv41_jax import testing
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import Timer
+from benchmarks import inputs
+from benchmarks.table import Row
+from benchmarks.timing import Timer
 
 DEFAULT = "auto (default)"  # the row of `implementation=None`: what the dispatch picks
 
@@ -37,9 +37,7 @@ def bench_topk(timer: Timer, rng, bw, impls: Sequence[str]) -> list[Row]:
     for op, bs, n, k in cases:
         candidate = op.startswith("candidate")
         length = n * 8 - 3 if candidate else n - 3  # candidate rows: lengths in positions
-        sets = [
-            (testing.normal(rng, (bs, n)), jnp.full((bs,), length, jnp.int32)) for _ in range(3)
-        ]
+        sets = [(inputs.normal(rng, (bs, n)), jnp.full((bs,), length, jnp.int32)) for _ in range(3)]
         floor = bs * n * 4 / (bw * 1e3)
         shape = f"[{bs}, {n // 1024}K]"
 
@@ -124,7 +122,7 @@ def bench_masked_topk(timer: Timer, rng, bw, impls: Sequence[str]) -> list[Row]:
                 np.stack([rng.choice(n // b, c, replace=False) for _ in range(bs)]), axis=1
             ).astype(np.int32)
         )
-        sets = [(testing.normal(rng, (bs, n)), lens, blocks) for _ in range(3)]
+        sets = [(inputs.normal(rng, (bs, n)), lens, blocks) for _ in range(3)]
         floor = bs * c * b * 4 / (bw * 1e3)
         op, shape = "masked topk k=512", f"[{bs}, {n // 1024}K]"
 

@@ -1,5 +1,6 @@
-"""Random inputs of the indexer's ops, shared by the test suite and `dsv41_jax.bench` (one case
-factory: a benchmark row and a test of the same op build their inputs the same way).
+"""Random inputs of the indexer's ops, shared by the test suite, the benchmarks and the probes
+of scripts/probes (one case factory: a benchmark row and a test of the same op build their
+inputs the same way).
 
 Host-side builders take a `numpy.random.Generator`; `device_cache` draws a large cache on the
 device (1M-position caches would take seconds through the host).

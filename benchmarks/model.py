@@ -1,4 +1,4 @@
-"""What the indexer adds to a model's decode step: `python -m dsv41_jax.bench model`.
+"""What the indexer adds to a model's decode step: `python -m benchmarks model`.
 
 The step is examples/model_step.py's (one jit: 17 model layers of stand-in blocks, the five
 indexer layers making their queries, writing their keys, selecting one layer at a time and
@@ -29,9 +29,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from dsv41_jax.bench.args import fits_device
-from dsv41_jax.bench.table import Row
-from dsv41_jax.bench.timing import breakdown_line, interleaved_medians, profiled_events
+from benchmarks.args import fits_device
+from benchmarks.table import Row
+from benchmarks.timing import breakdown_line, interleaved_medians, profiled_events
 
 MODEL_SHAPES_QUICK = ((1, 16384), (8, 131072))
 MODEL_SHAPES = ((1, 16384), (8, 16384), (8, 131072), (64, 16384), (64, 131072), (8, 1 << 20))
@@ -42,7 +42,7 @@ STEPS, ROUNDS = 20, 5
 
 def example() -> ModuleType:
     """examples/model_step.py of this checkout, imported (the bench runs from a checkout)."""
-    path = Path(__file__).resolve().parents[2] / "examples" / "model_step.py"
+    path = Path(__file__).resolve().parents[1] / "examples" / "model_step.py"
     if not path.exists():
         raise SystemExit(f"bench model runs examples/model_step.py of a checkout: no {path}")
     spec = importlib.util.spec_from_file_location("dsv41_model_step", path)
