@@ -29,7 +29,7 @@ BUILD_INPUTS := pyproject.toml CMakeLists.txt $(wildcard ffi/* cuda/*)
 STAMP := $(VENV)/.installed
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install test test-newest-jax demo lint typecheck bench benchmarks clean
+.PHONY: install test test-newest-jax wheel-check demo lint typecheck bench benchmarks clean
 
 install: $(STAMP)
 
@@ -81,6 +81,23 @@ NEWEST_JAX_TESTS := tests/test_types.py tests/test_topk.py tests/test_block_amax
 test-newest-jax:
 	@SKBUILD_BUILD_DIR=build/jax$(NEWEST_JAX) $(MAKE) --no-print-directory \
 	  VENV=.venv-jax$(NEWEST_JAX) JAX_VERSION=$(NEWEST_JAX) TESTS="$(NEWEST_JAX_TESTS)" test
+
+# The wheel as a user meets it (CI's last step, .ci/run), in a temporary folder: a fresh venv,
+# whose pip builds the pure-Python wheel as `pip wheel` does for a user (an isolated build;
+# `-C dsv41.cuda=false`: no CMake run, seconds) and installs it with its dependencies and jax
+# $(JAX_VERSION) (CPU). scripts/wheel_check.py then runs there, outside the checkout, with
+# `python -I` and PYTHONPATH unset, so only the installed wheel can be imported: the wheel's
+# file list (the package and its metadata only), the version, one op against numpy.
+wheel-check:
+	$(call say,wheel-check: the pure-Python wheel and jax $(JAX_VERSION) (CPU) in a fresh venv)
+	@set -e; unset PYTHONPATH; start=$$(date +%s); tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON312) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip wheel -q --no-deps -C dsv41.cuda=false \
+	  -C build-dir="$$tmp/build" -w "$$tmp/dist" .; \
+	"$$tmp/venv/bin/python" -m pip install -q "$$tmp"/dist/*.whl \
+	  "jax==$(JAX_VERSION)" "jaxlib==$(JAX_VERSION)"; \
+	cd "$$tmp" && JAX_PLATFORMS=cpu venv/bin/python -I "$(CURDIR)/scripts/wheel_check.py" dist/*.whl; \
+	echo "[dsv41_jax] wheel-check passed in $$(( $$(date +%s) - start )) s"
 
 demo: install
 	$(PY) examples/decode_step.py

@@ -27,7 +27,7 @@ from dsv41_jax.topk import (
 )
 from dsv41_jax.types import INT32_MAX, CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
-__version__ = "0.1.0"  # the one version source: pyproject.toml reads it ([[tool.dynamic-metadata]])
+__version__ = "0.2.0"  # the one version source: pyproject.toml reads it ([[tool.dynamic-metadata]])
 
 __all__ = [
     "INT32_MAX",

@@ -1,11 +1,13 @@
 """Packaging: one version source, a pure-Python py3-none-any wheel without the extension, the
-license and the changelog shipped with it, and the library alone in it (the benchmarks, their
-report and the test inputs are the repository's, in benchmarks/)."""
+license and the changelog shipped with it, the library alone in it (the benchmarks, their
+report and the test inputs are the repository's, in benchmarks/), and the version, the
+changelog's newest release and the `v<version>` tags in agreement."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -22,6 +24,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 # benchmarks`), the BENCHMARKS.md generator (`python -m benchmarks.report`) and the ops' random
 # inputs (`benchmarks.inputs`).
 NOT_LIBRARY = ("dsv41_jax.bench", "dsv41_jax.bench_report", "dsv41_jax.testing")
+CHANGELOG = (ROOT / "CHANGELOG.md").read_text()
+# A release's heading in CHANGELOG.md: `## [0.2.0] - 2026-12-07`.
+RELEASE = re.compile(r"^## \[(\d+\.\d+\.\d+)\] - (\d{4}-\d{2}-\d{2})$", re.MULTILINE)
 
 
 def test_one_version_source():
@@ -35,13 +40,62 @@ def test_one_version_source():
 
 
 def test_changelog_and_license():
-    changelog = (ROOT / "CHANGELOG.md").read_text()
-    assert "## [Unreleased]" in changelog
-    assert f"## [{dsv41_jax.__version__}]" in changelog, "no CHANGELOG entry for this version"
+    assert "## [Unreleased]" in CHANGELOG
+    assert f"## [{dsv41_jax.__version__}]" in CHANGELOG, "no CHANGELOG entry for this version"
     assert PYPROJECT["project"]["license"] == "Apache-2.0"
     head = (ROOT / "LICENSE").read_text().split()
     assert head[:4] == ["Apache", "License", "Version", "2.0,"]
     assert "END OF TERMS AND CONDITIONS" in (ROOT / "LICENSE").read_text()
+
+
+def test_newest_release_is_the_version():
+    """Below `## [Unreleased]` the releases, newest first; the newest is `__version__`: a
+    release sets both in its commit (the one tagged `v<version>`), and later changes go under
+    Unreleased until the next."""
+    releases = RELEASE.findall(CHANGELOG)
+    headings = re.findall(r"^## .*$", CHANGELOG, re.MULTILINE)
+    assert headings == ["## [Unreleased]"] + [f"## [{v}] - {d}" for v, d in releases]
+    versions = [tuple(int(n) for n in v.split(".")) for v, _ in releases]
+    assert versions == sorted(set(versions), reverse=True), "versions not newest first"
+    dates = [d for _, d in releases]
+    assert dates == sorted(dates, reverse=True), "dates not newest first"
+    assert releases[0][0] == dsv41_jax.__version__, (
+        f"CHANGELOG's newest release is {releases[0][0]}, __version__ is {dsv41_jax.__version__}"
+    )
+
+
+def test_docs_say_how_releases_are_tagged():
+    """The changelog, the README and docs/install.md say each release is tagged `v<version>`;
+    install.md's "Versions" names the current version in its examples."""
+    for doc in ("CHANGELOG.md", "README.md", "docs/install.md"):
+        text = " ".join((ROOT / doc).read_text().split())
+        assert "tagged `v<version>`" in text, doc
+    install = (ROOT / "docs" / "install.md").read_text()
+    versions = install[install.index("## Versions") :].split("\n## ")[0]
+    named = re.findall(r"`git checkout v(\S+)`|`dsv41_jax (\S+)`", versions)
+    assert len(named) == 2 and {a or b for a, b in named} == {dsv41_jax.__version__}, named
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout"
+)
+def test_version_tags_agree_with_the_changelog():
+    """Each `v<version>` tag of this clone marks a commit whose `__version__` is that version,
+    and names a release of the changelog; a tag on HEAD names `__version__`. A clone without
+    tags passes (a CI clone may not fetch them)."""
+    released = {f"v{v}" for v, _ in RELEASE.findall(CHANGELOG)}
+    for tag in _git("tag", "--list", "v*").split():
+        assert tag in released, f"tag {tag}: no such release in CHANGELOG.md"
+        init = _git("show", f"{tag}:dsv41_jax/__init__.py")
+        assert f'__version__ = "{tag[1:]}"' in init, f"tag {tag}: another __version__ there"
+    for tag in _git("tag", "--points-at", "HEAD", "--list", "v*").split():
+        assert tag == f"v{dsv41_jax.__version__}", f"HEAD is tagged {tag}"
 
 
 @pytest.mark.skipif(
