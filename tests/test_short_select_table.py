@@ -53,7 +53,10 @@ def _pages(rng, rows: int, max_pages: int, page_size: int) -> np.ndarray:
 
 def _check(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    for max_pages, page_size, c in ((64, 64, 256), (700, 24, 2048), (16, 64, 2048)):
+    # Rows of one tile a lane (512, 2100 blocks; pages of 8 and of 3 blocks), two (6000) and
+    # four (16384: V4.1's 128K positions), and fewer blocks than C (128).
+    shapes = ((64, 64, 256), (700, 24, 2048), (750, 64, 512), (2048, 64, 2048), (16, 64, 2048))
+    for max_pages, page_size, c in shapes:
         n = max_pages * page_size // B  # the table's condition: the pages cover the n blocks
         scores, lens = _rows(rng, n, c)
         table = _pages(rng, len(lens), max_pages, page_size)
