@@ -172,6 +172,33 @@ __device__ __forceinline__ void LoadTiles(const topk::Row<T>& r, int64_t seg,
   }
 }
 
+// The block maxima of a CTA's chunk (TopkArgs::block_max) from the scores its threads loaded
+// (LoadTiles: v[j] the row's elements base + 32 * kVec * j + [0, kVec), base = the chunk's start
+// + the thread's segment, NoScore past the row's length): a block of 8 is an even lane's tile
+// and the next lane's. Each block's max as LaunchBlockAmax takes it (the first of the largest
+// scores in position order, NaN never, -inf where none; the newest block +inf), written where
+// it lies in the chunk (`chunk` scores from the row's element base - seg) and the row's n.
+template <int kTiles>
+__device__ __forceinline__ void WriteBlockMax(const TopkArgs& a, int64_t row, int64_t len,
+                                              int64_t chunk_lo, int64_t chunk, int64_t seg,
+                                              const float (&v)[kTiles][4]) {
+  static_assert(kShortChunk % 8 == 0 && kSegment % 8 == 0, "chunks of whole blocks");
+  const int64_t nb = (a.n + 7) / 8, newest = (len + 7) / 8 - 1;
+  const bool even = threadIdx.x % 2 == 0;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    float best = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) best = v[j][e] > best ? v[j][e] : best;  // NaN: false
+    // The block's last four, from the odd lane.
+    const float later = __shfl_sync(0xffffffffu, best, int(threadIdx.x % 32) | 1);
+    const int64_t at = seg + 32 * 4 * j, b = (chunk_lo + at) / 8;
+    if (even && at < chunk && b < nb) {
+      a.block_max[row * nb + b] = b == newest ? INFINITY : later > best ? later : best;
+    }
+  }
+}
+
 // The keys of a thread's tiles (v from topk::LoadScores at chunk elements seg + 32 * kVec * j).
 // Where every position may be selected (kPositions without a candidate bitmap) a score's key is
 // its PositionKey alone: LoadScores left NoScore, never selected, past the chunk.
@@ -411,6 +438,9 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
   LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
+  if constexpr (kVec == 4) {
+    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, 0, chunk, seg, v);
+  }
   int32_t* const staged_pages = reinterpret_cast<int32_t*>(&sh + 1);
   int32_t len = 0;  // kTable: the row's positions (the launch checked max_pages * page_size)
   if constexpr (kTable) {
@@ -571,6 +601,9 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
   LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
+  if constexpr (kVec == 4) {
+    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, rank * chunk, chunk, seg, v);
+  }
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (cl > 1) {
     for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;
@@ -743,6 +776,10 @@ int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
   return MaxActiveClusters(ShortTopkKernel<float>, cluster, kThreads, sizeof(Shared));
 }
 
+bool ShortTopkWritesBlockMax(int64_t n, int32_t block_size) {
+  return block_size == 8 && n >= 1 && n <= kShortMaxCluster * kShortChunk;
+}
+
 bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int32_t page_size) {
   return n >= 1 && n <= kShortChunk && block_size >= 1 && page_size % block_size == 0 &&
          max_pages >= 1 && max_pages <= kMaxTablePages && max_pages * page_size == n * block_size;
@@ -752,6 +789,11 @@ cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   if (args.k <= 0 || args.n > kShortMaxCluster * kShortChunk) return cudaErrorInvalidValue;
   if (args.members != nullptr && args.mode != TopkMode::kPositions) return cudaErrorInvalidValue;
+  if (args.block_max != nullptr &&
+      (args.mode != TopkMode::kPositions || args.bf16 || args.starts != nullptr ||
+       args.members != nullptr || !ShortTopkWritesBlockMax(args.n, args.block_size))) {
+    return cudaErrorInvalidValue;
+  }
   if (args.table.blocks != nullptr &&
       (args.mode != TopkMode::kCandidateBlocks || args.bf16 || args.starts != nullptr ||
        !ShortTopkWritesTable(args.n, args.block_size, args.table.max_pages,

@@ -20,6 +20,10 @@ cudaError_t PrepareShortTopk();
 // How many clusters of `cluster` CTAs of the kernel the current device runs at once (0 when it
 // cannot tell): more rows than that run in waves. Outside any stream capture.
 int32_t ShortTopkMaxActiveClusters(int32_t cluster);
+// Whether the select writes its rows' block maxima as well (TopkArgs::block_max) for rows of n
+// float scores in blocks of block_size: blocks of 8 (two lanes' tiles) and any row it takes.
+// Such a call needs no block-amax kernel (LaunchBlockAmax).
+bool ShortTopkWritesBlockMax(int64_t n, int32_t block_size);
 // Whether the select writes a top-C's candidate table itself (TopkArgs::table) for rows of n
 // block scores of block_size positions, page tables of max_pages pages of page_size positions:
 // a row of one CTA (n <= kShortChunk) whose page table covers exactly its n blocks and fits
@@ -28,7 +32,9 @@ bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int3
 // Same arguments and output as LaunchClusterTopk (both modes, starts, a candidate mask in
 // kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
 // (the FFI handler rejects them first), and for a table (TopkArgs::table) where
-// ShortTopkWritesTable does not hold, or in another mode than kCandidateBlocks, bf16 or starts.
+// ShortTopkWritesTable does not hold, or in another mode than kCandidateBlocks, bf16 or starts,
+// and for block maxima (TopkArgs::block_max) other than ShortTopkWritesBlockMax's, in another
+// mode than kPositions, bf16, starts or members.
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream);
 
 }  // namespace dsv41

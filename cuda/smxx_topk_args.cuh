@@ -35,6 +35,10 @@ struct TopkArgs {
   // kCandidateBlocks: the candidate table written in place of `out` (the short select's rows of
   // one CTA: ShortTopkWritesTable), or blocks == nullptr.
   TableOut table = {};
+  // kPositions: each row's block maxima [rows, ceil(n / block_size)] written as well, the
+  // block-amax kernel's with the newest block pinned (LaunchBlockAmax; the short select of float
+  // scores: ShortTopkWritesBlockMax), or nullptr.
+  float* block_max = nullptr;
 };
 
 }  // namespace dsv41

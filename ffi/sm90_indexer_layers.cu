@@ -5,8 +5,10 @@
 // One indexer layer of a decode step as one custom call: the same kernels, in the same order
 // and on the same data, as the layer's ops called one by one (paged logits, the exact select,
 // block scores, the top-C blocks, the candidate table, the sparse logits), so the results are
-// bitwise those of the ops; where the short select takes the top-C it writes the candidate
-// table itself (ShortTopkWritesTable), the sort's result without the sort. A serving loop pays
+// bitwise those of the ops; where the short select takes the top-k it writes the block scores
+// as well (ShortTopkWritesBlockMax), and where it takes the top-C the candidate table
+// (ShortTopkWritesTable): the amax and sort kernels' results without those kernels. A serving
+// loop pays
 // XLA's per-call host work once a layer instead of once an op. The DeepGEMM schedule is an input:
 // it depends only on the lengths, so a step computes it once (dsv41_sm90_paged_mqa_schedule) for
 // all the layers that share them. Intermediates (logits, block scores, chosen columns) are
@@ -82,7 +84,7 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
 }
 
 ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
-                       const int32_t* schedule) {
+                       const int32_t* schedule, float* block_max) {
   if (p.call.batch == 0) return ffi::Error::Success();
   if (auto e = LaunchSm90PagedLogits(op, stream, p.call, p.lens, schedule); e.failure()) return e;
   const TopkArgs args{p.call.logits,
@@ -98,7 +100,9 @@ ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
                       TopkMode::kPositions,
                       false,
                       p.split,
-                      p.split_words};
+                      p.split_words,
+                      {},
+                      block_max};
   return CudaStatus(op, LaunchTopk(p.select, args, stream));
 }
 
@@ -164,12 +168,19 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
                          const int32_t* schedule) {
   const int64_t rows = p.topk.call.batch * p.topk.call.next_n, cols = p.topk.call.cols;
   if (rows == 0) return ffi::Error::Success();
-  if (auto e = LaunchDense(op, stream, p.topk, schedule); e.failure()) return e;
+  // The short select writes the block scores as it loads the logits where it can (no
+  // block-amax kernel).
+  const bool scores_in_topk = !p.all_blocks && p.topk.select == Select::kShort &&
+                              ShortTopkWritesBlockMax(cols, p.topk.block_size);
+  float* block_max = scores_in_topk ? p.block_scores : nullptr;
+  if (auto e = LaunchDense(op, stream, p.topk, schedule, block_max); e.failure()) return e;
   const int32_t* chosen = p.all_selected;
   if (!p.all_blocks) {  // block scores, then the top-C blocks (newest pinned)
-    LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size, true,
-                    p.block_scores, p.nb, stream);
-    if (auto e = LastCudaError(op); e.failure()) return e;
+    if (!scores_in_topk) {
+      LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size,
+                      true, p.block_scores, p.nb, stream);
+      if (auto e = LastCudaError(op); e.failure()) return e;
+    }
     TopkArgs args{p.block_scores,
                   p.topk.row_lens,
                   nullptr,

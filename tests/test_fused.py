@@ -113,8 +113,9 @@ def _assert_same(got, want):
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads,next_n", [(32, 1), (64, 2)])
 # Every block a candidate (no block scores); the top-C, its table written by the short select
-# (the pages cover the logits' blocks); the top-C and the sort (41 pages: the logits are wider).
-@pytest.mark.parametrize("pages", [4, 40, 41])
+# (the pages cover the logits' blocks); the top-C and the sort (41 pages: the logits are wider);
+# rows of 19200 positions (the top-k's block scores written by a cluster of two).
+@pytest.mark.parametrize("pages", [4, 40, 41, 300])
 def test_fused_publish_equals_its_ops(rng, heads, next_n, pages):
     cfg = _config(heads, next_n)
     q, cache, lens, bt = _inputs(rng, cfg, pages, bad_pages=True)

@@ -5,6 +5,8 @@
 //   kernels_emu onchip:CL CASE OUT         (the on-chip select, clusters of CL; at RunOnChip)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
 //   kernels_emu short-table CASE OUT       (the short select's top-C as the table; RunShortTable)
+//   kernels_emu short-amax CASE OUT        (the short select writing block maxima too: after
+//                                           `out`, float block_max [rows, ceil(n / block_size)])
 //   kernels_emu l2p|mark|ragged CASE OUT   (formats at RunPageKernel)
 // CASE: int64 rows, n, k, block_size, mode, has_starts, has_members, num_members, bf16; scores
 // [rows, n] (float32, or bfloat16 bits); int32 lens [rows], starts [rows], members
@@ -275,6 +277,12 @@ int main(int argc, char** argv) {
                        bf16};
   cudaError_t err = cudaErrorInvalidValue;
   std::vector<uint32_t> workspace;
+  std::vector<float> block_max;  // short-amax: [rows, ceil(n / block_size)], poisoned
+  if (which == "short-amax") {
+    block_max.resize(size_t(rows * ((n + h[3] - 1) / h[3])));
+    std::memset(block_max.data(), 0x7e, block_max.size() * 4);
+    args.block_max = block_max.data();
+  }
   if (which.rfind("filter:", 0) == 0) {  // an SM count the launcher reads, then a workspace
     emu_sm_count = std::atoi(which.c_str() + 7);
     if (dsv41::PrepareFilterTopk() != cudaSuccess) return 2;
@@ -285,7 +293,7 @@ int main(int argc, char** argv) {
   if (which.rfind("filter", 0) == 0) {
     GuardSharedMemory(dsv41::FilterTopkSharedMemory);
     err = dsv41::LaunchFilterTopk(args, nullptr);
-  } else if (which == "short") {
+  } else if (which == "short" || which == "short-amax") {
     GuardSharedMemory(dsv41::ShortTopkSharedMemory);
     err = dsv41::LaunchShortTopk(args, nullptr);
   } else if (which == "cluster") {
@@ -296,6 +304,7 @@ int main(int argc, char** argv) {
   const int32_t status = err;
   std::fwrite(&status, 4, 1, o);
   std::fwrite(out.data(), 4, out.size(), o);
+  std::fwrite(block_max.data(), 4, block_max.size(), o);
   std::fclose(o);
   return 0;
 }
