@@ -69,13 +69,17 @@ def busiest_us(device: list[dict[str, Any]], calls: int) -> float:
     return max(busy.values(), default=0.0) / calls
 
 
+BREAKDOWN_KERNELS = 4  # the kernels a breakdown line names
+
+
 def breakdown_line(device: list[dict[str, Any]], calls: int) -> str:
-    """The four kernels that took the most time, each with its µs per call (--breakdown)."""
+    """The BREAKDOWN_KERNELS kernels that took the most time, each with its µs per call
+    (--breakdown)."""
     by_name: dict[str, float] = {}
     for e in device:
         name = e.get("name", "?")[:90]
         by_name[name] = by_name.get(name, 0.0) + e["dur"]
-    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:4]
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:BREAKDOWN_KERNELS]
     return "; ".join(f"{n}: {d / calls:.1f}" for n, d in top)
 
 

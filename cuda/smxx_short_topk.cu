@@ -398,8 +398,9 @@ struct TableSink {
   int32_t* __restrict__ valid_len;
   int32_t len, block_size, spp, spp_shift, largest;  // len: the row's positions, clamped
   __device__ __forceinline__ void Put(int32_t slot, int32_t b) const {
+    const int32_t slot_of_b = PhysicalSlot(pages, b, spp, spp_shift, largest);  // the load first
     blocks[slot] = b;
-    physical[slot] = PhysicalSlot(pages, b, spp, spp_shift, largest);
+    physical[slot] = slot_of_b;
   }
   __device__ __forceinline__ void Pad(int32_t slot) const {
     blocks[slot] = kTablePad, physical[slot] = -1;
@@ -410,8 +411,13 @@ struct TableSink {
   }
 };
 
-// Most pages a row's table stages (kTable): CtaShared and they fit an SM's shared memory.
+// Most pages a row's table stages (kTable): CtaShared and they fit an SM's shared memory. A
+// thread loads kTablePagesEarly of them with the scores (V4.1's 2048 a 128K row), the rest later.
 constexpr int64_t kMaxTablePages = 16384;
+constexpr int kTablePagesEarly = 2;
+#ifndef DSV41_TABLE_STAGED  // A/B only: 0 reads the page table from global memory
+#define DSV41_TABLE_STAGED 1
+#endif
 static_assert(sizeof(CtaShared) + kMaxTablePages * sizeof(int32_t) <= 227 * 1024, "an SM's");
 
 // A row of at most kTiles * kTileRow<T> scores on one CTA, kTiles tiles of kVec scores a lane
@@ -424,7 +430,7 @@ static_assert(sizeof(CtaShared) + kMaxTablePages * sizeof(int32_t) <= 227 * 1024
 // its taken keys, and the 16K rows' kernel is the one of full tiles (a tile count chosen at run
 // time cost the 16K rows time on the H100, BENCHMARKS_HISTORY.md).
 // kTable: a top-C row's output is its candidate table (TableSink; the row's page table staged
-// after CtaShared while the scores load).
+// after CtaShared).
 template <class T, int kTiles, bool kTable = false>
 __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, int64_t chunk) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
@@ -438,17 +444,21 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
   LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
-  if constexpr (kVec == 4) {
-    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, 0, chunk, seg, v);
-  }
+  // kTable: the row's page table, its first kTablePagesEarly pages a thread loaded here and
+  // staged once the keys are (the loads in flight meanwhile).
   int32_t* const staged_pages = reinterpret_cast<int32_t*>(&sh + 1);
-  int32_t len = 0;  // kTable: the row's positions (the launch checked max_pages * page_size)
+  const int32_t* row_pages = nullptr;
+  int32_t len = 0, pages = 0, early[kTablePagesEarly];
   if constexpr (kTable) {
-    const int64_t cap = a.table.max_pages * a.table.page_size;
+    row_pages = a.table.block_table + row * a.table.max_pages;
+    const int64_t cap = a.table.max_pages * a.table.page_size;  // the launch checked it
     len = int32_t(min(max(int64_t(a.lens[row]), int64_t(0)), cap));
-    const int32_t pages = (len + a.table.page_size - 1) / a.table.page_size;
-    const int32_t* row_pages = a.table.block_table + row * a.table.max_pages;
-    for (int32_t i = int32_t(threadIdx.x); i < pages; i += kThreads) staged_pages[i] = row_pages[i];
+    pages = (len + a.table.page_size - 1) / a.table.page_size;
+#pragma unroll
+    for (int j = 0; j < kTablePagesEarly; ++j) {
+      const int32_t i = int32_t(threadIdx.x) + j * kThreads;
+      early[j] = i < pages ? row_pages[i] : 0;
+    }
   }
   static_assert(kBins == 2 * kThreads);
   sh.counts[threadIdx.x] = 0, sh.counts[kThreads + threadIdx.x] = 0;
@@ -460,6 +470,9 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
     __syncthreads();
   }
   uint32_t key[kKeys];
+  if constexpr (kVec == 4) {
+    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, 0, chunk, seg, v);
+  }
   TileKeys<T>(a, r, mine, seg, v, key);
   DSV41_STAMP(2);
 #pragma unroll
@@ -469,6 +482,15 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
   if (int64_t(warp) * kSpan < mine) CountTopDigits(sh.counts, &sh.excluded[lane], key);
+  if constexpr (kTable && DSV41_TABLE_STAGED) {  // the page table staged before the select's barriers
+#pragma unroll
+    for (int j = 0; j < kTablePagesEarly; ++j) {
+      const int32_t i = int32_t(threadIdx.x) + j * kThreads;
+      if (i < pages) staged_pages[i] = early[j];
+    }
+    for (int32_t i = int32_t(threadIdx.x) + kTablePagesEarly * kThreads; i < pages; i += kThreads)
+      staged_pages[i] = row_pages[i];
+  }
   __syncthreads();
   DSV41_STAMP(4);
   onchip::SumGroups<kThreads>(sh.counts);
@@ -479,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
     const TableOut& t = a.table;
     const int32_t spp = t.page_size / a.block_size;
     const TableSink sink{t.blocks + row * a.k, t.physical + row * a.k,
-                         staged_pages,         t.count + row,
+                         DSV41_TABLE_STAGED ? staged_pages : row_pages,         t.count + row,
                          t.valid_lens + row,   len,
                          a.block_size,         spp,
                          SlotsShift(spp),      LargestPage(t.page_size)};
@@ -601,9 +623,6 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, rank);
   LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
-  if constexpr (kVec == 4) {
-    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, rank * chunk, chunk, seg, v);
-  }
   for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.hist[0][0])[i] = 0;
   if (cl > 1) {
     for (int i = threadIdx.x; i < 3 * kBins; i += kThreads) (&sh.sum[0][0])[i] = 0;
@@ -623,6 +642,9 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   // Every CTA's sums are zero (and every CTA runs) before a peer adds into them; the loads
   // above are in flight meanwhile.
   if (cl > 1) cluster.sync();
+  if constexpr (kVec == 4) {  // past the barrier: the loads were in flight meanwhile
+    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, rank * chunk, chunk, seg, v);
+  }
   uint32_t key[kPer];
   TileKeys<T>(a, r, mine, seg, v, key);
   const bool warp_has_keys = int64_t(warp) * kSegment < mine;

@@ -95,8 +95,9 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* pages = stage ? staged : row_pages;
   const int32_t spp = a.page_size / a.block_size, largest = LargestPage(a.page_size);
   auto emit = [&](int32_t b, int32_t out, int32_t n) {
+    const int32_t slot = PhysicalSlot(pages, b, spp, spp_shift, largest);  // the load first
     out_blocks[out] = b;
-    out_physical[out] = PhysicalSlot(pages, b, spp, spp_shift, largest);
+    out_physical[out] = slot;
     if (out == n - 1) {  // the table's last block: partial only if it is the newest block
       const int32_t tail =
           b == nblocks - 1 ? int32_t((len - 1) % uint32_t(a.block_size)) + 1 : a.block_size;

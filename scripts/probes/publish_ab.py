@@ -13,8 +13,10 @@ import jax
 import numpy as np
 
 import dsv41_jax as dj
-from benchmarks import inputs
+from benchmarks import inputs, timing
 from benchmarks.timing import jax_time_us
+
+timing.BREAKDOWN_KERNELS = 8
 
 tag = sys.argv[1]
 shapes = (sys.argv[2] if len(sys.argv) > 2 else "1x16K,8x128K,64x128K").split(",")
