@@ -482,7 +482,8 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
   if (int64_t(warp) * kSpan < mine) CountTopDigits(sh.counts, &sh.excluded[lane], key);
-  if constexpr (kTable && DSV41_TABLE_STAGED) {  // the page table staged before the select's barriers
+  if constexpr (kTable &&
+                DSV41_TABLE_STAGED) {  // the page table staged before the select's barriers
 #pragma unroll
     for (int j = 0; j < kTablePagesEarly; ++j) {
       const int32_t i = int32_t(threadIdx.x) + j * kThreads;
@@ -500,11 +501,16 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   if constexpr (kTable) {
     const TableOut& t = a.table;
     const int32_t spp = t.page_size / a.block_size;
-    const TableSink sink{t.blocks + row * a.k, t.physical + row * a.k,
-                         DSV41_TABLE_STAGED ? staged_pages : row_pages,         t.count + row,
-                         t.valid_lens + row,   len,
-                         a.block_size,         spp,
-                         SlotsShift(spp),      LargestPage(t.page_size)};
+    const TableSink sink{t.blocks + row * a.k,
+                         t.physical + row * a.k,
+                         DSV41_TABLE_STAGED ? staged_pages : row_pages,
+                         t.count + row,
+                         t.valid_lens + row,
+                         len,
+                         a.block_size,
+                         spp,
+                         SlotsShift(spp),
+                         LargestPage(t.page_size)};
     onchip::SelectToPositions<kThreads, false>(sh.select, sh.keys, sh.counts, candidates, a.k,
                                                sink);
   } else {
