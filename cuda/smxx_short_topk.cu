@@ -172,16 +172,16 @@ __device__ __forceinline__ void LoadTiles(const topk::Row<T>& r, int64_t seg,
   }
 }
 
-// The block maxima of a CTA's chunk (TopkArgs::block_max) from the scores its threads loaded
+// The block maxima of a CTA's chunk (ShortOutputs::block_max) from the scores its threads loaded
 // (LoadTiles: v[j] the row's elements base + 32 * kVec * j + [0, kVec), base = the chunk's start
 // + the thread's segment, NoScore past the row's length): a block of 8 is an even lane's tile
 // and the next lane's. Each block's max as LaunchBlockAmax takes it (the first of the largest
 // scores in position order, NaN never, -inf where none; the newest block +inf), written where
 // it lies in the chunk (`chunk` scores from the row's element base - seg) and the row's n.
 template <int kTiles>
-__device__ __forceinline__ void WriteBlockMax(const TopkArgs& a, int64_t row, int64_t len,
-                                              int64_t chunk_lo, int64_t chunk, int64_t seg,
-                                              const float (&v)[kTiles][4]) {
+__device__ __forceinline__ void WriteBlockMax(const TopkArgs& a, float* block_max, int64_t row,
+                                              int64_t len, int64_t chunk_lo, int64_t chunk,
+                                              int64_t seg, const float (&v)[kTiles][4]) {
   static_assert(kShortChunk % 8 == 0 && kSegment % 8 == 0, "chunks of whole blocks");
   const int64_t nb = (a.n + 7) / 8, newest = (len + 7) / 8 - 1;
   const bool even = threadIdx.x % 2 == 0;
@@ -194,7 +194,7 @@ __device__ __forceinline__ void WriteBlockMax(const TopkArgs& a, int64_t row, in
     const float later = __shfl_sync(0xffffffffu, best, int(threadIdx.x % 32) | 1);
     const int64_t at = seg + 32 * 4 * j, b = (chunk_lo + at) / 8;
     if (even && at < chunk && b < nb) {
-      a.block_max[row * nb + b] = b == newest ? INFINITY : later > best ? later : best;
+      block_max[row * nb + b] = b == newest ? INFINITY : later > best ? later : best;
     }
   }
 }
@@ -385,7 +385,7 @@ struct ChunkPositions {
   __device__ __forceinline__ int32_t operator()(int32_t i) const { return i; }
 };
 
-// A top-C row's output as its candidate table (TopkArgs::table; onchip::PositionsOut's
+// A top-C row's output as its candidate table (ShortOutputs::table; onchip::PositionsOut's
 // interface): slot s the s-th chosen block and its physical slot through the row's page table
 // (staged in shared memory), kTablePad / -1 past the n chosen, then the count and the valid
 // length, as the sort (smxx_sort_blocks.cu) builds them from the ids. The newest block is pinned
@@ -415,9 +415,6 @@ struct TableSink {
 // thread loads kTablePagesEarly of them with the scores (V4.1's 2048 a 128K row), the rest later.
 constexpr int64_t kMaxTablePages = 16384;
 constexpr int kTablePagesEarly = 2;
-#ifndef DSV41_TABLE_STAGED  // A/B only: 0 reads the page table from global memory
-#define DSV41_TABLE_STAGED 1
-#endif
 static_assert(sizeof(CtaShared) + kMaxTablePages * sizeof(int32_t) <= 227 * 1024, "an SM's");
 
 // A row of at most kTiles * kTileRow<T> scores on one CTA, kTiles tiles of kVec scores a lane
@@ -432,7 +429,8 @@ static_assert(sizeof(CtaShared) + kMaxTablePages * sizeof(int32_t) <= 227 * 1024
 // kTable: a top-C row's output is its candidate table (TableSink; the row's page table staged
 // after CtaShared).
 template <class T, int kTiles, bool kTable = false>
-__global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, int64_t chunk) {
+__global__ void __launch_bounds__(kThreads, 1)
+    ShortTopkCtaKernel(TopkArgs a, int64_t chunk, ShortOutputs x) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
   CtaShared& sh = *reinterpret_cast<CtaShared*>(dyn);
   const int64_t row = blockIdx.x;
@@ -450,10 +448,10 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   const int32_t* row_pages = nullptr;
   int32_t len = 0, pages = 0, early[kTablePagesEarly];
   if constexpr (kTable) {
-    row_pages = a.table.block_table + row * a.table.max_pages;
-    const int64_t cap = a.table.max_pages * a.table.page_size;  // the launch checked it
+    row_pages = x.table.block_table + row * x.table.max_pages;
+    const int64_t cap = x.table.max_pages * x.table.page_size;  // the launch checked it
     len = int32_t(min(max(int64_t(a.lens[row]), int64_t(0)), cap));
-    pages = (len + a.table.page_size - 1) / a.table.page_size;
+    pages = (len + x.table.page_size - 1) / x.table.page_size;
 #pragma unroll
     for (int j = 0; j < kTablePagesEarly; ++j) {
       const int32_t i = int32_t(threadIdx.x) + j * kThreads;
@@ -471,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   }
   uint32_t key[kKeys];
   if constexpr (kVec == 4) {
-    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, 0, chunk, seg, v);
+    if (x.block_max != nullptr) WriteBlockMax<kTiles>(a, x.block_max, row, r.len, 0, chunk, seg, v);
   }
   TileKeys<T>(a, r, mine, seg, v, key);
   DSV41_STAMP(2);
@@ -482,8 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
         make_uint4(key[4 * q], key[4 * q + 1], key[4 * q + 2], key[4 * q + 3]);
   }
   if (int64_t(warp) * kSpan < mine) CountTopDigits(sh.counts, &sh.excluded[lane], key);
-  if constexpr (kTable &&
-                DSV41_TABLE_STAGED) {  // the page table staged before the select's barriers
+  if constexpr (kTable) {  // the page table staged before the select's barriers
 #pragma unroll
     for (int j = 0; j < kTablePagesEarly; ++j) {
       const int32_t i = int32_t(threadIdx.x) + j * kThreads;
@@ -499,18 +496,13 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkCtaKernel(TopkArgs a, in
   DSV41_STAMP(1);
   const TileCandidates<kVec, kTiles> candidates{warp * kSpan, key};
   if constexpr (kTable) {
-    const TableOut& t = a.table;
+    const TableOut& t = x.table;
     const int32_t spp = t.page_size / a.block_size;
-    const TableSink sink{t.blocks + row * a.k,
-                         t.physical + row * a.k,
-                         DSV41_TABLE_STAGED ? staged_pages : row_pages,
-                         t.count + row,
-                         t.valid_lens + row,
-                         len,
-                         a.block_size,
-                         spp,
-                         SlotsShift(spp),
-                         LargestPage(t.page_size)};
+    const TableSink sink{t.blocks + row * a.k, t.physical + row * a.k,
+                         staged_pages,         t.count + row,
+                         t.valid_lens + row,   len,
+                         a.block_size,         spp,
+                         SlotsShift(spp),      LargestPage(t.page_size)};
     onchip::SelectToPositions<kThreads, false>(sh.select, sh.keys, sh.counts, candidates, a.k,
                                                sink);
   } else {
@@ -613,7 +605,8 @@ __device__ bool GatherSelect(Shared& sh, const uint32_t (&key)[kPer],
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64_t chunk) {
+__global__ void __launch_bounds__(kThreads, 1)
+    ShortTopkKernel(TopkArgs a, int64_t chunk, ShortOutputs x) {
   extern __shared__ uint32_t dyn[];  // dynamic: the CPU stand-in starts it as garbage
   Shared& sh = *reinterpret_cast<Shared*>(dyn);
   const cg::cluster_group cluster = cg::this_cluster();
@@ -649,7 +642,9 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
   // above are in flight meanwhile.
   if (cl > 1) cluster.sync();
   if constexpr (kVec == 4) {  // past the barrier: the loads were in flight meanwhile
-    if (a.block_max != nullptr) WriteBlockMax<kTiles>(a, row, r.len, rank * chunk, chunk, seg, v);
+    if (x.block_max != nullptr) {
+      WriteBlockMax<kTiles>(a, x.block_max, row, r.len, rank * chunk, chunk, seg, v);
+    }
   }
   uint32_t key[kPer];
   TileKeys<T>(a, r, mine, seg, v, key);
@@ -750,20 +745,22 @@ __global__ void __launch_bounds__(kThreads, 1) ShortTopkKernel(TopkArgs a, int64
 }
 
 // The table's kernel for a top-C row of `chunk` block scores (ShortTopkWritesTable).
-cudaError_t LaunchTable(const TopkArgs& args, int64_t chunk, cudaStream_t stream) {
+cudaError_t LaunchTable(const TopkArgs& args, int64_t chunk, const ShortOutputs& x,
+                        cudaStream_t stream) {
   auto kernel = ShortTopkCtaKernel<float, kFullTiles<float>, true>;
   if (chunk <= 2 * kTileRow<float>) kernel = ShortTopkCtaKernel<float, 2, true>;
   if (chunk <= kTileRow<float>) kernel = ShortTopkCtaKernel<float, 1, true>;
-  const size_t smem = sizeof(CtaShared) + size_t(args.table.max_pages) * sizeof(int32_t);
-  return topk::LaunchRowClusters(kernel, args, chunk, 1, kThreads, smem, stream);
+  const size_t smem = sizeof(CtaShared) + size_t(x.table.max_pages) * sizeof(int32_t);
+  return LaunchKernel(kernel, dim3(unsigned(args.rows)), dim3(kThreads), smem, stream, 1u, args,
+                      chunk, x);
 }
 
 template <class T>
-cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
+cudaError_t Launch(const TopkArgs& args, const ShortOutputs& x, cudaStream_t stream) {
   // Fewest CTAs that hold the row, equal chunks of whole warp segments (16-byte aligned).
   const int64_t cl = max((args.n + kShortChunk - 1) / kShortChunk, int64_t(1));
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
-  if (args.table.blocks != nullptr) return LaunchTable(args, chunk, stream);
+  if (x.table.blocks != nullptr) return LaunchTable(args, chunk, x, stream);
 #if DSV41_SHORT_ONE_CTA
   if (cl == 1) {
     // The fewest tiles a lane that hold the chunk (every warp keeps keys); bf16's full count
@@ -771,11 +768,12 @@ cudaError_t Launch(const TopkArgs& args, cudaStream_t stream) {
     auto kernel = ShortTopkCtaKernel<T, kFullTiles<T>>;
     if (chunk <= 2 * kTileRow<T>) kernel = ShortTopkCtaKernel<T, 2>;
     if (chunk <= kTileRow<T>) kernel = ShortTopkCtaKernel<T, 1>;
-    return topk::LaunchRowClusters(kernel, args, chunk, 1, kThreads, sizeof(CtaShared), stream);
+    return LaunchKernel(kernel, dim3(unsigned(args.rows)), dim3(kThreads), sizeof(CtaShared),
+                        stream, 1u, args, chunk, x);
   }
 #endif
-  return topk::LaunchRowClusters(ShortTopkKernel<T>, args, chunk, int(cl), kThreads, sizeof(Shared),
-                                 stream);
+  return LaunchKernel(ShortTopkKernel<T>, dim3(unsigned(args.rows * cl)), dim3(kThreads),
+                      sizeof(Shared), stream, unsigned(cl), args, chunk, x);
 }
 
 }  // namespace
@@ -813,22 +811,21 @@ bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int3
          max_pages >= 1 && max_pages <= kMaxTablePages && max_pages * page_size == n * block_size;
 }
 
-cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream) {
+cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream, const ShortOutputs& x) {
   if (args.rows == 0) return cudaSuccess;
   if (args.k <= 0 || args.n > kShortMaxCluster * kShortChunk) return cudaErrorInvalidValue;
   if (args.members != nullptr && args.mode != TopkMode::kPositions) return cudaErrorInvalidValue;
-  if (args.block_max != nullptr &&
+  if (x.block_max != nullptr &&
       (args.mode != TopkMode::kPositions || args.bf16 || args.starts != nullptr ||
        args.members != nullptr || !ShortTopkWritesBlockMax(args.n, args.block_size))) {
     return cudaErrorInvalidValue;
   }
-  if (args.table.blocks != nullptr &&
+  if (x.table.blocks != nullptr &&
       (args.mode != TopkMode::kCandidateBlocks || args.bf16 || args.starts != nullptr ||
-       !ShortTopkWritesTable(args.n, args.block_size, args.table.max_pages,
-                             args.table.page_size))) {
+       !ShortTopkWritesTable(args.n, args.block_size, x.table.max_pages, x.table.page_size))) {
     return cudaErrorInvalidValue;
   }
-  return args.bf16 ? Launch<topk::Bf16>(args, stream) : Launch<float>(args, stream);
+  return args.bf16 ? Launch<topk::Bf16>(args, x, stream) : Launch<float>(args, x, stream);
 }
 
 }  // namespace dsv41

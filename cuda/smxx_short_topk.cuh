@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "smxx_candidate_table.cuh"
 #include "smxx_topk_args.cuh"
 
 namespace dsv41 {
@@ -20,21 +21,32 @@ cudaError_t PrepareShortTopk();
 // How many clusters of `cluster` CTAs of the kernel the current device runs at once (0 when it
 // cannot tell): more rows than that run in waves. Outside any stream capture.
 int32_t ShortTopkMaxActiveClusters(int32_t cluster);
-// Whether the select writes its rows' block maxima as well (TopkArgs::block_max) for rows of n
+// What the select writes beside (or in place of) its selection for the fused publish, in a
+// kernel parameter of its own (the other selects' TopkArgs stay as small as they were).
+struct ShortOutputs {
+  // kPositions: each row's block maxima [rows, ceil(n / block_size)] written as well, the
+  // block-amax kernel's with the newest block pinned (LaunchBlockAmax), or nullptr.
+  float* block_max = nullptr;
+  // kCandidateBlocks: the candidate table written in place of `out`, or blocks == nullptr.
+  TableOut table = {};
+};
+
+// Whether the select writes its rows' block maxima as well (ShortOutputs::block_max) for rows of n
 // float scores in blocks of block_size: blocks of 8 (two lanes' tiles) and any row it takes.
 // Such a call needs no block-amax kernel (LaunchBlockAmax).
 bool ShortTopkWritesBlockMax(int64_t n, int32_t block_size);
-// Whether the select writes a top-C's candidate table itself (TopkArgs::table) for rows of n
+// Whether the select writes a top-C's candidate table itself (ShortOutputs::table) for rows of n
 // block scores of block_size positions, page tables of max_pages pages of page_size positions:
 // a row of one CTA (n <= kShortChunk) whose page table covers exactly its n blocks and fits
 // shared memory beside the select's. Such a call needs no sort (LaunchSortCandidateBlocks).
 bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int32_t page_size);
 // Same arguments and output as LaunchClusterTopk (both modes, starts, a candidate mask in
 // kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
-// (the FFI handler rejects them first), and for a table (TopkArgs::table) where
+// (the FFI handler rejects them first), and for a table (ShortOutputs::table) where
 // ShortTopkWritesTable does not hold, or in another mode than kCandidateBlocks, bf16 or starts,
-// and for block maxima (TopkArgs::block_max) other than ShortTopkWritesBlockMax's, in another
+// and for block maxima (ShortOutputs::block_max) other than ShortTopkWritesBlockMax's, in another
 // mode than kPositions, bf16, starts or members.
-cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream);
+cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream,
+                            const ShortOutputs& outputs = {});
 
 }  // namespace dsv41

@@ -6,8 +6,6 @@
 
 #include <cstdint>
 
-#include "smxx_candidate_table.cuh"
-
 namespace dsv41 {
 
 enum class TopkMode : int32_t {
@@ -32,13 +30,6 @@ struct TopkArgs {
   // Scratch global memory a select may use (the filter select's split rows), or nullptr.
   uint32_t* workspace = nullptr;
   int64_t workspace_words = 0;
-  // kCandidateBlocks: the candidate table written in place of `out` (the short select's rows of
-  // one CTA: ShortTopkWritesTable), or blocks == nullptr.
-  TableOut table = {};
-  // kPositions: each row's block maxima [rows, ceil(n / block_size)] written as well, the
-  // block-amax kernel's with the newest block pinned (LaunchBlockAmax; the short select of float
-  // scores: ShortTopkWritesBlockMax), or nullptr.
-  float* block_max = nullptr;
 };
 
 }  // namespace dsv41

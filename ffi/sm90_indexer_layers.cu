@@ -100,9 +100,11 @@ ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
                       TopkMode::kPositions,
                       false,
                       p.split,
-                      p.split_words,
-                      {},
-                      block_max};
+                      p.split_words};
+  // `block_max` only where the short select takes the top-k (LaunchPublish checked it).
+  if (block_max != nullptr) {
+    return CudaStatus(op, LaunchShortTopk(args, stream, ShortOutputs{block_max, {}}));
+  }
   return CudaStatus(op, LaunchTopk(p.select, args, stream));
 }
 
@@ -181,28 +183,28 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
                       true, p.block_scores, p.nb, stream);
       if (auto e = LastCudaError(op); e.failure()) return e;
     }
-    TopkArgs args{p.block_scores,
-                  p.topk.row_lens,
-                  nullptr,
-                  nullptr,
-                  p.selected,
-                  rows,
-                  p.nb,
-                  0,
-                  int32_t(p.c),
-                  p.topk.block_size,
-                  TopkMode::kCandidateBlocks,
-                  false};
+    const TopkArgs args{p.block_scores,
+                        p.topk.row_lens,
+                        nullptr,
+                        nullptr,
+                        p.selected,
+                        rows,
+                        p.nb,
+                        0,
+                        int32_t(p.c),
+                        p.topk.block_size,
+                        TopkMode::kCandidateBlocks,
+                        false};
     // The short select writes the table as it selects where it can (no sort kernel).
     const bool table =
         p.select_c == Select::kShort &&
         ShortTopkWritesTable(p.nb, p.topk.block_size, p.row_table_width, p.page_size);
     if (table) {
-      args.table = TableOut{p.row_block_table, p.blocks,          p.count,    p.valid_lens,
-                            p.physical,        p.row_table_width, p.page_size};
+      const TableOut out{p.row_block_table, p.blocks,          p.count,    p.valid_lens,
+                         p.physical,        p.row_table_width, p.page_size};
+      return CudaStatus(op, LaunchShortTopk(args, stream, ShortOutputs{nullptr, out}));
     }
     if (auto e = CudaStatus(op, LaunchTopk(p.select_c, args, stream)); e.failure()) return e;
-    if (table) return ffi::Error::Success();
     chosen = p.selected;
   }
   const SortBlocksArgs sort{chosen,  p.topk.row_lens,   p.row_block_table, p.blocks,

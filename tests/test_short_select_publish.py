@@ -188,13 +188,13 @@ MUTANTS = [
     ("count-of-k", "*count = n;", "*count = n + (n > 0);"),
     (
         "pages-of-the-first-row",
-        "a.table.block_table + row * a.table.max_pages",
-        "a.table.block_table",
+        "x.table.block_table + row * x.table.max_pages",
+        "x.table.block_table",
     ),
     (
         "pages-short-by-one",
-        "(len + a.table.page_size - 1) / a.table.page_size;",
-        "len / a.table.page_size;",
+        "(len + x.table.page_size - 1) / x.table.page_size;",
+        "len / x.table.page_size;",
     ),
 ]
 

@@ -131,10 +131,11 @@ static int RunShortTable(const char* case_path, const char* out_path) {
                        int32_t(h[3]),
                        dsv41::TopkMode::kCandidateBlocks,
                        false};
-  args.table = {table.data(),    blocks.data(), count.data(), valid.data(),
-                physical.data(), pages,         int32_t(h[5])};
+  const dsv41::ShortOutputs outputs{nullptr,
+                                    {table.data(), blocks.data(), count.data(), valid.data(),
+                                     physical.data(), pages, int32_t(h[5])}};
   GuardSharedMemory(dsv41::ShortTopkSharedMemory);
-  int32_t status = dsv41::LaunchShortTopk(args, nullptr);
+  int32_t status = dsv41::LaunchShortTopk(args, nullptr, outputs);
   // The ids are not the table's output: the select must leave them alone.
   for (const int32_t id : ids) status = id == 0x7eadbeef ? status : -1;
   std::FILE* o = std::fopen(out_path, "wb");
@@ -281,7 +282,6 @@ int main(int argc, char** argv) {
   if (which == "short-amax") {
     block_max.resize(size_t(rows * ((n + h[3] - 1) / h[3])));
     std::memset(block_max.data(), 0x7e, block_max.size() * 4);
-    args.block_max = block_max.data();
   }
   if (which.rfind("filter:", 0) == 0) {  // an SM count the launcher reads, then a workspace
     emu_sm_count = std::atoi(which.c_str() + 7);
@@ -295,7 +295,8 @@ int main(int argc, char** argv) {
     err = dsv41::LaunchFilterTopk(args, nullptr);
   } else if (which == "short" || which == "short-amax") {
     GuardSharedMemory(dsv41::ShortTopkSharedMemory);
-    err = dsv41::LaunchShortTopk(args, nullptr);
+    float* max_out = which == "short-amax" ? block_max.data() : nullptr;
+    err = dsv41::LaunchShortTopk(args, nullptr, dsv41::ShortOutputs{max_out, {}});
   } else if (which == "cluster") {
     GuardSharedMemory(dsv41::ClusterTopkSharedMemory);
     err = dsv41::LaunchClusterTopk(args, nullptr);
