@@ -1,7 +1,7 @@
 // The candidate table's entries (dsv41_jax.CandidateTable: the chosen blocks ascending, their
 // physical slots, count and valid length), written by the sort that builds the table from block
 // ids (smxx_sort_blocks.cu) and by the top-C select that writes it as it selects
-// (smxx_short_topk.cu, TopkArgs::table).
+// (smxx_short_topk.cu, ShortOutputs::table).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,8 +10,8 @@
 
 namespace dsv41 {
 
-// Where a top-C writes the table in place of its block ids (TopkArgs::table; blocks == nullptr:
-// ids, as every select). Rows [rows, c], c the select's k.
+// Where a top-C writes the table in place of its block ids (ShortOutputs::table; blocks ==
+// nullptr: ids, as every select). Rows [rows, c], c the select's k.
 struct TableOut {
   const int32_t* block_table;  // [rows, max_pages] the rows' page tables
   int32_t* blocks;             // [rows, c] ascending, kTablePad padded

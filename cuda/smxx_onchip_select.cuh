@@ -290,12 +290,11 @@ struct First {
 
 // The row's top-k once pass 1's digit is known (`first`, for k >= 1): its k best columns in
 // column order through `out` (PositionsOut: out[0, k) = their positions position(col), -1 past
-// the keys there are). `keys` are
-// the row's by column; `mine` the thread's keys, whose warp keeps its candidates from
-// sh.list + mine.lo (`mine.Keep(sh, lowest)`: its keys >= lowest, in column order; the warps'
-// columns ascending with the warp); sh.hist zero. Every thread of the CTA calls it. Passes 2
-// and 3 and the output read only the candidates (about k plus the k-th key's pass-1 bin: ~1K of
-// a 16K-column row).
+// the keys there are). `keys` are the row's by column; `mine` the thread's keys, whose warp keeps
+// its candidates from sh.list + mine.lo (`mine.Keep(sh, lowest)`: its keys >= lowest, in column
+// order; the warps' columns ascending with the warp); sh.hist zero. Every thread of the CTA calls
+// it. Passes 2 and 3 and the output read only the candidates (about k plus the k-th key's pass-1
+// bin: ~1K of a 16K-column row).
 template <int kThreads, class Keys, class Out>
 __device__ __forceinline__ void SelectFromFirst(Shared& sh, const uint32_t* keys, const Keys& mine,
                                                 int32_t k, const First& first, const Out& out) {

@@ -744,15 +744,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (cl > 1) cluster.sync();  // the peers have read this CTA's counts: it may exit
 }
 
-// The table's kernel for a top-C row of `chunk` block scores (ShortTopkWritesTable).
-cudaError_t LaunchTable(const TopkArgs& args, int64_t chunk, const ShortOutputs& x,
-                        cudaStream_t stream) {
-  auto kernel = ShortTopkCtaKernel<float, kFullTiles<float>, true>;
-  if (chunk <= 2 * kTileRow<float>) kernel = ShortTopkCtaKernel<float, 2, true>;
-  if (chunk <= kTileRow<float>) kernel = ShortTopkCtaKernel<float, 1, true>;
-  const size_t smem = sizeof(CtaShared) + size_t(x.table.max_pages) * sizeof(int32_t);
-  return LaunchKernel(kernel, dim3(unsigned(args.rows)), dim3(kThreads), smem, stream, 1u, args,
-                      chunk, x);
+// The one-CTA kernel of a row of `chunk` scores: the fewest tiles a lane that hold the chunk
+// (every warp keeps keys); bf16's full count is two tiles, so its two-tile kernel is the
+// full-width one.
+template <class T, bool kTable = false>
+auto CtaKernelFor(int64_t chunk) {
+  auto kernel = ShortTopkCtaKernel<T, kFullTiles<T>, kTable>;
+  if (chunk <= 2 * kTileRow<T>) kernel = ShortTopkCtaKernel<T, 2, kTable>;
+  if (chunk <= kTileRow<T>) kernel = ShortTopkCtaKernel<T, 1, kTable>;
+  return kernel;
 }
 
 template <class T>
@@ -760,16 +760,15 @@ cudaError_t Launch(const TopkArgs& args, const ShortOutputs& x, cudaStream_t str
   // Fewest CTAs that hold the row, equal chunks of whole warp segments (16-byte aligned).
   const int64_t cl = max((args.n + kShortChunk - 1) / kShortChunk, int64_t(1));
   const int64_t chunk = ((args.n + cl - 1) / cl + kSegment - 1) / kSegment * kSegment;
-  if (x.table.blocks != nullptr) return LaunchTable(args, chunk, x, stream);
+  if (x.table.blocks != nullptr) {  // a top-C of float rows of one CTA (LaunchShortTopk checked)
+    const size_t smem = sizeof(CtaShared) + size_t(x.table.max_pages) * sizeof(int32_t);
+    return LaunchKernel(CtaKernelFor<float, true>(chunk), dim3(unsigned(args.rows)), dim3(kThreads),
+                        smem, stream, 1u, args, chunk, x);
+  }
 #if DSV41_SHORT_ONE_CTA
   if (cl == 1) {
-    // The fewest tiles a lane that hold the chunk (every warp keeps keys); bf16's full count
-    // is two tiles, so its two-tile kernel is the full-width one.
-    auto kernel = ShortTopkCtaKernel<T, kFullTiles<T>>;
-    if (chunk <= 2 * kTileRow<T>) kernel = ShortTopkCtaKernel<T, 2>;
-    if (chunk <= kTileRow<T>) kernel = ShortTopkCtaKernel<T, 1>;
-    return LaunchKernel(kernel, dim3(unsigned(args.rows)), dim3(kThreads), sizeof(CtaShared),
-                        stream, 1u, args, chunk, x);
+    return LaunchKernel(CtaKernelFor<T>(chunk), dim3(unsigned(args.rows)), dim3(kThreads),
+                        sizeof(CtaShared), stream, 1u, args, chunk, x);
   }
 #endif
   return LaunchKernel(ShortTopkKernel<T>, dim3(unsigned(args.rows * cl)), dim3(kThreads),

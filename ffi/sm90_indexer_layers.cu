@@ -8,11 +8,10 @@
 // bitwise those of the ops; where the short select takes the top-k it writes the block scores
 // as well (ShortTopkWritesBlockMax), and where it takes the top-C the candidate table
 // (ShortTopkWritesTable): the amax and sort kernels' results without those kernels. A serving
-// loop pays
-// XLA's per-call host work once a layer instead of once an op. The DeepGEMM schedule is an input:
-// it depends only on the lengths, so a step computes it once (dsv41_sm90_paged_mqa_schedule) for
-// all the layers that share them. Intermediates (logits, block scores, chosen columns) are
-// workspace results. The plans are in sm90_indexer_layers.h.
+// loop pays XLA's per-call host work once a layer instead of once an op. The DeepGEMM schedule
+// is an input: it depends only on the lengths, so a step computes it once
+// (dsv41_sm90_paged_mqa_schedule) for all the layers that share them. Intermediates (logits,
+// block scores, chosen columns) are workspace results. The plans are in sm90_indexer_layers.h.
 #include "sm90_indexer_layers.h"
 
 #include <algorithm>

@@ -96,7 +96,7 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(
 
 // The launches, dense and publish with DeepGEMM's schedule over the requests' lengths. Nothing
 // to launch for zero rows. `block_max`: where the dense top-k writes its rows' block maxima
-// too (TopkArgs::block_max; the publish's block scores), or nullptr.
+// too (ShortOutputs::block_max; the publish's block scores), or nullptr.
 ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& plan,
                        const int32_t* schedule, float* block_max = nullptr);
 ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan& plan,

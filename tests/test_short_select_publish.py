@@ -1,9 +1,9 @@
 """What the short select writes for the fused publish beside its selection (cuda/
 smxx_short_topk.cu), on the CPU stand-in, every output poisoned before the launch:
-- the top-k's block maxima (TopkArgs::block_max, where `ShortTopkWritesBlockMax` holds), bitwise
+- the top-k's block maxima (ShortOutputs::block_max, where `ShortTopkWritesBlockMax` holds), bitwise
   the block-amax kernel's (the newest block pinned) on rows of one CTA and of clusters of 2 and
   8, with NaN / -inf / +inf runs, signed zeros and lengths 0, 1, 7, 8, 9 and cut inside a block;
-- the top-C's candidate table (TopkArgs::table, where `ShortTopkWritesTable` holds) against the
+- the top-C's candidate table (ShortOutputs::table, where `ShortTopkWritesTable` holds) against the
   oracle's top-C made into a table by the reference sort: NaN / -inf runs, ties, lengths 0, 1, 7,
   8, 9 positions, exactly C blocks, C·8 positions and one block past, page tables holding invalid
   ids (-1, past int32's slots), pages of 8 blocks (a shift) and of 3 (a division).
@@ -25,7 +25,7 @@ UNWRITTEN = 0x7EADBEEF
 
 
 def emulate_table(exe, scores, lens, c, block_table, page_size):
-    """Runs the short select with TopkArgs::table on the stand-in; (cudaError, blocks, count,
+    """Runs the short select with ShortOutputs::table on the stand-in; (cudaError, blocks, count,
     valid_lens, physical)."""
     scores, table = np.asarray(scores, np.float32), np.asarray(block_table, np.int32)
     rows, n = scores.shape

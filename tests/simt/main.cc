@@ -71,6 +71,25 @@ static bool Read(std::FILE* f, std::vector<T>& v, size_t n) {
   return n == 0 || std::fread(v.data(), sizeof(T), n, f) == n;
 }
 
+// A candidate table's OUT: int32 status, blocks [rows, c], count [rows], valid_lens [rows],
+// physical [rows, c].
+struct TableResult {
+  std::vector<int32_t> blocks, count, valid, physical;  // poisoned before the launch
+  TableResult(int64_t rows, int64_t c)
+      : blocks(rows * c, 0x7eadbeef),
+        count(rows, 0x7eadbeef),
+        valid(rows, 0x7eadbeef),
+        physical(rows * c, 0x7eadbeef) {}
+  void Write(const char* out_path, int32_t status) const {
+    std::FILE* o = std::fopen(out_path, "wb");
+    std::fwrite(&status, 4, 1, o);
+    for (const auto* v : {&blocks, &count, &valid, &physical}) {
+      std::fwrite(v->data(), 4, v->size(), o);
+    }
+    std::fclose(o);
+  }
+};
+
 // CASE: int64 rows, c, max_pages, block_size, page_size; int32 selected [rows, c], lens [rows],
 // block_table [rows, max_pages]. OUT: int32 status, blocks [rows, c], count [rows], valid_lens
 // [rows], physical [rows, c] (all poisoned before the launch).
@@ -85,24 +104,25 @@ static int RunSort(const char* case_path, const char* out_path) {
     return 2;
   }
   std::fclose(f);
-  std::vector<int32_t> blocks(rows * c, 0x7eadbeef), count(rows, 0x7eadbeef),
-      valid(rows, 0x7eadbeef), physical(rows * c, 0x7eadbeef);
-  const dsv41::SortBlocksArgs args{selected.data(), lens.data(),   table.data(),
-                                   blocks.data(),   count.data(),  valid.data(),
-                                   physical.data(), rows,          c,
-                                   pages,           int32_t(h[3]), int32_t(h[4])};
+  TableResult t(rows, c);
+  const dsv41::SortBlocksArgs args{selected.data(),
+                                   lens.data(),
+                                   table.data(),
+                                   t.blocks.data(),
+                                   t.count.data(),
+                                   t.valid.data(),
+                                   t.physical.data(),
+                                   rows,
+                                   c,
+                                   pages,
+                                   int32_t(h[3]),
+                                   int32_t(h[4])};
   GuardSharedMemory(dsv41::SortBlocksSharedMemory);
-  const int32_t status = dsv41::LaunchSortCandidateBlocks(args, nullptr);
-  std::FILE* o = std::fopen(out_path, "wb");
-  std::fwrite(&status, 4, 1, o);
-  for (const auto* v : {&blocks, &count, &valid, &physical}) {
-    std::fwrite(v->data(), 4, v->size(), o);
-  }
-  std::fclose(o);
+  t.Write(out_path, dsv41::LaunchSortCandidateBlocks(args, nullptr));
   return 0;
 }
 
-// The short select writing a top-C's candidate table (TopkArgs::table). CASE: int64 rows, n, c,
+// The short select writing a top-C's candidate table (ShortOutputs::table). CASE: int64 rows, n, c,
 // block_size, max_pages, page_size; float block scores [rows, n], int32 lens [rows] (positions),
 // block_table [rows, max_pages]. OUT as for RunSort.
 static int RunShortTable(const char* case_path, const char* out_path) {
@@ -117,8 +137,8 @@ static int RunShortTable(const char* case_path, const char* out_path) {
     return 2;
   }
   std::fclose(f);
-  std::vector<int32_t> blocks(rows * c, 0x7eadbeef), count(rows, 0x7eadbeef),
-      valid(rows, 0x7eadbeef), physical(rows * c, 0x7eadbeef), ids(rows * c, 0x7eadbeef);
+  TableResult t(rows, c);
+  std::vector<int32_t> ids(rows * c, 0x7eadbeef);
   dsv41::TopkArgs args{scores.data(),
                        lens.data(),
                        nullptr,
@@ -132,18 +152,13 @@ static int RunShortTable(const char* case_path, const char* out_path) {
                        dsv41::TopkMode::kCandidateBlocks,
                        false};
   const dsv41::ShortOutputs outputs{nullptr,
-                                    {table.data(), blocks.data(), count.data(), valid.data(),
-                                     physical.data(), pages, int32_t(h[5])}};
+                                    {table.data(), t.blocks.data(), t.count.data(), t.valid.data(),
+                                     t.physical.data(), pages, int32_t(h[5])}};
   GuardSharedMemory(dsv41::ShortTopkSharedMemory);
   int32_t status = dsv41::LaunchShortTopk(args, nullptr, outputs);
   // The ids are not the table's output: the select must leave them alone.
   for (const int32_t id : ids) status = id == 0x7eadbeef ? status : -1;
-  std::FILE* o = std::fopen(out_path, "wb");
-  std::fwrite(&status, 4, 1, o);
-  for (const auto* v : {&blocks, &count, &valid, &physical}) {
-    std::fwrite(v->data(), 4, v->size(), o);
-  }
-  std::fclose(o);
+  t.Write(out_path, status);
   return 0;
 }
 
