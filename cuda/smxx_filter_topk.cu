@@ -50,11 +50,6 @@ constexpr int kSample = kThreads;        // one sampled key per thread
 constexpr int kMaxCluster = 8;           // portable cluster size: one CTA per SM fits a GPC
 constexpr int kSplitMaxParts = 16;       // split rows: CTAs a row at most
 constexpr int kRowSamplePer = 4;         // split rows: the row bar's sample, keys a thread
-// Split rows: the merge kernel is a programmatic dependent launch (its CTAs start as the streaming
-// kernel's CTAs exit, not after the whole grid). The phase probe turns it off to compare.
-#ifndef DSV41_FILTER_SPLIT_PDL
-#define DSV41_FILTER_SPLIT_PDL 1
-#endif
 constexpr int64_t kCap = kFilterCapacity;
 static_assert(kFilterMaxK + kRound <= kCap, "a cut buffer plus one round must fit");
 using topk::kExcluded;
@@ -717,12 +712,10 @@ cudaError_t LaunchSplit(const TopkArgs& args, int parts, cudaStream_t stream) {
   const cudaError_t err =
       LaunchKernel(FilterSplitKernel<T>, grid, block, kBufferSmem, stream, 0, args, chunk, parts);
   if (err != cudaSuccess) return err;
-  if (DSV41_FILTER_SPLIT_PDL) {
-    return LaunchDependentKernel(FilterMergeKernel<T>, grid, block, kBufferSmem, stream, args,
-                                 chunk, parts);
-  }
-  return LaunchKernel(FilterMergeKernel<T>, grid, block, kBufferSmem, stream, 0, args, chunk,
-                      parts);
+  // The merge is a programmatic dependent launch: its CTAs start as the streaming kernel's CTAs
+  // exit, not after the whole grid.
+  return LaunchDependentKernel(FilterMergeKernel<T>, grid, block, kBufferSmem, stream, args, chunk,
+                               parts);
 }
 
 // The CTAs each of `rows` unmasked rows of `n` scores takes split on a device of `sms` SMs (0:

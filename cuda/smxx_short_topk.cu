@@ -32,13 +32,6 @@ namespace cg = cooperative_groups;
 namespace dsv41 {
 namespace {
 
-#ifndef DSV41_SHORT_ONE_CTA  // 0: rows of one CTA take the cluster kernel (the probes' A/B)
-#define DSV41_SHORT_ONE_CTA 1
-#endif
-#ifndef DSV41_SHORT_GATHER  // 0: rows of a cluster never gather their candidates (the A/B)
-#define DSV41_SHORT_GATHER 1
-#endif
-
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPer = int(kShortChunk / kThreads);  // keys per thread
@@ -657,14 +650,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Digit d0 = DigitPass<21, 11>(sh, key, cluster, cl, 0, k_rem, warp_has_keys);
   const int32_t total = d0.total;  // keys that may be selected
   DSV41_STAMP(2);
-#if DSV41_SHORT_GATHER
   const onchip::First first{total, d0.bin, d0.above, d0.in_bin};
   const int32_t kept = first.Candidates(a.k);  // uniform over the cluster
   if (cl > 1 && kept <= kGather &&
       GatherSelect<kVec>(sh, key, cluster, cl, rank, r.lo, first, kept, a.k,
                          a.out + row * int64_t(a.k)))
     return;
-#endif
   if (total > a.k) {  // uniform over the cluster: every CTA summed the same histograms
     uint32_t prefix = uint32_t(d0.bin);
     k_rem -= d0.above;
@@ -765,12 +756,10 @@ cudaError_t Launch(const TopkArgs& args, const ShortOutputs& x, cudaStream_t str
     return LaunchKernel(CtaKernelFor<float, true>(chunk), dim3(unsigned(args.rows)), dim3(kThreads),
                         smem, stream, 1u, args, chunk, x);
   }
-#if DSV41_SHORT_ONE_CTA
   if (cl == 1) {
     return LaunchKernel(CtaKernelFor<T>(chunk), dim3(unsigned(args.rows)), dim3(kThreads),
                         sizeof(CtaShared), stream, 1u, args, chunk, x);
   }
-#endif
   return LaunchKernel(ShortTopkKernel<T>, dim3(unsigned(args.rows * cl)), dim3(kThreads),
                       sizeof(Shared), stream, unsigned(cl), args, chunk, x);
 }
@@ -793,11 +782,9 @@ cudaError_t PrepareShortTopk() {
 
 int32_t ShortTopkMaxActiveClusters(int32_t cluster) {
   if (cluster < 1 || cluster > kShortMaxCluster) return 0;
-#if DSV41_SHORT_ONE_CTA
   if (cluster == 1)
     return MaxActiveClusters(ShortTopkCtaKernel<float, kFullTiles<float>>, 1, kThreads,
                              sizeof(CtaShared));
-#endif
   return MaxActiveClusters(ShortTopkKernel<float>, cluster, kThreads, sizeof(Shared));
 }
 

@@ -7,9 +7,9 @@
 # Prints `<name> <probe> TIME ...` lines (event-timed µs per launch over 20 back-to-back
 # launches, then the phase ends).
 #
-#   VARIANTS="base:base/cuda new:cuda nopdl:cuda:DSV41_FILTER_SPLIT_PDL=0" \
+#   VARIANTS="base:base/cuda new:cuda other:other/cuda" \
 #     REPEATS=2 bash scripts/probes/filter_ab.sh
-#   PROBES=PROBE_SHORT VARIANTS="base:cuda:DSV41_SHORT_ONE_CTA=0 new:cuda" \
+#   PROBES=PROBE_SHORT VARIANTS="base:base/cuda new:cuda" \
 #     bash scripts/probes/filter_ab.sh   # the short-row select instead
 set -u
 VARIANTS=${VARIANTS:-new:cuda}
