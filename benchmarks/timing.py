@@ -5,6 +5,7 @@ and GPU span of back-to-back calls."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -61,12 +62,22 @@ def device_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def busiest_us(device: list[dict[str, Any]], calls: int) -> float:
-    """Busy µs per call of the busiest GPU (one GPU: its kernel time; several: the slowest)."""
-    busy: dict[object, float] = {}
+    """Busy µs per call of the busiest GPU (one GPU: its kernel time; several: the slowest): the
+    time at least one of its kernels ran, so kernels that overlap (a dependent launch running
+    beside the kernel before it) count once."""
+    intervals: dict[object, list[tuple[float, float]]] = {}
     for e in device:
         dev = e.get("args", {}).get("device", 0)
-        busy[dev] = busy.get(dev, 0.0) + e.get("dur", 0)
-    return max(busy.values(), default=0.0) / calls
+        intervals.setdefault(dev, []).append((e["ts"], e["ts"] + e.get("dur", 0)))
+    busy = []
+    for spans in intervals.values():
+        total, end = 0.0, -math.inf
+        for start, stop in sorted(spans):
+            if stop > end:
+                total += stop - max(start, end)
+                end = stop
+        busy.append(total)
+    return max(busy, default=0.0) / calls
 
 
 BREAKDOWN_KERNELS = 4  # the kernels a breakdown line names

@@ -88,6 +88,9 @@ def test_trace_arithmetic():
     assert timing.busiest_us(device, calls=2) == 15.0  # GPU 1: 30 µs over 2 calls; GPU 0: 24
     assert timing.busiest_us(device[:3], calls=2) == 12.0
     assert timing.busiest_us([], calls=2) == 0.0
+    # A dependent launch beside the kernel before it: the time they overlap counts once.
+    beside = [event("topk", 0, 10), event("top_c", 6, 8), event("topk", 20, 4)]
+    assert timing.busiest_us(beside, calls=1) == 18.0
     assert timing.span_us(device[:3], calls=2) == dict(span=15.0, sum=12.0, kernels=1.5)
     assert timing.span_us(device, calls=2) == dict(span=16.0, sum=27.0, kernels=2.0)
     assert timing.span_us([], calls=2) == dict(span=0.0, sum=0.0, kernels=0.0)
