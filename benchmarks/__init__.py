@@ -5,8 +5,10 @@ A package of the repository, not of the installed library (`pip install .` insta
 PYTHONPATH.
 
 Runs on a GPU machine. Time is GPU kernel time read from CUPTI (through torch.profiler, which
-records every kernel of the process, JAX's included): the sum of kernel durations inside the
-timed window divided by the calls in it, median of repeats. Host dispatch is never timed. Inputs
+records every kernel of the process, JAX's included): the time at least one kernel ran inside
+the timed window (the sum of their durations where none overlap; kernels that overlap, a
+dependent launch beside the kernel before it, count once) divided by the calls in it, median of
+repeats. Host dispatch is never timed. Inputs
 rotate over several sets so repeated calls do not hit a warm cache. Every row stands beside its
 floor: the bytes it must move over the copy bandwidth measured in the same run. The selection
 rows are checked before they are timed: top-k, masked top-k and candidate selection (each
