@@ -18,8 +18,8 @@ arguments. The implementations keep only what they can run (their `declines`) an
 the plan says.
 """
 
+from dsv41_jax._device import Device, device_record, ffi_declines, no_cuda_select
 from dsv41_jax._dispatch import OpPlan
-from dsv41_jax.plan.device import Device, device_record, ffi_declines, no_cuda_select
 from dsv41_jax.plan.layers import Decision, LayerPlan, LayerSpec, StepPlan, plan_layer, plan_step
 from dsv41_jax.plan.ops import (
     IMPLEMENTATIONS,

@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks, _dispatch, _ext
+from dsv41_jax._device import Device, device_record, no_cuda_select
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax._ext import DeviceFacts
-from dsv41_jax.plan.device import Device, device_record, no_cuda_select
 
 Op = Literal["topk", "select_candidate_blocks"]
 OPS: tuple[Op, ...] = ("topk", "select_candidate_blocks")

@@ -10,15 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext
-from dsv41_jax.plan import (
-    Device,
-    Op,
-    Spec,
-    device_record,
-    ffi_declines,
-    select_declines,
-    split_rows,
-)
+from dsv41_jax._device import Device, device_record, ffi_declines
+from dsv41_jax.plan import Op, Spec, select_declines, split_rows
 
 TARGET = "dsv41_logical_to_physical"
 
