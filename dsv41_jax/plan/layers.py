@@ -19,7 +19,8 @@ from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits.api import logits_width
-from dsv41_jax.plan.ops import Spec, check_algorithm, cuda_select, sparse_select
+from dsv41_jax.plan.ops import check_algorithm, cuda_select, sparse_select
+from dsv41_jax.topk.spec import Spec
 
 Role = Literal["source", "consumer", "plain"]
 Route = Literal["dense", "mask", "sparse"]
