@@ -19,7 +19,7 @@ from dsv41_jax.quality import selection_overlap
 from dsv41_jax.quant import quantize_keys, quantize_queries, write_cache
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.step import DecodeState, StepResult, TwoLevelIndexer, make_two_level_indexer
-from dsv41_jax.topk import (
+from dsv41_jax.topk.api import (
     logical_to_physical,
     select_candidate_blocks,
     sparse_columns_to_positions,

@@ -17,13 +17,11 @@ import contextvars
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsv41_jax import _ext, status
+from dsv41_jax._device import Device, device_record
 from dsv41_jax._ext import ExtensionUnavailable
-
-if TYPE_CHECKING:
-    from dsv41_jax.plan.device import Device
 
 logger = logging.getLogger("dsv41_jax")
 
@@ -142,9 +140,6 @@ class Op:
     ) -> OpPlan:
         """The plan of a call with these arguments on `device` (None: the device the ops trace
         for): the first implementation of the order whose `supports` takes it."""
-        # Imported here: the plan package imports the ops, which import this module.
-        from dsv41_jax.plan.device import device_record
-
         record = device_record() if device is None else device
         order = self.resolve(implementation)
         declined: list[tuple[str, str]] = []

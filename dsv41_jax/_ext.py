@@ -10,15 +10,11 @@ import importlib
 import logging
 from collections.abc import Iterator
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks, status
-
-if TYPE_CHECKING:
-    from dsv41_jax.plan.device import Device
 
 EXTENSION = "_dsv41_jax_ext"
 
@@ -274,20 +270,12 @@ def gpu_declines(op: str, archs: tuple[str, ...], backend: str, cc: str) -> str 
     return None
 
 
-def ffi_declines(device: Device, op: str, archs: tuple[str, ...] = PORTABLE) -> str | None:
-    """Why `op`'s FFI kernels, built for the compute capabilities `archs`, cannot run on
-    `device` (a `dsv41_jax.plan.Device` record: what `require_gpu` raises there), or None."""
-    why = gpu_declines(op, archs, device.backend, device.compute_capability)
-    if why is None and not device.limits:
-        why = f"{op}: the CUDA extension is not built (the device record holds none of its limits)"
-    return why
-
-
 def require_gpu(op: str, archs: tuple[str, ...] = PORTABLE) -> None:
     """Raise ExtensionUnavailable unless the extension is built, JAX runs on a CUDA GPU and the
     extension holds machine code for its compute capability (`archs`), checked at trace time (a
     wrapper called directly, or run by a plan made for another device, fails here and not at run
-    time; the plans read the same checks ahead, `ffi_declines`); then register the targets.
+    time; the plans read the same checks ahead, `_device.ffi_declines`); then register the
+    targets.
 
     Wrappers never pass a zero-size operand to a custom call (they return early or decline):
     XLA's GPU compile of such a call inside an eager `jax.shard_map` over several GPUs crashes

@@ -22,7 +22,7 @@ from dsv41_jax.ordering import every_block
 from dsv41_jax.plan import check_algorithm
 from dsv41_jax.plan.layers import LayerPlan, LayerSpec, Path, Role, every_block_table, plan_layer
 from dsv41_jax.rows import prefill_lengths, row_block_table, row_lengths
-from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
+from dsv41_jax.topk.api import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
 

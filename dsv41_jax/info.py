@@ -16,7 +16,8 @@ from dsv41_jax._ext import H200, DeviceFacts, simulated_device  # tracing as on 
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
 from dsv41_jax.plan import Decision, OpPlan, Plan, StepPlan
-from dsv41_jax.types import row_bytes
+from dsv41_jax.step import make_two_level_indexer
+from dsv41_jax.types import PagedIndexCache, QueryBundle, row_bytes
 
 __all__ = [
     "H200",
@@ -155,8 +156,6 @@ def _abstract(shape: tuple[int, ...], dtype: Any) -> jax.Array:
 def _decode_inputs(batch: int, context: int, config: IndexerConfig | None) -> tuple[Any, ...]:
     """A V4.1 decode step's indexer and abstract inputs (queries, caches, lengths, page table)
     at `batch` requests of `context` positions."""
-    import dsv41_jax as dj
-
     cfg = config or IndexerConfig()
     batch = _checks.positive_int(batch, "batch")
     context = _checks.positive_int(context, "context")
@@ -169,7 +168,7 @@ def _decode_inputs(batch: int, context: int, config: IndexerConfig | None) -> tu
             f" x {pages * cfg.page_size} positions is {batch * pages * cfg.page_size}"
         )
     row = row_bytes(cfg.cache_format, cfg.head_dim)
-    cache = dj.PagedIndexCache(
+    cache = PagedIndexCache(
         _abstract((batch * pages, cfg.page_size, 1, row), jnp.uint8), cfg.cache_format
     )
     shape = (batch, cfg.next_n, cfg.num_heads)
@@ -178,9 +177,9 @@ def _decode_inputs(batch: int, context: int, config: IndexerConfig | None) -> tu
     else:
         values = _abstract((*shape, cfg.head_dim // 2), jnp.uint8)
         scales = _abstract((*shape, cfg.head_dim // 32), jnp.uint8)
-    query = dj.QueryBundle(values, _abstract(shape, jnp.float32), scales, cfg.cache_format)
+    query = QueryBundle(values, _abstract(shape, jnp.float32), scales, cfg.cache_format)
     layers = (20, 24, 28, 32, 36)
-    ix = dj.make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:])
+    ix = make_two_level_indexer(cfg, source_layer=20, consumer_layers=layers[1:])
     lens = jax.ShapeDtypeStruct((batch,), jnp.int32)
     table = jax.ShapeDtypeStruct((batch, pages), jnp.int32)
     return ix, dict.fromkeys(layers, query), dict.fromkeys(layers, cache), lens, table

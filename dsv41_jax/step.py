@@ -42,7 +42,7 @@ from dsv41_jax.plan.layers import (
     plan_step,
 )
 from dsv41_jax.rows import row_block_table
-from dsv41_jax.topk import logical_to_physical
+from dsv41_jax.topk.api import logical_to_physical
 from dsv41_jax.types import (
     CandidateTable,
     KeyBuffer,

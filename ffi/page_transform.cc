@@ -1,4 +1,4 @@
-// dsv41_logical_to_physical <-> LogicalToPhysicalFFI <-> dsv41_jax.topk.logical_to_physical
+// dsv41_logical_to_physical <-> LogicalToPhysicalFFI <-> dsv41_jax.logical_to_physical("ffi")
 #include "common.h"
 #include "smxx_page_transform.cuh"
 

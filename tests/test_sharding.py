@@ -532,7 +532,7 @@ def dcp_logits_from(table, world: int, interleave: int):
     """Stand-ins for the two logits ops DCP calls inside its shard_map: local position j of each
     device scores `table[row, g]` at its global position g (1.0 past the table), whatever the
     query and cache hold."""
-    from dsv41_jax.topk import sparse_columns_to_positions
+    from dsv41_jax import sparse_columns_to_positions
 
     def score(local):  # int32 [rows, cols] local positions, -1 for none
         g = sharding.dcp_local_to_global(local, world, jax.lax.axis_index("x"), interleave)

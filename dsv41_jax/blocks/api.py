@@ -1,5 +1,5 @@
 """Public candidate-block ops: block amax and the published table (the top-C block selection is a
-selection op: `dsv41_jax.topk.select_candidate_blocks`)."""
+selection op: `dsv41_jax.select_candidate_blocks`)."""
 
 from __future__ import annotations
 

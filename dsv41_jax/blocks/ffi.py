@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _ext
-from dsv41_jax.plan.device import Device, device_record
+from dsv41_jax._device import Device, device_record, ffi_declines
 from dsv41_jax.types import CandidateTable
 
 TARGET = "dsv41_sort_candidate_blocks"
@@ -24,7 +24,7 @@ def supports(
     """Why `device` runs no counting sort for these inputs (None: it does). One CTA per row: a
     shared-memory bitmap of the row's blocks, the table staged before it is written out; both
     bound the shapes (limits defined by the kernel, read from the extension)."""
-    why = _ext.ffi_declines(device, TARGET)
+    why = ffi_declines(device, TARGET)
     if why is not None:
         return why
     rows, c = selected.shape

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks
+from dsv41_jax._device import Device, device_record
 from dsv41_jax.blocks import mgpu_amax
-from dsv41_jax.plan.device import Device, device_record
 from dsv41_jax.rows import shift_rows
 
 

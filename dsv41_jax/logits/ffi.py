@@ -19,17 +19,14 @@ directly, each function raises NotImplementedError for inputs its kernel does no
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from dsv41_jax import _checks, _ext
+from dsv41_jax._device import Device, device_record, ffi_declines
 from dsv41_jax.rows import clamp_lengths, prefill_ranges, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
-
-if TYPE_CHECKING:
-    from dsv41_jax.plan.device import Device
 
 TARGET = "dsv41_sm90_paged_mqa_logits"
 SM100_TARGET = "dsv41_sm100_paged_mqa_logits"
@@ -49,13 +46,6 @@ def kernel_family(device: Device) -> str:
 def _first(target: str, checks: Checks) -> str | None:
     """The first unsupported input of `checks` ((bad, why) pairs), named with its target."""
     return next((f"{target}: {why}" for bad, why in checks if bad), None)
-
-
-def _here() -> Device:
-    """The record of the device the ops trace for."""
-    from dsv41_jax.plan.device import device_record  # the plan package imports this module
-
-    return device_record()
 
 
 def _require(why: str | None) -> None:
@@ -94,7 +84,7 @@ def paged_supports(
     num_columns: int,
 ) -> str | None:
     """Why `device` runs no paged logits kernel for these inputs (None: it does)."""
-    why = _ext.ffi_declines(device, f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
+    why = ffi_declines(device, f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
     if why is not None:
         return why
     if kernel_family(device) == "sm100":
@@ -114,7 +104,7 @@ def paged_mqa_logits(
 ) -> jax.Array:
     """The paged logits through `kernel` ("sm90" or "sm100", the plan's; None: this device's)."""
     _ext.require_gpu(f"{TARGET} / {SM100_TARGET}", _ext.SM90 + _ext.SM100)
-    here = _here()
+    here = device_record()
     _require(paged_supports(here, query, cache, context_lens, block_table, num_columns))
     if _family(kernel, here) == "sm100":
         return paged_mqa_logits_sm100(query, cache, context_lens, block_table, num_columns)
@@ -223,9 +213,7 @@ def sparse_declines(
     inputs (None: it does): the device first, then every input its family's kernel ("sm90":
     fp8 cache, "sm100": mxfp4) does not take. Static: reads shapes and the record only, so the
     plan can choose a consumer's path, and whether a layer fuses, before tracing either."""
-    why = _ext.ffi_declines(
-        device, f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100
-    )
+    why = ffi_declines(device, f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100)
     if why is not None:
         return why
     sm100 = kernel_family(device) == "sm100"
@@ -260,7 +248,7 @@ def sparse_paged_mqa_logits(
     this device's)."""
     _ext.require_gpu(f"{SM90_SPARSE_TARGET} / {SPARSE_TARGET}", _ext.SM90 + _ext.SM100)
     # Each family's function checks the inputs its kernel takes (they are also called directly).
-    if _family(kernel, _here()) == "sm90":
+    if _family(kernel, device_record()) == "sm90":
         return sparse_paged_mqa_logits_sm90(query, cache, table, block_size)
     return sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_size)
 
@@ -273,7 +261,7 @@ def sparse_paged_mqa_logits_sm90(query, cache, table, block_size):
     cache (or padding slots) read as NaN. NotImplementedError for inputs the kernel does not
     take."""
     rows, c = table.physical.shape
-    checks = _sm90_sparse_unsupported(_here(), query, cache, c, block_size)
+    checks = _sm90_sparse_unsupported(device_record(), query, cache, c, block_size)
     _require(_first(SM90_SPARSE_TARGET, checks))
     out = jax.ShapeDtypeStruct((rows, c * block_size), jnp.float32)
     return jax.ffi.ffi_call(SM90_SPARSE_TARGET, out, vmap_method="sequential")(
@@ -290,7 +278,7 @@ def sparse_paged_mqa_logits_sm100(query, cache, table, row_block_table, block_si
     `table.valid_lens` unspecified (its status: "sm100 sparse logits" in docs/status.md).
     NotImplementedError for inputs the kernel does not take."""
     c = table.num_candidates
-    checks = _sm100_sparse_unsupported(_here(), query, cache, c, block_size)
+    checks = _sm100_sparse_unsupported(device_record(), query, cache, c, block_size)
     _require(_first(SPARSE_TARGET, checks))
     rows = query.num_rows
     meta_bytes, work_bytes = _ext.extension().sm100_sparse_workspace_bytes(rows)
@@ -321,9 +309,7 @@ def ragged_supports(
     relative: bool,
 ) -> str | None:
     """Why `device` runs no prefill logits kernel for these inputs (None: it does)."""
-    why = _ext.ffi_declines(
-        device, f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100
-    )
+    why = ffi_declines(device, f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
     if why is not None:
         return why
     checks = [
@@ -358,7 +344,7 @@ def mqa_logits(
     this device's). The handlers clamp the ranges and write -inf past each row's range.
     `relative=False` moves every row to its absolute columns in one more XLA pass."""
     _ext.require_gpu(f"{RAGGED_TARGET} / {SM100_RAGGED_TARGET}", _ext.SM90 + _ext.SM100)
-    here = _here()
+    here = device_record()
     _require(ragged_supports(here, query, keys, starts, ends, relative))
     sm100 = _family(kernel, here) == "sm100"
     target = SM100_RAGGED_TARGET if sm100 else RAGGED_TARGET

@@ -14,31 +14,29 @@ arguments and a device record read once (`device_record`):
 - `sharded`: row sharding's split and DCP's consumer path and exchange, each a `Decision`.
 
 Plans are frozen, hashable values: they can be printed, compared and passed as static
-arguments. The implementations keep only what they can run (their `declines`) and run what
-the plan says.
+arguments. The plan sits above the implementations: it imports them and reads what they can
+run (their `supports` and `declines`); they import nothing from it and run what the plan says.
+The records both read (`dsv41_jax._device`, `dsv41_jax.topk.spec`) are below both, and their
+names are re-exported here.
 """
 
+from dsv41_jax._device import Device, device_record, ffi_declines, no_cuda_select
 from dsv41_jax._dispatch import OpPlan
-from dsv41_jax.plan.device import Device, device_record, ffi_declines, no_cuda_select
 from dsv41_jax.plan.layers import Decision, LayerPlan, LayerSpec, StepPlan, plan_layer, plan_step
 from dsv41_jax.plan.ops import (
     IMPLEMENTATIONS,
     ONCHIP,
-    OPS,
     SELECTS,
-    SPLIT_MAX_ROWS,
-    Op,
     Plan,
-    Spec,
     check_algorithm,
     cuda_select,
     plan,
     resolve,
     select_declines,
-    short_max_n,
     sparse_select,
-    split_rows,
 )
+from dsv41_jax.topk.ffi import SPLIT_MAX_ROWS, short_max_n, split_rows
+from dsv41_jax.topk.spec import OPS, Op, Spec
 
 __all__ = [
     "IMPLEMENTATIONS",

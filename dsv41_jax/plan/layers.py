@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from dsv41_jax import _dispatch, _ext
+from dsv41_jax._device import Device, device_record, ffi_declines
 from dsv41_jax._dispatch import record
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits import ffi as logits_ffi
 from dsv41_jax.logits.api import logits_width
-from dsv41_jax.plan.device import Device, device_record, ffi_declines
-from dsv41_jax.plan.ops import Spec, check_algorithm, cuda_select, sparse_select
+from dsv41_jax.plan.ops import check_algorithm, cuda_select, sparse_select
+from dsv41_jax.topk.spec import Spec
 
 Role = Literal["source", "consumer", "plain"]
 Route = Literal["dense", "mask", "sparse"]

@@ -8,115 +8,36 @@ A `Plan` is a frozen, hashable value: it can be printed, compared, passed to the
 field of it (`topk_algorithm=`), so a jitted function traced with another forced select is
 traced again (jit keys on its static arguments) instead of reusing a stale trace.
 
-Every decision of these ops lives here; the implementations keep only what they can run (their
-`declines`) and run what the plan says.
+Every decision of these ops lives here, over what each implementation says it can run (its
+`supports` and `declines`, in `dsv41_jax.topk`); the implementations run what the plan says. The
+filter select's split rows are the CUDA wrapper's default layout (`topk.ffi.split_rows`), which
+the plan names in its reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any
 
-import jax
-import jax.numpy as jnp
-
-from dsv41_jax import _checks, _dispatch, _ext
+from dsv41_jax import _checks, _dispatch
+from dsv41_jax._device import Device, device_record, no_cuda_select
 from dsv41_jax._dispatch import Implementation
 from dsv41_jax._ext import DeviceFacts
-from dsv41_jax.plan.device import Device, device_record, no_cuda_select
+from dsv41_jax.topk import ffi, mgpu_select, pallas_mgpu
+from dsv41_jax.topk.spec import Op, Spec
 
-Op = Literal["topk", "select_candidate_blocks"]
-OPS: tuple[Op, ...] = ("topk", "select_candidate_blocks")
 # Every implementation of both ops; the order of `implementation=None` is a decision below.
 IMPLEMENTATIONS = ("ffi", "pallas", "reference")
 PALLAS_FIRST, FFI_FIRST = ("pallas", "ffi", "reference"), ("ffi", "pallas", "reference")
 # The CUDA selects of any scores (cuda/smxx_{short,filter,cluster}_topk.cu), and the SM90 sparse
 # consumer's one-kernel select, which scores and selects a sparse row on chip.
 SELECTS = ("short", "filter", "cluster")
-# The most rows the filter select splits by default (`split_rows`; the kernel takes up to
-# LIMITS["filter_split_max_rows"]).
-SPLIT_MAX_ROWS = 8
 ONCHIP = "onchip"
 # The short select runs rows over clusters of at least _TWO_WAVES_MIN_CTAS CTAs in up to two
 # waves of clusters (rows past the clusters that run at once), shorter rows in one: two waves
 # of clusters of 4 and 8 CTAs were faster than the filter select on the H100, three waves and
 # two of clusters of 2 (on the H200) were not (BENCHMARKS_HISTORY.md, rows in waves).
 _TWO_WAVES_MIN_CTAS = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class Spec:
-    """What the plan reads of a call: the op, the scores' `[rows, columns]` and dtype, k (C for
-    `select_candidate_blocks`), whether rows have `starts`, the candidate mask's blocks per row
-    (None: no mask) and the block size."""
-
-    op: Op
-    rows: int
-    columns: int
-    dtype: str
-    k: int
-    starts: bool = False
-    mask_blocks: int | None = None
-    block_size: int = 8
-
-    def __post_init__(self) -> None:
-        # A spec built by hand is checked as `Spec.of` builds one (a plan compares them).
-        if self.op not in OPS:
-            raise ValueError(f"Spec.op must be one of {list(OPS)}, got {self.op!r}")
-        for name in ("rows", "columns"):
-            _checks.nonnegative_int(getattr(self, name), f"Spec.{name}")
-        _checks.positive_int(self.k, "Spec.k")
-        _checks.positive_int(self.block_size, "Spec.block_size")
-        _checks.boolean(self.starts, "Spec.starts")
-        if self.mask_blocks is not None:
-            _checks.nonnegative_int(self.mask_blocks, "Spec.mask_blocks")
-        try:
-            known = isinstance(self.dtype, str) and jnp.dtype(self.dtype).name == self.dtype
-        except TypeError:
-            known = False
-        if not known:
-            raise ValueError(
-                f"Spec.dtype must be a dtype name such as 'float32', got {self.dtype!r}"
-            )
-
-    @classmethod
-    def of(
-        cls,
-        op: Op,
-        scores: Any,
-        k: int,
-        starts: Any = None,
-        candidates: Any = None,
-        block_size: int = 8,
-    ) -> Spec:
-        """The spec of a call; `scores` and `candidates` (a mask's `blocks` or CandidateTable)
-        may be arrays or `jax.ShapeDtypeStruct`s: only their shapes and dtype are read."""
-        if op not in OPS:
-            raise ValueError(f"op must be one of {list(OPS)}, got {op!r}")
-        blocks = getattr(candidates, "blocks", candidates)  # a CandidateTable's
-        rows, columns = scores.shape
-        return cls(
-            op,
-            int(rows),
-            int(columns),
-            jnp.dtype(scores.dtype).name,
-            int(k),
-            starts is not None,
-            None if blocks is None else int(blocks.shape[1]),
-            int(block_size),
-        )
-
-    def scores(self) -> jax.ShapeDtypeStruct:
-        """The scores as a `jax.ShapeDtypeStruct` (what the implementations' checks read)."""
-        return jax.ShapeDtypeStruct((self.rows, self.columns), jnp.dtype(self.dtype))
-
-    def __str__(self) -> str:
-        mask = "" if self.mask_blocks is None else f", mask of {self.mask_blocks} blocks"
-        starts = ", starts" if self.starts else ""
-        return (
-            f"{self.op} [{self.rows}, {self.columns}] {self.dtype} k={self.k}{starts}{mask}"
-            f" (B={self.block_size})"
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,9 +199,6 @@ def resolve(
 def supports(name: str, spec: Spec, device: Device, select: str | None) -> str | None:
     """Why implementation `name` cannot run a call of `spec` on `device` (with `select`, the
     plan's CUDA select, for "ffi"), or None: each implementation's own `supports`."""
-    # Imported here: the topk package imports this module.
-    from dsv41_jax.topk import ffi, pallas_mgpu
-
     if name == "ffi":
         return ffi.supports(spec, device, select)
     if name == "pallas":
@@ -302,9 +220,6 @@ def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     up to 16,384 columns, which the short select takes on one CTA, and the longer rows: faster
     than the Pallas select at every width and row count in BENCHMARKS.md, top-k and candidate
     selection alike), then the XLA reference (the slowest by far)."""
-    # Imported here: the topk package imports this module.
-    from dsv41_jax.topk import mgpu_select, pallas_mgpu
-
     scores = spec.scores()
     blocks = spec.op == "select_candidate_blocks"
     source = pallas_mgpu.source(scores, blocks=blocks)
@@ -339,32 +254,12 @@ def _preferred_order(spec: Spec) -> tuple[tuple[str, ...], str]:
     )
 
 
-def short_max_n(device: Device) -> int:
-    """The widest row the short-row select takes (its cluster of CTAs holds every key)."""
-    return device.limit("short_topk_chunk") * device.limit("short_topk_max_cluster")
-
-
 def select_declines(select: str, spec: Spec, device: Device) -> str | None:
     """Why the CUDA select `select` cannot take a call of `spec` on `device` (its limits, read
-    from the extension), or None."""
+    from the extension: `ffi.declines`), or None."""
     if select == ONCHIP:
         return "the on-chip select takes the sparse consumer's rows only"
-    if select == "short" and spec.columns > short_max_n(device):
-        return f"rows of {spec.columns} scores (> {short_max_n(device)})"
-    if select != "filter":
-        return None
-    if spec.k > device.limit("filter_topk_max_k"):
-        return f"k = {spec.k} > {device.limit('filter_topk_max_k')}"
-    if spec.mask_blocks:
-        need = _ext.extension().filter_topk_mask_bytes(
-            spec.columns, spec.block_size, spec.mask_blocks
-        )
-        if need > device.limit("filter_topk_mask_smem"):
-            return (
-                f"the candidate mask needs {need} bytes of shared memory "
-                f"(> {device.limit('filter_topk_mask_smem')})"
-            )
-    return None
+    return ffi.declines(select, spec, device)
 
 
 def cuda_select(
@@ -388,14 +283,14 @@ def cuda_select(
         select, reason = _policy(spec, device)
         if forced_why is not None:
             reason += f"; topk_algorithm={topk_algorithm!r} declines: {forced_why}"
-    if select == "filter" and (split_why := split_rows(spec, device)) is not None:
+    if select == "filter" and (split_why := ffi.split_rows(spec, device)) is not None:
         reason += f"; {split_why}"
     return select, reason
 
 
 def _policy(spec: Spec, device: Device) -> tuple[str, str]:
     rows, n = spec.rows, spec.columns
-    chunk, widest = device.limit("short_topk_chunk"), short_max_n(device)
+    chunk, widest = device.limit("short_topk_chunk"), ffi.short_max_n(device)
     ctas = max(-(-n // chunk), 1)
     if n > widest:
         why_not_short = f"rows of {n} scores (> {widest}, the short-row select's cluster)"
@@ -422,24 +317,6 @@ def _policy(spec: Spec, device: Device) -> tuple[str, str]:
     return "cluster", (
         f"the cluster radix select: short declines ({why_not_short}), filter declines "
         f"({why_not_filter})"
-    )
-
-
-def split_rows(spec: Spec, device: Device) -> str | None:
-    """Why the filter select splits each row of `spec` over CTAs without a cluster ("split
-    rows", docs/topk.md; the caller gives it a workspace, `cuda_topk`), or None: unmasked rows
-    longer than the short-row select holds, at most SPLIT_MAX_ROWS of them: a few long rows
-    then stream over up to 16 CTAs each, where a cluster holds at most 8. On the H100 split rows
-    were faster than clusters at 1, 4 and 8 rows of 1M scores, the clusters at 16 and 32 rows of
-    128K, and the short-row select at 128K than either (BENCHMARKS_HISTORY.md, split rows)."""
-    widest = short_max_n(device)
-    if spec.mask_blocks is not None or spec.rows > SPLIT_MAX_ROWS or spec.columns <= widest:
-        return None
-    if select_declines("filter", spec, device) is not None:
-        return None
-    return (
-        f"split rows: {spec.rows} unmasked rows (<= {SPLIT_MAX_ROWS}) of {spec.columns} scores "
-        f"(> {widest}), each over CTAs without a cluster"
     )
 
 

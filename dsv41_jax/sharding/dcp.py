@@ -34,7 +34,7 @@ from dsv41_jax.plan.sharded import dcp_exchange, dcp_route
 from dsv41_jax.rows import row_block_table, row_lengths, rows_as_requests
 from dsv41_jax.sharding._axis import bound_axis
 from dsv41_jax.sharding._dcp_local import local_table
-from dsv41_jax.topk import select_candidate_blocks, sparse_columns_to_positions, topk
+from dsv41_jax.topk.api import select_candidate_blocks, sparse_columns_to_positions, topk
 from dsv41_jax.types import INT32_MAX, CandidateTable, PagedIndexCache, QueryBundle
 
 

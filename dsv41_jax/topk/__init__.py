@@ -1,10 +1,5 @@
-"""Selection: masked top-k, the top-C candidate blocks, and the position transforms."""
+"""Selection: masked top-k, the top-C candidate blocks, and the position transforms.
 
-from dsv41_jax.topk.api import (
-    logical_to_physical,
-    select_candidate_blocks,
-    sparse_columns_to_positions,
-    topk,
-)
-
-__all__ = ["logical_to_physical", "select_candidate_blocks", "sparse_columns_to_positions", "topk"]
+The public ops are in `api` (`dsv41_jax` exports them). This file imports none of the modules:
+the plan (`dsv41_jax.plan`) imports the implementations (`ffi`, `pallas_mgpu`, `mgpu_select`),
+and `api`, which reads the plan, sits above it."""

@@ -7,8 +7,9 @@ import jax
 
 from dsv41_jax import _checks
 from dsv41_jax._dispatch import Impl, Implementation, Op
-from dsv41_jax.plan import Plan, Spec, resolve
+from dsv41_jax.plan import Plan, resolve
 from dsv41_jax.topk import ffi, pallas_mgpu, reference
+from dsv41_jax.topk.spec import Spec
 from dsv41_jax.types import CandidateTable
 
 # The order the implementations are tried in and the CUDA select "ffi" runs are the plan's

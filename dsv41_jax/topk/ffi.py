@@ -10,15 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dsv41_jax import _checks, _dispatch, _ext
-from dsv41_jax.plan import (
-    Device,
-    Op,
-    Spec,
-    device_record,
-    ffi_declines,
-    select_declines,
-    split_rows,
-)
+from dsv41_jax._device import Device, device_record, ffi_declines
+from dsv41_jax.topk.spec import Op, Spec
 
 TARGET = "dsv41_logical_to_physical"
 
@@ -46,6 +39,54 @@ CLUSTER_TOPK = "dsv41_cluster_topk"
 FILTER_TOPK = "dsv41_filter_topk"
 SHORT_TOPK = "dsv41_short_topk"
 ALGORITHMS = {"cluster": CLUSTER_TOPK, "filter": FILTER_TOPK, "short": SHORT_TOPK}
+# The most rows the filter select splits by default (`split_rows`; the kernel takes up to
+# LIMITS["filter_split_max_rows"]).
+SPLIT_MAX_ROWS = 8
+
+
+def short_max_n(device: Device) -> int:
+    """The widest row the short-row select takes (its cluster of CTAs holds every key)."""
+    return device.limit("short_topk_chunk") * device.limit("short_topk_max_cluster")
+
+
+def declines(select: str, spec: Spec, device: Device) -> str | None:
+    """Why the CUDA select `select` ("short", "filter" or "cluster") cannot take a call of
+    `spec` on `device` (its limits, read from the extension), or None."""
+    if select == "short" and spec.columns > short_max_n(device):
+        return f"rows of {spec.columns} scores (> {short_max_n(device)})"
+    if select != "filter":
+        return None
+    if spec.k > device.limit("filter_topk_max_k"):
+        return f"k = {spec.k} > {device.limit('filter_topk_max_k')}"
+    if spec.mask_blocks:
+        need = _ext.extension().filter_topk_mask_bytes(
+            spec.columns, spec.block_size, spec.mask_blocks
+        )
+        if need > device.limit("filter_topk_mask_smem"):
+            return (
+                f"the candidate mask needs {need} bytes of shared memory "
+                f"(> {device.limit('filter_topk_mask_smem')})"
+            )
+    return None
+
+
+def split_rows(spec: Spec, device: Device) -> str | None:
+    """Why the filter select splits each row of `spec` over CTAs without a cluster ("split
+    rows", docs/topk.md; the caller gives it a workspace, `cuda_topk`), or None: unmasked rows
+    longer than the short-row select holds, at most SPLIT_MAX_ROWS of them: a few long rows
+    then stream over up to 16 CTAs each, where a cluster holds at most 8. On the H100 split rows
+    were faster than clusters at 1, 4 and 8 rows of 1M scores, the clusters at 16 and 32 rows of
+    128K, and the short-row select at 128K than either (BENCHMARKS_HISTORY.md, split rows).
+    The plan names it in the filter select's reason (`dsv41_jax.plan.cuda_select`)."""
+    widest = short_max_n(device)
+    if spec.mask_blocks is not None or spec.rows > SPLIT_MAX_ROWS or spec.columns <= widest:
+        return None
+    if declines("filter", spec, device) is not None:
+        return None
+    return (
+        f"split rows: {spec.rows} unmasked rows (<= {SPLIT_MAX_ROWS}) of {spec.columns} scores "
+        f"(> {widest}), each over CTAs without a cluster"
+    )
 
 
 def cuda_topk(
@@ -65,14 +106,14 @@ def cuda_topk(
     "cluster" (the cluster radix select, cuda/smxx_cluster_topk.cu), "filter" (filter first,
     cuda/smxx_filter_topk.cu: k up to LIMITS["filter_topk_max_k"]; with a candidate mask it
     reads only the candidate blocks' scores) or "short" (keys in registers,
-    cuda/smxx_short_topk.cu: rows of at most `plan.short_max_n` scores). Which one the public
+    cuda/smxx_short_topk.cu: rows of at most `short_max_n` scores). Which one the public
     ops run is the plan's decision (`dsv41_jax.plan.cuda_select`).
 
     The filter select may split each unmasked row over more CTAs than a cluster holds ("split
     rows", docs/topk.md), merging through a workspace this call allocates
     (LIMITS["filter_split_row_words"] 32-bit words a row, a second result of the custom call).
-    `split`: None, where the plan says (`dsv41_jax.plan.split_rows`: few rows longer than the
-    short-row select holds); True, wherever the kernel may (at most
+    `split`: None, where `split_rows` says (few rows longer than the short-row select holds; the
+    plan reports it); True, wherever the kernel may (at most
     LIMITS["filter_split_max_rows"] rows: its tests and benchmarks force it so); False, never."""
     target = ALGORITHMS[algorithm]
     _ext.require_gpu(target)
@@ -80,7 +121,7 @@ def cuda_topk(
         raise NotImplementedError(f"{target}: float32 or bfloat16 scores (got {scores.dtype})")
     op: Op = "topk" if mode == "positions" else "select_candidate_blocks"
     spec = Spec.of(op, scores, k, starts, members, block_size)
-    if why := select_declines(algorithm, spec, device_record()):
+    if why := declines(algorithm, spec, device_record()):
         raise NotImplementedError(f"{target}: {why}")
     rows = scores.shape[0]
     if rows == 0:  # never hand XLA a zero-size custom-call operand (see _ext.require_gpu)
@@ -120,7 +161,7 @@ def supports(spec: Spec, device, select: str | None) -> str | None:
         return f"{spec.op} ffi: the plan has no CUDA select"
     if spec.dtype not in ("float32", "bfloat16"):
         return f"{target}: float32 or bfloat16 scores (got {spec.dtype})"
-    why = select_declines(select, spec, device)
+    why = declines(select, spec, device)
     return None if why is None else f"{target}: {why}"
 
 

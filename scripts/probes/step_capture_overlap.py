@@ -60,9 +60,9 @@ def child(mode: str) -> None:
     import dsv41_jax as dj
     from benchmarks import inputs
     from benchmarks.timing import jax_time_us
+    from dsv41_jax import select_candidate_blocks
     from dsv41_jax.blocks import block_amax, sort_candidate_blocks
     from dsv41_jax.rows import row_block_table, row_lengths
-    from dsv41_jax.topk import select_candidate_blocks
 
     cfg = dj.IndexerConfig()
     layers = (20, 24, 28, 32, 36)

@@ -1,5 +1,6 @@
 """The device record every plan reads: what JAX runs on and what the CUDA extension can run
-there, read once per device."""
+there, read once per device. It sits below the plan and the implementations, which both read
+it (`dsv41_jax.plan` re-exports its names)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import functools
 from collections.abc import Sequence
 
 from dsv41_jax import _checks, _ext
-from dsv41_jax._ext import DeviceFacts, ffi_declines
+from dsv41_jax._ext import PORTABLE, DeviceFacts
 
 __all__ = ["Device", "device_record", "ffi_declines", "no_cuda_select"]
 
@@ -84,6 +85,15 @@ def _record(facts: DeviceFacts) -> Device:
         tuple(facts.short_topk_clusters),
         limits,
     )
+
+
+def ffi_declines(device: Device, op: str, archs: tuple[str, ...] = PORTABLE) -> str | None:
+    """Why `op`'s FFI kernels, built for the compute capabilities `archs`, cannot run on
+    `device` (what `_ext.require_gpu` raises there), or None."""
+    why = _ext.gpu_declines(op, archs, device.backend, device.compute_capability)
+    if why is None and not device.limits:
+        why = f"{op}: the CUDA extension is not built (the device record holds none of its limits)"
+    return why
 
 
 def no_cuda_select(device: Device) -> str | None:
