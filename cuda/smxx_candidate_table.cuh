@@ -10,8 +10,8 @@
 
 namespace dsv41 {
 
-// Where a top-C writes the table in place of its block ids (ShortOutputs::table; blocks ==
-// nullptr: ids, as every select). Rows [rows, c], c the select's k.
+// Where a short select writes a candidate table (ShortOutputs::table, ::every_block; blocks ==
+// nullptr: none). Rows [rows, c].
 struct TableOut {
   const int32_t* block_table;  // [rows, max_pages] the rows' page tables
   int32_t* blocks;             // [rows, c] ascending, kTablePad padded
@@ -20,6 +20,7 @@ struct TableOut {
   int32_t* physical;           // [rows, c] slot / block_size through the page table, -1 padded
   int64_t max_pages;
   int32_t page_size;
+  int64_t c;  // the table's width (a top-C's: its k)
 };
 
 inline constexpr int32_t kTablePad = 0x7fffffff;

@@ -25,6 +25,7 @@
 #include "smxx_onchip_select.cuh"
 #include "smxx_phase_stamps.cuh"
 #include "smxx_short_topk.cuh"
+#include "smxx_sort_blocks.cuh"
 #include "smxx_topk_keys.cuh"
 
 namespace cg = cooperative_groups;
@@ -404,6 +405,31 @@ struct TableSink {
   }
 };
 
+// A row's table of every block (ShortOutputs::every_block): blocks 0 .. n - 1 and their
+// physical slots through the row's page table, kTablePad / -1 past them, the count and the valid
+// length, n = min(ceil(len / block_size), c) with len clamped to the page table, as the sort
+// builds them from ids 0 .. c - 1 (the launch checked the shapes).
+__device__ __forceinline__ void WriteEveryBlock(const TableOut& t, int64_t row, int32_t raw_len,
+                                                int32_t block_size) {
+  const int64_t cap = t.max_pages * t.page_size;
+  const int32_t len = int32_t(min(max(int64_t(raw_len), int64_t(0)), cap));
+  const int32_t nblocks = len / block_size + (len % block_size != 0);
+  const int32_t n = int32_t(min(int64_t(nblocks), t.c)), spp = t.page_size / block_size;
+  const int32_t shift = SlotsShift(spp), largest = LargestPage(t.page_size);
+  const int32_t* pages = t.block_table + row * t.max_pages;
+  for (int32_t i = int32_t(threadIdx.x); i < t.c; i += kThreads) {
+    const bool used = i < n;
+    const int32_t slot = used ? PhysicalSlot(pages, i, spp, shift, largest) : -1;
+    t.blocks[row * t.c + i] = used ? i : kTablePad;
+    t.physical[row * t.c + i] = slot;
+  }
+  if (threadIdx.x == 0) {
+    t.count[row] = n;
+    const int32_t tail = n == nblocks ? (len - 1) % block_size + 1 : block_size;
+    t.valid_lens[row] = n == 0 ? 0 : block_size * (n - 1) + tail;
+  }
+}
+
 // Most pages a row's table stages (kTable): CtaShared and they fit an SM's shared memory. A
 // thread loads kTablePagesEarly of them with the scores (V4.1's 2048 a 128K row), the rest later.
 constexpr int64_t kMaxTablePages = 16384;
@@ -435,6 +461,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   topk::Row<T> r = topk::RowChunk<T>(a, row, chunk, 0);
   LoadTiles<T>(r, seg, v);
   const int64_t mine = r.hi - r.lo;
+  // The table of every block needs only the page table: written while the scores load.
+  if (x.every_block.blocks != nullptr)
+    WriteEveryBlock(x.every_block, row, a.lens[row], a.block_size);
   // kTable: the row's page table, its first kTablePagesEarly pages a thread loaded here and
   // staged once the keys are (the loads in flight meanwhile).
   int32_t* const staged_pages = reinterpret_cast<int32_t*>(&sh + 1);
@@ -792,6 +821,13 @@ bool ShortTopkWritesBlockMax(int64_t n, int32_t block_size) {
   return block_size == 8 && n >= 1 && n <= kShortMaxCluster * kShortChunk;
 }
 
+bool ShortTopkWritesEveryBlock(int64_t n, int64_t c, int32_t block_size, int64_t max_pages,
+                               int32_t page_size) {
+  return n >= 1 && n <= kShortChunk && c >= 1 && c <= kMaxSortCandidates && block_size >= 1 &&
+         page_size >= 1 && page_size % block_size == 0 && max_pages >= 1 &&
+         max_pages <= INT32_MAX / page_size;
+}
+
 bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int32_t page_size) {
   return n >= 1 && n <= kShortChunk && block_size >= 1 && page_size % block_size == 0 &&
          max_pages >= 1 && max_pages <= kMaxTablePages && max_pages * page_size == n * block_size;
@@ -808,7 +844,14 @@ cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream, const Sho
   }
   if (x.table.blocks != nullptr &&
       (args.mode != TopkMode::kCandidateBlocks || args.bf16 || args.starts != nullptr ||
-       !ShortTopkWritesTable(args.n, args.block_size, x.table.max_pages, x.table.page_size))) {
+       !ShortTopkWritesTable(args.n, args.block_size, x.table.max_pages, x.table.page_size) ||
+       x.table.c != args.k)) {
+    return cudaErrorInvalidValue;
+  }
+  const TableOut& e = x.every_block;
+  if (e.blocks != nullptr &&
+      (args.mode != TopkMode::kPositions || args.starts != nullptr || args.members != nullptr ||
+       !ShortTopkWritesEveryBlock(args.n, e.c, args.block_size, e.max_pages, e.page_size))) {
     return cudaErrorInvalidValue;
   }
   return args.bf16 ? Launch<topk::Bf16>(args, x, stream) : Launch<float>(args, x, stream);

@@ -29,6 +29,11 @@ struct ShortOutputs {
   float* block_max = nullptr;
   // kCandidateBlocks: the candidate table written in place of `out`, or blocks == nullptr.
   TableOut table = {};
+  // kPositions: the candidate table of every block of each row written as well (blocks 0 ..
+  // ceil(len / block_size) - 1, the length clamped to the page table: what the sort makes of
+  // them), for the publish whose rows have at most C blocks (no block scores, no top-C, no
+  // sort), or blocks == nullptr.
+  TableOut every_block = {};
 };
 
 // Whether the select writes its rows' block maxima as well (ShortOutputs::block_max) for rows of n
@@ -40,12 +45,21 @@ bool ShortTopkWritesBlockMax(int64_t n, int32_t block_size);
 // a row of one CTA (n <= kShortChunk) whose page table covers exactly its n blocks and fits
 // shared memory beside the select's. Such a call needs no sort (LaunchSortCandidateBlocks).
 bool ShortTopkWritesTable(int64_t n, int32_t block_size, int64_t max_pages, int32_t page_size);
+// Whether the select writes the table of every block (ShortOutputs::every_block) for rows of n
+// scores, tables of c blocks of block_size positions and page tables of max_pages pages of
+// page_size positions: rows of one CTA (n <= kShortChunk), c at most kMaxSortCandidates, pages
+// of whole blocks and page tables of at most INT32_MAX positions. Such a call needs no sort
+// (LaunchSortCandidateBlocks).
+bool ShortTopkWritesEveryBlock(int64_t n, int64_t c, int32_t block_size, int64_t max_pages,
+                               int32_t page_size);
 // Same arguments and output as LaunchClusterTopk (both modes, starts, a candidate mask in
 // kPositions mode). cudaErrorInvalidValue for rows wider than kShortMaxCluster * kShortChunk
 // (the FFI handler rejects them first), and for a table (ShortOutputs::table) where
 // ShortTopkWritesTable does not hold, or in another mode than kCandidateBlocks, bf16 or starts,
 // and for block maxima (ShortOutputs::block_max) other than ShortTopkWritesBlockMax's, in another
-// mode than kPositions, bf16, starts or members.
+// mode than kPositions, bf16, starts or members, and for the table of every block
+// (ShortOutputs::every_block) other than ShortTopkWritesEveryBlock's or in another mode than
+// kPositions, starts or members.
 cudaError_t LaunchShortTopk(const TopkArgs& args, cudaStream_t stream,
                             const ShortOutputs& outputs = {});
 

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int32_t warp_sums[kWarps];
   __shared__ int32_t total;
   const int64_t row = blockIdx.x;
-  const int32_t* sel = a.selected + row * a.c;
+  const int32_t* sel = a.selected == nullptr ? nullptr : a.selected + row * a.c;
   const int32_t* row_pages = a.block_table + row * a.max_pages;
 
   // First batch of ids and pages, issued together with the row's length: the common case
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int j = 0; j < kBatch; ++j) {
     const int64_t i = j * kThreads + threadIdx.x;
-    ids[j] = i < a.c ? sel[i] : -1;
+    ids[j] = i >= a.c ? -1 : sel == nullptr ? int32_t(i) : sel[i];
     pages0[j] = stage && i < a.max_pages ? row_pages[i] : 0;
   }
   const int64_t cap = a.max_pages * a.page_size;
@@ -87,7 +87,11 @@ __global__ void __launch_bounds__(kThreads)
   };
 #pragma unroll
   for (int j = 0; j < kBatch; ++j) mark(ids[j]);
-  ForEachBatched(sel, kFirst, a.c, [&](int64_t, int32_t b) { mark(b); });
+  if (sel != nullptr) {
+    ForEachBatched(sel, kFirst, a.c, [&](int64_t, int32_t b) { mark(b); });
+  } else {
+    for (int64_t b = kFirst + threadIdx.x; b < a.c; b += kThreads) mark(int32_t(b));
+  }
   __syncthreads();
 
   // Emit into shared memory, then copy out coalesced (straight to global memory each warp's

@@ -8,8 +8,10 @@
 namespace dsv41 {
 
 struct SortBlocksArgs {
-  const int32_t* selected;  // [rows, c] block ids in any order; -1 / out of range / repeats dropped
-  const int32_t* lens;      // [rows] row lengths in positions
+  // [rows, c] block ids in any order, -1 / out of range / repeats dropped; nullptr: ids 0 .. c - 1
+  // (every block of a row of at most c blocks: the table of a publish without a top-C)
+  const int32_t* selected;
+  const int32_t* lens;         // [rows] row lengths in positions
   const int32_t* block_table;  // [rows, max_pages]
   int32_t* blocks;             // [rows, c] ascending, INT32_MAX padded
   int32_t* count;              // [rows]

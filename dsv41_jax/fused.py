@@ -26,7 +26,6 @@ import numpy as np
 from dsv41_jax import _checks, _ext
 from dsv41_jax.config import IndexerConfig
 from dsv41_jax.logits.api import logits_width
-from dsv41_jax.ordering import every_block
 from dsv41_jax.plan import Spec, device_record, split_rows
 from dsv41_jax.rows import clamp_lengths, row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, PagedIndexCache, QueryBundle
@@ -166,7 +165,6 @@ def publish(
     b, c = config.candidate_block_size, config.candidate_topk_blocks
     logits = _logits_shape(query, cache, block_table)
     scores_ws, selected_ws = _publish_workspaces(rows, logits, config, all_blocks)
-    all_selected = every_block(shared.rows, c, b) if all_blocks else jnp.zeros((1, 1), jnp.int32)
     out = (
         jax.ShapeDtypeStruct((rows, k), jnp.int32),
         *_table_shapes(rows, c),
@@ -185,7 +183,6 @@ def publish(
         bt,
         row_block_table(bt, query.next_n),
         shared.schedule,
-        all_selected,
         k=np.int32(k),
         select=_select_attr(select),
         select_c=_select_attr(select_c or "short"),  # unused with all_blocks

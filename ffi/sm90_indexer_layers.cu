@@ -83,7 +83,7 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
 }
 
 ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
-                       const int32_t* schedule, float* block_max) {
+                       const int32_t* schedule, const ShortOutputs* outputs) {
   if (p.call.batch == 0) return ffi::Error::Success();
   if (auto e = LaunchSm90PagedLogits(op, stream, p.call, p.lens, schedule); e.failure()) return e;
   const TopkArgs args{p.call.logits,
@@ -100,19 +100,16 @@ ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& p,
                       false,
                       p.split,
                       p.split_words};
-  // `block_max` only where the short select takes the top-k (LaunchPublish checked it).
-  if (block_max != nullptr) {
-    return CudaStatus(op, LaunchShortTopk(args, stream, ShortOutputs{block_max, {}}));
-  }
+  // `outputs` only where the short select takes the top-k (LaunchPublish checked it).
+  if (outputs != nullptr) return CudaStatus(op, LaunchShortTopk(args, stream, *outputs));
   return CudaStatus(op, LaunchTopk(p.select, args, stream));
 }
 
 ffi::ErrorOr<PublishPlan> PublishPlanOf(
     const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
     const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
-    const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table,
-    const Buffer<ffi::S32>& all_selected, int32_t* out, const PublishTable& table,
-    const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
+    const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table, int32_t* out,
+    const PublishTable& table, const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
     const Buffer<ffi::S32>& selected, const Buffer<ffi::U32>& split, int32_t k, int32_t select,
     int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks) {
   auto topk = DensePlanOf(op, q, weights, kv, lens, row_lens, block_table, nullptr, out, logits,
@@ -132,8 +129,7 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
       rd[0] != rows || rd[1] < 1) {
     return InvalidArgument(op, "inconsistent shapes");
   }
-  if (all_blocks ? all_selected.element_count() != rows * c
-                 : (sd[0] != rows || sd[1] != nb || selected.element_count() != rows * c)) {
+  if (!all_blocks && (sd[0] != rows || sd[1] != nb || selected.element_count() != rows * c)) {
     return InvalidArgument(op, "inconsistent shapes of the selected blocks or block scores");
   }
   if (block_size <= 0 || page_size <= 0 || page_size % block_size != 0) {
@@ -150,7 +146,6 @@ ffi::ErrorOr<PublishPlan> PublishPlanOf(
   }
   return PublishPlan{*topk,
                      row_block_table.typed_data(),
-                     all_selected.typed_data(),
                      table.blocks.typed_data(),
                      table.count.typed_data(),
                      table.valid_lens.typed_data(),
@@ -169,14 +164,27 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
                          const int32_t* schedule) {
   const int64_t rows = p.topk.call.batch * p.topk.call.next_n, cols = p.topk.call.cols;
   if (rows == 0) return ffi::Error::Success();
-  // The short select writes the block scores as it loads the logits where it can (no
-  // block-amax kernel).
-  const bool scores_in_topk = !p.all_blocks && p.topk.select == Select::kShort &&
-                              ShortTopkWritesBlockMax(cols, p.topk.block_size);
-  float* block_max = scores_in_topk ? p.block_scores : nullptr;
-  if (auto e = LaunchDense(op, stream, p.topk, schedule, block_max); e.failure()) return e;
-  const int32_t* chosen = p.all_selected;
-  if (!p.all_blocks) {  // block scores, then the top-C blocks (newest pinned)
+  // Where it can, the short select writes the block scores as it loads the logits (no
+  // block-amax kernel), or the table of every block (no sort).
+  const bool short_topk = p.topk.select == Select::kShort;
+  const bool scores_in_topk =
+      !p.all_blocks && short_topk && ShortTopkWritesBlockMax(cols, p.topk.block_size);
+  const bool table_in_topk =
+      p.all_blocks && short_topk &&
+      ShortTopkWritesEveryBlock(cols, p.c, p.topk.block_size, p.row_table_width, p.page_size);
+  ShortOutputs outputs;
+  if (scores_in_topk) outputs.block_max = p.block_scores;
+  if (table_in_topk) {
+    outputs.every_block = TableOut{p.row_block_table, p.blocks,          p.count,     p.valid_lens,
+                                   p.physical,        p.row_table_width, p.page_size, p.c};
+  }
+  const bool extra = scores_in_topk || table_in_topk;
+  if (auto e = LaunchDense(op, stream, p.topk, schedule, extra ? &outputs : nullptr); e.failure()) {
+    return e;
+  }
+  if (table_in_topk) return ffi::Error::Success();
+  const int32_t* chosen = nullptr;  // all_blocks: the sort's every block
+  if (!p.all_blocks) {              // block scores, then the top-C blocks (newest pinned)
     if (!scores_in_topk) {
       LaunchBlockAmax(p.topk.call.logits, cols, cols, p.topk.row_lens, rows, p.topk.block_size,
                       true, p.block_scores, p.nb, stream);
@@ -199,8 +207,8 @@ ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan&
         p.select_c == Select::kShort &&
         ShortTopkWritesTable(p.nb, p.topk.block_size, p.row_table_width, p.page_size);
     if (table) {
-      const TableOut out{p.row_block_table, p.blocks,          p.count,    p.valid_lens,
-                         p.physical,        p.row_table_width, p.page_size};
+      const TableOut out{p.row_block_table, p.blocks,          p.count,     p.valid_lens,
+                         p.physical,        p.row_table_width, p.page_size, p.c};
       return CudaStatus(op, LaunchShortTopk(args, stream, ShortOutputs{nullptr, out}));
     }
     if (auto e = CudaStatus(op, LaunchTopk(p.select_c, args, stream)); e.failure()) return e;
@@ -275,19 +283,19 @@ ffi::Error DenseSelectSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F3
 ffi::Error PublishSm90(cudaStream_t stream, ffi::AnyBuffer q, Buffer<ffi::F32> weights,
                        Buffer<ffi::U8> kv, Buffer<ffi::S32> lens, Buffer<ffi::S32> row_lens,
                        Buffer<ffi::S32> block_table, Buffer<ffi::S32> row_block_table,
-                       Buffer<ffi::S32> schedule, Buffer<ffi::S32> all_selected,
-                       Result<ffi::S32> out, Result<ffi::S32> blocks, Result<ffi::S32> count,
-                       Result<ffi::S32> valid_lens, Result<ffi::S32> physical,
-                       Result<ffi::F32> logits, Result<ffi::F32> block_scores,
-                       Result<ffi::S32> selected, Result<ffi::U32> split, int32_t k, int32_t select,
-                       int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks) {
+                       Buffer<ffi::S32> schedule, Result<ffi::S32> out, Result<ffi::S32> blocks,
+                       Result<ffi::S32> count, Result<ffi::S32> valid_lens,
+                       Result<ffi::S32> physical, Result<ffi::F32> logits,
+                       Result<ffi::F32> block_scores, Result<ffi::S32> selected,
+                       Result<ffi::U32> split, int32_t k, int32_t select, int32_t select_c,
+                       int32_t block_size, int32_t page_size, bool all_blocks) {
   constexpr const char* kOp = "dsv41_sm90_publish";
   if (auto e = ScheduleShape(kOp, schedule); e.failure()) return e;
   if (auto e = CheckOut(kOp, *out, row_lens.element_count(), k); e.failure()) return e;
-  auto plan = PublishPlanOf(
-      kOp, q, weights, kv, lens, row_lens, block_table, row_block_table, all_selected,
-      out->typed_data(), {*blocks, *count, *valid_lens, *physical}, *logits, *block_scores,
-      *selected, *split, k, select, select_c, block_size, page_size, all_blocks);
+  auto plan = PublishPlanOf(kOp, q, weights, kv, lens, row_lens, block_table, row_block_table,
+                            out->typed_data(), {*blocks, *count, *valid_lens, *physical}, *logits,
+                            *block_scores, *selected, *split, k, select, select_c, block_size,
+                            page_size, all_blocks);
   if (plan.has_error()) return plan.error();
   return LaunchPublish(kOp, stream, *plan, schedule.typed_data());
 }
@@ -338,7 +346,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PublishSm90FFI, PublishSm90,
                                   .Arg<Buffer<ffi::S32>>()  // block_table [batch, max_pages]
                                   .Arg<Buffer<ffi::S32>>()  // row_block_table [rows, max_pages]
                                   .Arg<Buffer<ffi::S32>>()  // schedule [257, 2] over lens
-                                  .Arg<Buffer<ffi::S32>>()  // all_selected [rows, C] (all_blocks)
                                   .Ret<Buffer<ffi::S32>>()  // out [rows, k]
                                   .Ret<Buffer<ffi::S32>>()  // blocks [rows, C]
                                   .Ret<Buffer<ffi::S32>>()  // count [rows]

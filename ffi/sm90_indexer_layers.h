@@ -9,6 +9,7 @@
 #include "common.h"
 #include "sm90_paged_mqa_logits.h"
 #include "sm90_sparse_logits.h"
+#include "smxx_short_topk.cuh"
 #include "topk.h"
 
 namespace dsv41 {
@@ -45,12 +46,11 @@ ffi::ErrorOr<DensePlan> DensePlanOf(const char* op, const ffi::AnyBuffer& q,
                                     int32_t k, int32_t select, int32_t block_size);
 
 // The candidate source layer: its top-k, then the published table (blocks, count, valid_lens,
-// physical). `all_selected` [rows, C] (every block a candidate) replaces the block scores and
-// the top-C blocks when `all_blocks`.
+// physical). When `all_blocks` (every row has at most C blocks) the table is every block of each
+// row: no block scores, no top-C.
 struct PublishPlan {
   DensePlan topk;
   const int32_t* row_block_table;  // [rows, max_pages]
-  const int32_t* all_selected;
   int32_t *blocks, *count, *valid_lens, *physical;
   float* block_scores;  // [rows, nb] workspace
   int32_t* selected;    // [rows, C] workspace
@@ -70,9 +70,8 @@ struct PublishTable {
 ffi::ErrorOr<PublishPlan> PublishPlanOf(
     const char* op, const ffi::AnyBuffer& q, const Buffer<ffi::F32>& weights,
     const Buffer<ffi::U8>& kv, const Buffer<ffi::S32>& lens, const Buffer<ffi::S32>& row_lens,
-    const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table,
-    const Buffer<ffi::S32>& all_selected, int32_t* out, const PublishTable& table,
-    const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
+    const Buffer<ffi::S32>& block_table, const Buffer<ffi::S32>& row_block_table, int32_t* out,
+    const PublishTable& table, const Buffer<ffi::F32>& logits, const Buffer<ffi::F32>& block_scores,
     const Buffer<ffi::S32>& selected, const Buffer<ffi::U32>& split, int32_t k, int32_t select,
     int32_t select_c, int32_t block_size, int32_t page_size, bool all_blocks);
 
@@ -95,10 +94,10 @@ ffi::ErrorOr<SparsePlan> SparsePlanOf(
     const Buffer<ffi::S32>& columns, int32_t k, int32_t select, int32_t block_size);
 
 // The launches, dense and publish with DeepGEMM's schedule over the requests' lengths. Nothing
-// to launch for zero rows. `block_max`: where the dense top-k writes its rows' block maxima
-// too (ShortOutputs::block_max; the publish's block scores), or nullptr.
+// to launch for zero rows. `outputs`: what the dense top-k, the short select, writes beside it
+// (the publish's block scores or table of every block), or nullptr.
 ffi::Error LaunchDense(const char* op, cudaStream_t stream, const DensePlan& plan,
-                       const int32_t* schedule, float* block_max = nullptr);
+                       const int32_t* schedule, const ShortOutputs* outputs = nullptr);
 ffi::Error LaunchPublish(const char* op, cudaStream_t stream, const PublishPlan& plan,
                          const int32_t* schedule);
 ffi::Error LaunchSparse(const char* op, cudaStream_t stream, const SparsePlan& plan);

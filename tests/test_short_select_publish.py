@@ -17,6 +17,8 @@ import numpy as np
 import oracle
 from selection import ROOT, _launch, emulate, emulate_page_kernel, mutants_survived
 
+from dsv41_jax import ordering
+from dsv41_jax import rows as rows_module
 from dsv41_jax.blocks import reference as blocks_reference
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
@@ -202,5 +204,105 @@ MUTANTS = [
 def test_mutants_of_the_table_are_caught(simt_topk, rng, tmp_path):
     survived = mutants_survived(
         simt_topk, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check, int(rng.integers(1 << 30))
+    )
+    assert not survived, f"mutants not caught: {survived}"
+
+
+def emulate_every_block(exe, scores, lens, k, c, block_table, page_size):
+    """Runs the short select's top-k with ShortOutputs::every_block on the stand-in; (cudaError,
+    top-k [rows, k], (blocks, count, valid_lens, physical))."""
+    scores, table = np.asarray(scores, np.float32), np.asarray(block_table, np.int32)
+    rows, n = scores.shape
+    header = [rows, n, k, c, B, table.shape[1], page_size]
+    status, out = _launch(exe, "short-every", header, [scores, np.asarray(lens, np.int32), table])
+    ints = out.view(np.int32)
+    blocks, count, valid, physical, top = np.split(
+        ints, np.cumsum([rows * c, rows, rows, rows * c])
+    )
+    table_out = (blocks.reshape(rows, c), count, valid, physical.reshape(rows, c))
+    return status, top.reshape(rows, k), table_out
+
+
+def _want_every_block(lens, c, table, page_size):
+    """The reference sort of every block (`ordering.every_block`) of each row."""
+    lens = jnp.asarray(np.asarray(lens, np.int32))
+    ids = ordering.every_block(rows_module.clamp_lengths(lens), c, B)
+    want = blocks_reference.sort_candidate_blocks(ids, lens, jnp.asarray(table), B, page_size)
+    return [np.asarray(x) for x in (want.blocks, want.count, want.valid_lens, want.physical)]
+
+
+def _check_every_block(exe, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    # (positions a row, max_pages, page_size, C): V4.1's 16K rows (C·8 positions), a page table
+    # wider than the logits (the lengths clamp to the logits, not to it), pages of 3 blocks (a
+    # division), and C smaller than a row's blocks (the table keeps the first C).
+    for n, max_pages, page_size, c in (
+        (16384, 256, 64, 2048),
+        (300, 6, 64, 64),
+        (600, 26, 24, 80),
+        (512, 8, 64, 16),
+    ):
+        lens = [n, n - 3, 0, 1, 7, 8, 9, -5, max_pages * page_size + 9, int(rng.integers(n + 1))]
+        lens = np.asarray(lens, np.int32)
+        scores = _score_rows(rng, len(lens), n)
+        table = _pages(rng, len(lens), max_pages, page_size)
+        k = 64
+        status, top, got = emulate_every_block(exe, scores, lens, k, c, table, page_size)
+        assert status == 0, f"launch error {status}"
+        want = _want_every_block(lens, c, table, page_size)
+        for name, g, w in zip(("blocks", "count", "valid_lens", "physical"), got, want):
+            assert not (g == UNWRITTEN).any(), f"{name}: an element was never written"
+            np.testing.assert_array_equal(g, w, err_msg=f"{name}, rows of {n}")
+        for r, length in enumerate(lens):  # the selection itself is untouched
+            want_top = oracle.topk_row(scores[r], min(max(int(length), 0), n), k)
+            np.testing.assert_array_equal(top[r], want_top, err_msg=f"top-k row {r}, n {n}")
+        # The sort of every block (no ids: SortBlocksArgs::selected null) builds the same table.
+        status, out = _launch(
+            exe, "sort-every", [len(lens), c, max_pages, B, page_size], [lens, table]
+        )
+        assert status == 0, f"sort launch error {status}"
+        sorted_ = np.split(out.view(np.int32), np.cumsum([len(lens) * c, len(lens), len(lens)]))
+        for name, g, w in zip(("blocks", "count", "valid_lens", "physical"), sorted_, want):
+            np.testing.assert_array_equal(g.reshape(w.shape), w, err_msg=f"sort {name}, {n}")
+
+
+def test_the_table_of_every_block_equals_the_sort_of_every_block(simt_topk, rng):
+    _check_every_block(simt_topk, int(rng.integers(1 << 30)))
+
+
+def test_tables_of_every_block_the_select_cannot_take_are_refused(simt_topk, rng):
+    """Rows of more than one CTA, or pages of part of a block: an error, nothing written."""
+    scores = rng.standard_normal((2, 20000)).astype(np.float32)
+    table = np.zeros((2, 313), np.int32)
+    status, top, (blocks, *_) = emulate_every_block(simt_topk, scores, [9, 9], 8, 64, table, 64)
+    assert status != 0
+    assert (blocks == UNWRITTEN).all() and (top == UNWRITTEN).all()
+    status, top, (blocks, *_) = emulate_every_block(
+        simt_topk, scores[:, :512], [9, 9], 8, 64, table[:, :44], 12
+    )
+    assert status != 0
+    assert (blocks == UNWRITTEN).all() and (top == UNWRITTEN).all()
+
+
+# (what, the text of the source, its replacement): each breaks a step of the table of every block.
+EVERY_BLOCK_MUTANTS = [
+    ("unclamped-length", "min(max(int64_t(raw_len), int64_t(0)), cap)", "max(raw_len, 0)"),
+    ("no-cap-at-c", "int32_t(min(int64_t(nblocks), t.c))", "nblocks"),
+    ("tail-whole-block", "n == nblocks ? (len - 1) % block_size + 1 : block_size", "block_size"),
+    ("pad-as-minus-one", "used ? i : kTablePad", "used ? i : -1"),
+    ("pages-of-the-first-row", "t.block_table + row * t.max_pages", "t.block_table"),
+    ("empty-row-valid-length", "t.valid_lens[row] = n == 0 ? 0 : ", "t.valid_lens[row] = "),
+]
+
+
+def test_mutants_of_the_table_of_every_block_are_caught(simt_topk, rng, tmp_path):
+    survived = mutants_survived(
+        simt_topk,
+        tmp_path,
+        SOURCE,
+        EVERY_BLOCK_MUTANTS,
+        "short_topk.cc",
+        _check_every_block,
+        int(rng.integers(1 << 30)),
     )
     assert not survived, f"mutants not caught: {survived}"

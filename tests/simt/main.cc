@@ -4,6 +4,9 @@
 //                                           workspace, poisoned: its split rows where they apply)
 //   kernels_emu onchip:CL CASE OUT         (the on-chip select, clusters of CL; at RunOnChip)
 //   kernels_emu sort CASE OUT              (the candidate-table sort; format at RunSort)
+//   kernels_emu sort-every CASE OUT        (the sort of every block: RunSort without `selected`)
+//   kernels_emu short-every CASE OUT       (the short select's top-k and the table of every
+//                                           block; RunShortEveryBlock)
 //   kernels_emu short-table CASE OUT       (the short select's top-C as the table; RunShortTable)
 //   kernels_emu short-amax CASE OUT        (the short select writing block maxima too: after
 //                                           `out`, float block_max [rows, ceil(n / block_size)])
@@ -92,20 +95,22 @@ struct TableResult {
 
 // CASE: int64 rows, c, max_pages, block_size, page_size; int32 selected [rows, c], lens [rows],
 // block_table [rows, max_pages]. OUT: int32 status, blocks [rows, c], count [rows], valid_lens
-// [rows], physical [rows, c] (all poisoned before the launch).
-static int RunSort(const char* case_path, const char* out_path) {
+// [rows], physical [rows, c] (all poisoned before the launch). `every`: no `selected` in CASE, the
+// sort of every block (SortBlocksArgs::selected null).
+static int RunSort(const char* case_path, const char* out_path, bool every) {
   std::FILE* f = std::fopen(case_path, "rb");
   if (!f) return 2;
   std::vector<int64_t> h;
   std::vector<int32_t> selected, lens, table;
   if (!Read(f, h, 5)) return 2;
   const int64_t rows = h[0], c = h[1], pages = h[2];
-  if (!Read(f, selected, rows * c) || !Read(f, lens, rows) || !Read(f, table, rows * pages)) {
+  if (!Read(f, selected, every ? 0 : rows * c) || !Read(f, lens, rows) ||
+      !Read(f, table, rows * pages)) {
     return 2;
   }
   std::fclose(f);
   TableResult t(rows, c);
-  const dsv41::SortBlocksArgs args{selected.data(),
+  const dsv41::SortBlocksArgs args{every ? nullptr : selected.data(),
                                    lens.data(),
                                    table.data(),
                                    t.blocks.data(),
@@ -153,12 +158,54 @@ static int RunShortTable(const char* case_path, const char* out_path) {
                        false};
   const dsv41::ShortOutputs outputs{nullptr,
                                     {table.data(), t.blocks.data(), t.count.data(), t.valid.data(),
-                                     t.physical.data(), pages, int32_t(h[5])}};
+                                     t.physical.data(), pages, int32_t(h[5]), c}};
   GuardSharedMemory(dsv41::ShortTopkSharedMemory);
   int32_t status = dsv41::LaunchShortTopk(args, nullptr, outputs);
   // The ids are not the table's output: the select must leave them alone.
   for (const int32_t id : ids) status = id == 0x7eadbeef ? status : -1;
   t.Write(out_path, status);
+  return 0;
+}
+
+// The short select's top-k writing the table of every block (ShortOutputs::every_block). CASE:
+// int64 rows, n, k, c, block_size, max_pages, page_size; float scores [rows, n], int32 lens
+// [rows], block_table [rows, max_pages]. OUT: the table as for RunSort, then int32 out [rows, k]
+// (everything poisoned before the launch).
+static int RunShortEveryBlock(const char* case_path, const char* out_path) {
+  std::FILE* f = std::fopen(case_path, "rb");
+  if (!f) return 2;
+  std::vector<int64_t> h;
+  std::vector<float> scores;
+  std::vector<int32_t> lens, table;
+  if (!Read(f, h, 7)) return 2;
+  const int64_t rows = h[0], n = h[1], k = h[2], c = h[3], pages = h[5];
+  if (!Read(f, scores, rows * n) || !Read(f, lens, rows) || !Read(f, table, rows * pages)) {
+    return 2;
+  }
+  std::fclose(f);
+  TableResult t(rows, c);
+  std::vector<int32_t> out(rows * k, 0x7eadbeef);
+  const dsv41::TopkArgs args{scores.data(),
+                             lens.data(),
+                             nullptr,
+                             nullptr,
+                             out.data(),
+                             rows,
+                             n,
+                             0,
+                             int32_t(k),
+                             int32_t(h[4]),
+                             dsv41::TopkMode::kPositions,
+                             false};
+  dsv41::ShortOutputs outputs;
+  outputs.every_block = {table.data(),      t.blocks.data(), t.count.data(), t.valid.data(),
+                         t.physical.data(), pages,           int32_t(h[6]),  c};
+  GuardSharedMemory(dsv41::ShortTopkSharedMemory);
+  const int32_t status = dsv41::LaunchShortTopk(args, nullptr, outputs);
+  t.Write(out_path, status);
+  std::FILE* o = std::fopen(out_path, "ab");
+  std::fwrite(out.data(), 4, out.size(), o);
+  std::fclose(o);
   return 0;
 }
 
@@ -256,7 +303,8 @@ static int RunOnChip(int cl, const char* case_path, const char* out_path) {
 int main(int argc, char** argv) {
   if (argc != 4) return 2;
   const std::string which = argv[1];
-  if (which == "sort") return RunSort(argv[2], argv[3]);
+  if (which == "sort" || which == "sort-every") return RunSort(argv[2], argv[3], which != "sort");
+  if (which == "short-every") return RunShortEveryBlock(argv[2], argv[3]);
   if (which == "short-table") return RunShortTable(argv[2], argv[3]);
   if (which.rfind("onchip:", 0) == 0) return RunOnChip(std::atoi(argv[1] + 7), argv[2], argv[3]);
   if (which == "l2p" || which == "ragged" || which == "amax" || which == "cols") {
