@@ -26,6 +26,21 @@ def _i64():
     return ir.IntegerType.get_signless(64)
 
 
+def _two(op: Callable[[Any, Any], Any]):
+    """An `Mlir` method emitting `op` of two i32 values (an int: a constant)."""
+    return lambda self, a, b: op(self._v(a), self._v(b))
+
+
+def _by_constant(op: Callable[[Any, Any], Any]):
+    """An `Mlir` method emitting `op` of an i32 value and an int constant."""
+    return lambda self, a, n: op(self._v(a), self.c(n))
+
+
+def _compare(pred: Any):
+    """An `Mlir` method comparing two i32 values (an int: a constant) to an i1 predicate."""
+    return lambda self, a, b: arith.cmpi(pred, self._v(a), self._v(b))
+
+
 class Mlir:
     """Emits a SIMT program into the current insertion point. `refs` maps buffer names to the
     kernel's GMEM memrefs, `smem` is the int32 shared-memory scratch memref."""
@@ -49,35 +64,16 @@ class Mlir:
     def cta(self):
         return arith.index_cast(_i32(), gpu.block_id(gpu.Dimension.x))
 
-    def add(self, a, b):
-        return arith.addi(self._v(a), self._v(b))
-
-    def sub(self, a, b):
-        return arith.subi(self._v(a), self._v(b))
-
-    def mul(self, a, b):
-        return arith.muli(self._v(a), self._v(b))
-
-    def and_(self, a, b):
-        return arith.andi(self._v(a), self._v(b))
-
-    def or_(self, a, b):
-        return arith.ori(self._v(a), self._v(b))
-
-    def xor(self, a, b):
-        return arith.xori(self._v(a), self._v(b))
-
-    def shl(self, a, n: int):
-        return arith.shli(self._v(a), self.c(n))
-
-    def shr(self, a, n: int):
-        return arith.shrui(self._v(a), self.c(n))
-
-    def shlv(self, a, n):
-        return arith.shli(self._v(a), self._v(n))
-
-    def shrv(self, a, n):
-        return arith.shrui(self._v(a), self._v(n))
+    # Two values (an int is a constant), or a value and an int constant, to one value; an
+    # unsigned comparison of two values to a predicate.
+    add, sub, mul = _two(arith.addi), _two(arith.subi), _two(arith.muli)
+    and_, or_, xor, minu = _two(arith.andi), _two(arith.ori), _two(arith.xori), _two(arith.minui)
+    shlv, shrv = _two(arith.shli), _two(arith.shrui)  # `n` a value in [0, 32)
+    shl, shr = _by_constant(arith.shli), _by_constant(arith.shrui)
+    divu, remu = _by_constant(arith.divui), _by_constant(arith.remui)
+    eq, ne = _compare(arith.CmpIPredicate.eq), _compare(arith.CmpIPredicate.ne)
+    lt, le = _compare(arith.CmpIPredicate.ult), _compare(arith.CmpIPredicate.ule)
+    gt, ge = _compare(arith.CmpIPredicate.ugt), _compare(arith.CmpIPredicate.uge)
 
     def popc(self, a):
         return mu.inline_ptx("popc.b32 $0, $1;", self._v(a), result_types=_i32())
@@ -86,36 +82,6 @@ class Mlir:
         f32 = ir.F32Type.get()
         m = arith.maxnumf(arith.bitcast(f32, self._v(a)), arith.bitcast(f32, self._v(b)))
         return arith.bitcast(_i32(), m)
-
-    def minu(self, a, b):
-        return arith.minui(self._v(a), self._v(b))
-
-    def divu(self, a, n: int):
-        return arith.divui(self._v(a), self.c(n))
-
-    def remu(self, a, n: int):
-        return arith.remui(self._v(a), self.c(n))
-
-    def _cmp(self, pred, a, b):
-        return arith.cmpi(pred, self._v(a), self._v(b))
-
-    def eq(self, a, b):
-        return self._cmp(arith.CmpIPredicate.eq, a, b)
-
-    def ne(self, a, b):
-        return self._cmp(arith.CmpIPredicate.ne, a, b)
-
-    def lt(self, a, b):
-        return self._cmp(arith.CmpIPredicate.ult, a, b)
-
-    def le(self, a, b):
-        return self._cmp(arith.CmpIPredicate.ule, a, b)
-
-    def gt(self, a, b):
-        return self._cmp(arith.CmpIPredicate.ugt, a, b)
-
-    def ge(self, a, b):
-        return self._cmp(arith.CmpIPredicate.uge, a, b)
 
     def pand(self, p, q):
         return arith.andi(p, q)

@@ -3,6 +3,8 @@ benchmark) and are re-exported here."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,6 +47,25 @@ def signed_zero_scores(rng, shape, kind: str) -> np.ndarray:
 POISON = 0x5A5A5A5A
 
 
+def dcp_body(mesh, args: int = 5):
+    """A decorator: a DCP body `f(query, caches, tables, context_lens, ...)` of `args`
+    arguments as a shard_map over mesh axis "x", the per-device caches and page tables stacked
+    on axis 0 (split), the other arguments and the outputs replicated."""
+    from jax.sharding import PartitionSpec as P
+
+    specs = (P(), P("x"), P("x")) + (P(),) * (args - 3)
+    return partial(jax.shard_map, mesh=mesh, in_specs=specs, out_specs=P(), check_vma=False)
+
+
+def rank_body(mesh, args: int):
+    """A decorator: a body of `args` arguments as a shard_map over mesh axis "x" with every
+    argument and output split on axis 0 (each rank's own rows: PCP)."""
+    from jax.sharding import PartitionSpec as P
+
+    specs = (P("x"),) * args
+    return partial(jax.shard_map, mesh=mesh, in_specs=specs, out_specs=P("x"), check_vma=False)
+
+
 def poison_device_memory(nbytes: int = 1 << 28) -> None:
     """Fill, then free, a large device buffer: an output the kernel forgets to write would likely
     read this pattern back (the allocator reuses freed blocks)."""
@@ -63,20 +84,10 @@ def dcp_step(
 ):
     """A jitted DCP publish + select over mesh axis "x" (per-device caches and page tables
     stacked on axis 0), returning (top-k, blocks, count, valid_lens, consumer selection)."""
-    from functools import partial
-
-    from jax.sharding import PartitionSpec as P
-
     from dsv41_jax import sharding
 
     @jax.jit
-    @partial(
-        jax.shard_map,
-        mesh=mesh,
-        in_specs=(P(), P("x"), P("x"), P(), P()),
-        out_specs=P(),
-        check_vma=False,
-    )
+    @dcp_body(mesh)
     def step(q, caches, tables, ctx, q2):
         local = dj.PagedIndexCache(caches[0])
         kw = dict(

@@ -189,6 +189,25 @@ SIMT_SOURCES = (
 )
 
 
+def filter_row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
+    """A row of n keys for the filter select's chunked and split paths: keys ascending with
+    position ("ascending"); a plateau of 3500 ties in each of `chunks` equal chunks above the
+    rest ("plateau": every chunk's buffer past the bar holds them); 3k ties at the k-th key
+    ("ties"); spread random keys (any other kind)."""
+    if kind == "ascending":
+        return np.sort(rng.standard_normal(n)).astype(np.float32)
+    if kind == "plateau":
+        row = (rng.standard_normal(n) * 0.1 - 2.0).astype(np.float32)
+        mine = n // chunks
+        for c in range(chunks):
+            row[c * mine + rng.choice(mine, 3500, replace=False)] = 1.0
+        return row
+    row = rng.standard_normal(n).astype(np.float32)
+    if kind == "ties":
+        row[rng.choice(n, 3 * k, replace=False)] = 9.0
+    return row
+
+
 # Rows that stop the three-pass selects (the short-row and on-chip ones: digits of 11, 11 and 10
 # bits) at a chosen pass.
 BASE = 0x3F800000  # 1.0f: the low 23 bits clear, so + (a << 21 | b << 10 | c) sets the digits
@@ -290,9 +309,12 @@ def build_mutant(
     return build_emulator(work, work / "include", base, rebuild=(rebuild,))
 
 
-def mutants_survived(exe, tmp_path, source, mutants, rebuild, check, seed: int) -> list[str]:
-    """The names of `mutants` ((name, old, new) edits of `source`) that pass `check(exe, seed)`,
-    which the unedited build `exe` must pass first."""
+def assert_mutants_caught(exe, rng, tmp_path, source, mutants, rebuild, check) -> None:
+    """Each of `mutants` ((name, old, new) edits of `source`, a file of cuda/: an edited copy
+    shadowing cuda/ where only the stand-in's source `rebuild` is compiled again) fails
+    `check(mutant, seed)`, which the unedited build `exe` passes first (`seed`: the first draw
+    of `rng`, so every build sees the same rows)."""
+    seed = int(rng.integers(1 << 30))
     base = pathlib.Path(exe).parent
     check(exe, seed)
 
@@ -308,7 +330,8 @@ def mutants_survived(exe, tmp_path, source, mutants, rebuild, check, seed: int) 
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         builds = list(pool.map(build, mutants))
-    return [m[0] for m, b in zip(mutants, builds) if not caught(b)]
+    survived = [m[0] for m, b in zip(mutants, builds) if not caught(b)]
+    assert not survived, f"mutants not caught: {survived}"
 
 
 def _run(exe, *args, env_extra: dict[str, str] | None = None) -> None:
@@ -362,28 +385,46 @@ def emulate(
     return status, out.view(np.int32).reshape(rows, k)
 
 
-def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "", syncs=None) -> None:
-    """Runs the select `kernel` (as `emulate`, `syncs` too) on full-precision rows and asserts
-    that it launched, wrote every output element and selected each row's `oracle.topk_row`."""
-    status, got = emulate(exe, kernel, scores, lens, k, syncs=syncs)
-    assert status == 0, f"launch error {status}"
-    assert not (got == UNWRITTEN).any(), "an output element was never written"
+def assert_written(status: int, got, what: str = "") -> None:
+    """A launch of the stand-in returned no error and wrote every output element (main.cc fills
+    them with UNWRITTEN first); `what` prefixes the failure."""
+    assert status == 0, f"{what}launch error {status}"
+    assert not (got == UNWRITTEN).any(), f"{what}an output element was never written"
+
+
+def assert_rows_equal(status: int, got, want, what: str = "") -> None:
+    """`assert_written`, and each row of `got` equals the same row of `want` (`what` names the
+    rows in a failure)."""
+    assert_written(status, got)
+    assert len(want) == len(got), f"{what}: {len(got)} rows, {len(want)} expected"
     for r in range(len(got)):
-        want = oracle.topk_row(scores[r], int(lens[r]), k)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"{what} row {r}")
+        np.testing.assert_array_equal(got[r], want[r], err_msg=f"{what} row {r}")
+
+
+def oracle_rows(scores, lens, k: int, starts=None) -> list[np.ndarray]:
+    """Each row's `oracle.topk_row` of k: its scores from `starts[r]` (0 where None; both the
+    start and the length clamped to the row, as the selects clamp them), at full precision."""
+    out = []
+    for r, row in enumerate(np.asarray(scores, np.float32)):
+        start = 0 if starts is None else min(max(int(starts[r]), 0), row.shape[0])
+        length = min(max(int(lens[r]), 0), row.shape[0] - start)
+        out.append(oracle.topk_row(row[start:], length, k))
+    return out
+
+
+def emulate_equals_oracle(exe, kernel, scores, lens, k, what: str = "", syncs=None) -> None:
+    """Runs the select `kernel` (as `emulate`, `syncs` too) and asserts that it launched, wrote
+    every output element and selected each row's `oracle.topk_row` (of the rows at full
+    precision: bf16 rows compare as their float32 values)."""
+    status, got = emulate(exe, kernel, scores, lens, k, syncs=syncs)
+    assert_rows_equal(status, got, oracle_rows(scores, lens, k), what)
 
 
 def bf16_rows_equal_the_oracle(exe, rng, n: int, k: int) -> None:
     """Runs the short select on two bf16 rows of n normal scores (many ties), the second 9
     shorter, against the oracle."""
     bf = rng.standard_normal((2, n)).astype(jnp.bfloat16)
-    lens = np.asarray([n, n - 9], np.int32)
-    status, got = emulate(exe, "short", bf, lens, k)
-    assert status == 0, f"launch error {status}"
-    assert not (got == UNWRITTEN).any(), "an output element was never written"
-    for r in range(2):
-        want = oracle.topk_row(np.asarray(bf[r], np.float32), int(lens[r]), k)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"bf16 row {r}")
+    emulate_equals_oracle(exe, "short", bf, np.asarray([n, n - 9], np.int32), k, "bf16")
 
 
 def candidate_rows_equal_the_oracle(exe, rng, n: int, c: int) -> None:
@@ -397,11 +438,8 @@ def candidate_rows_equal_the_oracle(exe, rng, n: int, c: int) -> None:
     scores[3] = 1.0  # all tied: the lowest blocks and the newest
     lens = np.asarray([n * 8 - 3, 8 * 200 + 1, 8 * 150, n * 8, 5], np.int32)
     status, got = emulate(exe, "short", scores, lens, c, mode=1)
-    assert status == 0, f"launch error {status}"
-    assert not (got == UNWRITTEN).any(), "an output element was never written"
-    for r in range(len(got)):
-        want = oracle.candidate_row(scores[r], int(lens[r]), c, 8)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"candidate row {r}")
+    want = [oracle.candidate_row(s, int(length), c, 8) for s, length in zip(scores, lens)]
+    assert_rows_equal(status, got, want, "candidate")
 
 
 def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
@@ -480,8 +518,7 @@ def run_topk(impl: Impl, request, scores, lens, k, starts=None, candidates=None,
         exe = request.getfixturevalue("simt_topk")
         kernel = impl.name.removeprefix("emulated-")
         status, got = emulate(exe, kernel, scores, lens, k, starts, candidates, block_size)
-        assert status == 0, f"{impl.name}: launch error {status}"
-        assert not (got == UNWRITTEN).any(), "an output element was never written"
+        assert_written(status, got, f"{impl.name}: ")
         return got
     if impl.name in FORCED:  # one CUDA select, whatever the dispatch would pick
         algorithm, split = FORCED[impl.name]
@@ -514,8 +551,7 @@ def run_candidate_blocks(impl: Impl, request, block_scores, lens, c, block_size=
         exe = request.getfixturevalue("simt_topk")
         kernel = impl.name.removeprefix("emulated-")
         status, got = emulate(exe, kernel, block_scores, lens, c, block_size=block_size, mode=1)
-        assert status == 0, f"{impl.name}: launch error {status}"
-        assert not (got == UNWRITTEN).any(), "an output element was never written"
+        assert_written(status, got, f"{impl.name}: ")
         return got
     if impl.name in FORCED:
         return _device_run(

@@ -7,13 +7,11 @@ single name it lacks."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import packed_keys, paged_cache, query, small_config
+from factories import dcp_body, packed_keys, paged_cache, query, rank_body, small_config
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -98,13 +96,7 @@ def _entry_points(rng):
 
     def dcp(impl):
         @jax.jit
-        @partial(
-            jax.shard_map,
-            mesh=mesh,
-            in_specs=(P(), P("x"), P("x"), P()),
-            out_specs=P(),
-            check_vma=False,
-        )
+        @dcp_body(mesh, 4)
         def body(q, caches, tables, ctx):
             local = dj.PagedIndexCache(caches[0])
             kw = dict(axis="x", implementation=impl)
@@ -115,13 +107,7 @@ def _entry_points(rng):
 
     def pcp(impl):
         @jax.jit
-        @partial(
-            jax.shard_map,
-            mesh=mesh,
-            in_specs=(P("x"), P("x"), P("x"), P("x")),
-            out_specs=P("x"),
-            check_vma=False,
-        )
+        @rank_body(mesh, 4)
         def body(q, keys, s, e):
             kw = dict(axis="x", implementation=impl)
             top, t = sharding.pcp_publish_prefill(q, keys, s, e, CFG, **kw)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from factories import SIGNED_ZERO_ODDS, signed_zero_scores
-from selection import ROOT, emulate_equals_oracle, mutants_survived
+from selection import ROOT, assert_mutants_caught, emulate_equals_oracle, filter_row
 
 SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
 SAMPLE = 1024  # keys the kernel samples a chunk, at lo + t * mine // SAMPLE
@@ -35,8 +35,6 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
     8 x 3500 pairs: more than the first CTA's buffer of 12288)."""
     if kind in SIGNED_ZERO_ODDS:
         return signed_zero_scores(rng, n, kind)
-    if kind == "ascending":
-        return np.sort(rng.standard_normal(n)).astype(np.float32)
     if kind == "equal":  # every key the same: the buffer is cut with every key tied
         return np.full(n, np.float32(rng.standard_normal()))
     if kind == "trap":
@@ -46,18 +44,9 @@ def _row(rng, kind: str, n: int, k: int, chunks: int) -> np.ndarray:
             sampled = c * mine + (np.arange(SAMPLE) * mine) // SAMPLE
             row[rng.choice(sampled, min(k // chunks * 4 // 5, SAMPLE), replace=False)] = 3.0
         return row
-    if kind == "plateau":
-        row = (rng.standard_normal(n) * 0.1 - 2.0).astype(np.float32)
-        mine = n // chunks
-        for c in range(chunks):
-            row[c * mine + rng.choice(mine, 3500, replace=False)] = 1.0
-        return row
-    row = rng.standard_normal(n).astype(np.float32)
     if kind == "negative":
-        return row - np.float32(4.0)
-    if kind == "ties":
-        row[rng.choice(n, 3 * k, replace=False)] = 9.0
-    return row
+        return filter_row(rng, "spread", n, k, chunks) - np.float32(4.0)
+    return filter_row(rng, kind, n, k, chunks)  # ascending, ties, plateau, spread
 
 
 def _check(exe, seed: int) -> None:
@@ -90,12 +79,7 @@ MUTANTS = [
 
 
 def test_mutants_of_the_filter_select_are_caught(simt_topk, rng, tmp_path):
-    """Each mutant (an edited copy of the source, shadowing cuda/ when only filter_topk.cc is
-    compiled again) fails the rows that the source itself passes."""
-    survived = mutants_survived(
-        simt_topk, tmp_path, SOURCE, MUTANTS, "filter_topk.cc", _check, int(rng.integers(1 << 30))
-    )
-    assert not survived, f"mutants not caught: {survived}"
+    assert_mutants_caught(simt_topk, rng, tmp_path, SOURCE, MUTANTS, "filter_topk.cc", _check)
 
 
 # What the CUDA selects share (cuda/smxx_block_scan.cuh): the digit search and the in-order
@@ -141,16 +125,15 @@ HEADER_MUTANTS = {"smxx_block_scan.cuh": SHARED_MUTANTS, "smxx_topk_keys.cuh": K
 
 @pytest.mark.parametrize("header", list(HEADER_MUTANTS))
 def test_mutants_of_the_shared_headers_are_caught(simt_topk, rng, tmp_path, header):
-    survived = mutants_survived(
+    assert_mutants_caught(
         simt_topk,
+        rng,
         tmp_path,
         ROOT / "cuda" / header,
         HEADER_MUTANTS[header],
         "filter_topk.cc",
         _check,
-        int(rng.integers(1 << 30)),
     )
-    assert not survived, f"mutants not caught: {survived}"
 
 
 # The radix digit step of the filter-first and cluster selects (cuda/smxx_radix_digit.cuh): each
@@ -192,7 +175,4 @@ def test_cluster_rows_equal_the_oracle(simt_topk, rng):
 )
 def test_mutants_of_the_shared_digit_step_are_caught(simt_topk, rng, tmp_path, rebuild, check):
     source = ROOT / "cuda" / "smxx_radix_digit.cuh"
-    survived = mutants_survived(
-        simt_topk, tmp_path, source, DIGIT_MUTANTS, rebuild, check, int(rng.integers(1 << 30))
-    )
-    assert not survived, f"mutants not caught: {survived}"
+    assert_mutants_caught(simt_topk, rng, tmp_path, source, DIGIT_MUTANTS, rebuild, check)

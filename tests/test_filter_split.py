@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 import oracle
-from selection import ROOT, UNWRITTEN, emulate, mutants_survived
+from selection import (
+    ROOT,
+    assert_mutants_caught,
+    assert_rows_equal,
+    emulate,
+    filter_row,
+    oracle_rows,
+)
 
 SOURCE = ROOT / "cuda" / "smxx_filter_topk.cu"
 ROW_SAMPLE = 4096  # keys a split row's bar is sampled from, at p = i * len // ROW_SAMPLE
@@ -25,23 +32,12 @@ def _launch(exe, rows: int, parts: int) -> str:
 
 
 def _row(rng, kind: str, n: int, k: int, parts: int) -> np.ndarray:
-    if kind == "ascending":
-        return np.sort(rng.standard_normal(n)).astype(np.float32)
     if kind == "trap":  # fewer large keys than k, all of them at the row sample's positions
         row = np.full(n, -5.0, np.float32)
         sampled = np.unique(np.arange(ROW_SAMPLE) * n // ROW_SAMPLE)
         row[rng.choice(sampled, k * 4 // 5, replace=False)] = 3.0
         return row
-    if kind == "plateau":  # 3500 ties in every chunk above the rest: every slot is cut
-        row = (rng.standard_normal(n) * 0.1 - 2.0).astype(np.float32)
-        mine = n // parts
-        for c in range(parts):
-            row[c * mine + rng.choice(mine, 3500, replace=False)] = 1.0
-        return row
-    row = rng.standard_normal(n).astype(np.float32)
-    if kind == "ties":
-        row[rng.choice(n, 3 * k, replace=False)] = 9.0
-    return row
+    return filter_row(rng, kind, n, k, parts)  # ascending, ties, spread; plateau: every slot cut
 
 
 # (n, k, parts) -> the rows run there (kind, length); the launcher takes `parts` CTAs a row.
@@ -61,13 +57,7 @@ ROWS = {
 
 def _equal_the_oracle(exe, scores, lens, k, parts, what, starts=None) -> None:
     status, got = emulate(exe, _launch(exe, len(scores), parts), scores, lens, k, starts)
-    assert status == 0, f"launch error {status}"
-    assert not (got == UNWRITTEN).any(), "an output element was never written"
-    for r in range(len(got)):
-        start = 0 if starts is None else min(max(int(starts[r]), 0), scores.shape[1])
-        length = min(max(int(lens[r]), 0), scores.shape[1] - start)
-        want = oracle.topk_row(scores[r, start:], length, k)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"{what} row {r}")
+    assert_rows_equal(status, got, oracle_rows(scores, lens, k, starts), what)
 
 
 def _check(exe, seed: int) -> None:
@@ -102,10 +92,8 @@ def test_split_candidate_blocks_equal_the_oracle(simt_topk, rng):
     status, got = emulate(
         simt_topk, _launch(simt_topk, 3, 12), scores, lens, c, block_size=block_size, mode=1
     )
-    assert status == 0, f"launch error {status}"
-    for r in range(3):
-        want = oracle.candidate_row(scores[r], int(lens[r]), c, block_size)
-        np.testing.assert_array_equal(got[r], want, err_msg=f"candidate blocks row {r}")
+    want = [oracle.candidate_row(s, int(length), c, block_size) for s, length in zip(scores, lens)]
+    assert_rows_equal(status, got, want, "candidate blocks")
 
 
 # (what, the text of the source, its replacement): each breaks one split path.
@@ -138,7 +126,4 @@ MUTANTS = [
 
 
 def test_mutants_of_the_split_rows_are_caught(simt_topk, rng, tmp_path):
-    survived = mutants_survived(
-        simt_topk, tmp_path, SOURCE, MUTANTS, "filter_topk.cc", _check, int(rng.integers(1 << 30))
-    )
-    assert not survived, f"mutants not caught: {survived}"
+    assert_mutants_caught(simt_topk, rng, tmp_path, SOURCE, MUTANTS, "filter_topk.cc", _check)

@@ -185,6 +185,18 @@ def test_a_consumer_of_a_table_from_elsewhere_and_a_step_without_a_source():
         plain.layer(4)
 
 
+def assert_sparse_from(plan, least, within, shapes):
+    """`plan(batch, next_n)` at each of `shapes` (from `least` query rows): the sparse row,
+    fused, none declined, because `within` but from `least` query rows the sparse row is
+    faster."""
+    for batch, next_n in shapes:
+        p = plan(batch, next_n)
+        assert p.route == "sparse" and p.declined == (), (batch, next_n)
+        assert p.route_reason.startswith(f"path='auto': {within}")
+        assert f", but from {least} query rows (here {batch * next_n})" in p.route_reason
+        assert p.fused and [s.what for s in p.selects] == ["sparse topk"]
+
+
 @needs_ext
 def test_a_table_from_elsewhere_takes_the_sparse_row_from_64_query_rows():
     """A consumer of a table not published by its step, over at most C·B positions: "auto"
@@ -208,12 +220,7 @@ def test_a_table_from_elsewhere_takes_the_sparse_row_from_64_query_rows():
             "path is faster there"
         )
         assert p.route_reason == f"path='auto': the sparse path declines ({why})"
-    for batch, next_n in ((64, 1), (32, 2), (128, 1)):
-        p = elsewhere(batch, next_n)
-        assert p.route == "sparse" and p.declined == (), (batch, next_n)
-        assert p.route_reason.startswith(f"path='auto': {within}")
-        assert f"but from 64 query rows (here {batch * next_n})" in p.route_reason
-        assert p.fused and [s.what for s in p.selects] == ["sparse topk"]
+    assert_sparse_from(elsewhere, 64, within, ((64, 1), (32, 2), (128, 1)))
     # The sparse path declined: the mask path at any row count.
     assert elsewhere(64, implementation="reference").route == "mask"
     assert elsewhere(64, fmt="mxfp4").route == "mask"
@@ -242,12 +249,7 @@ def test_an_own_table_consumer_takes_the_sparse_row_from_8_query_rows():
         ((name, why),) = p.declined
         assert name == "sparse" and f"{batch * next_n} query row" in why and "fewer than 8" in why
         assert p.fused and [s.what for s in p.selects] == ["topk"]
-    for batch, next_n in ((8, 1), (4, 2), (64, 1)):
-        p = own(batch, next_n)
-        assert p.route == "sparse" and p.declined == (), (batch, next_n)
-        assert p.route_reason.startswith(f"path='auto': {every}, but from 8 query rows")
-        assert f"(here {batch * next_n})" in p.route_reason
-        assert p.fused and [s.what for s in p.selects] == ["sparse topk"]
+    assert_sparse_from(own, 8, every, ((8, 1), (4, 2), (64, 1)))
     # The sparse path declined: the dense top-k, with the decline's reason.
     ref = own(implementation="reference")
     assert ref.route == "dense" and ref.route_reason == every

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from factories import assert_dcp_equal, dcp_step, small_config
+from factories import assert_dcp_equal, dcp_body, dcp_step, rank_body, small_config
 from jax.sharding import Mesh
 
 import dsv41_jax as dj
@@ -299,10 +299,8 @@ def test_dcp_global_positions_past_int32_are_minus_one():
 def test_pcp_prefill_equals_one_device(rng, w, fmt):
     """Keys split over W ranks by the padding rule (equal chunks, the last zero-padded), query
     rows split over the ranks too: every rank's publish and select equal one device's rows."""
-    from functools import partial
 
     from factories import query
-    from jax.sharding import PartitionSpec as P
 
     mesh = mesh_of(w)
     cfg = small_config(cache_format=fmt)
@@ -323,7 +321,7 @@ def test_pcp_prefill_equals_one_device(rng, w, fmt):
     padded = dj.KeyBuffer(pad(keys.values), pad(keys.scales), fmt)
 
     @jax.jit
-    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    @rank_body(mesh, 5)
     def step(qa, qb, mine, st, en):
         idx, table = sharding.pcp_publish_prefill(qa, mine, st, en, cfg, axis="x")
         sel = sharding.pcp_select_prefill(qb, mine, st, en, table, cfg, axis="x")
@@ -345,17 +343,8 @@ def test_pcp_prefill_equals_one_device(rng, w, fmt):
 # ------------------------------------------- DCP with speculative rows and lengths at every edge
 def dcp_both_paths(mesh, cfg, interleave, exchange, paths=("mask", "sparse")):
     """DCP publish and the consumer paths in one shard_map body (one compile for all three)."""
-    from functools import partial
 
-    from jax.sharding import PartitionSpec as P
-
-    @partial(
-        jax.shard_map,
-        mesh=mesh,
-        in_specs=(P(), P("x"), P("x"), P(), P()),
-        out_specs=P(),
-        check_vma=False,
-    )
+    @dcp_body(mesh)
     def step(q, caches, tables, ctx, q2):
         local = dj.PagedIndexCache(caches[0])
         kw = dict(axis="x", interleave=interleave)
@@ -440,10 +429,8 @@ def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
     """Ends past T (and negative starts), traced: PCP clamps them to the T real keys as one
     device does, not to the padded gathered buffer (W·ceil(T/W) keys, whose zero keys a row
     would otherwise see); `num_keys` is what tells T."""
-    from functools import partial
 
     from factories import query
-    from jax.sharding import PartitionSpec as P
 
     w, t = 4, 90  # chunks of 23: two padding keys
     mesh = mesh_of(w)
@@ -463,7 +450,7 @@ def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
     padded = dj.KeyBuffer(pad(keys.values), pad(keys.scales))
 
     @jax.jit
-    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    @rank_body(mesh, 5)
     def step(qa, qb, mine, s, e):
         kw = dict(axis="x", num_keys=t)
         idx, table = sharding.pcp_publish_prefill(qa, mine, s, e, cfg, **kw)
@@ -473,7 +460,7 @@ def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
     for g, x in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(x))
 
-    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 4, out_specs=P("x"), check_vma=False)
+    @rank_body(mesh, 4)
     def wrong_t(qa, mine, s, e):
         return sharding.pcp_publish_prefill(qa, mine, s, e, cfg, axis="x", num_keys=60)[0]
 
@@ -484,9 +471,6 @@ def test_pcp_traced_ranges_past_the_keys_equal_one_device(rng):
 def test_dcp_select_inside_a_hand_made_table_equals_one_device(rng):
     """Repeated, unordered, negative, out-of-row and wrapping block ids with junk count /
     valid_lens / physical: both DCP consumer paths select what one device's mask path does."""
-    from functools import partial
-
-    from jax.sharding import PartitionSpec as P
 
     w, next_n, m = 2, 2, dj.INT32_MAX
     mesh, cfg = mesh_of(w), small_config(next_n=next_n)
@@ -507,13 +491,7 @@ def test_dcp_select_inside_a_hand_made_table_equals_one_device(rng):
         local_caches, local_tables = dcp_layout(rng, global_keys, w, interleave, pages_local)
 
         @jax.jit
-        @partial(
-            jax.shard_map,
-            mesh=mesh,
-            in_specs=(P(), P("x"), P("x"), P(), P()),
-            out_specs=P(),
-            check_vma=False,
-        )
+        @dcp_body(mesh)
         def consumers(q, caches, tables, ctx, t):
             local = dj.PagedIndexCache(caches[0])
             kw = dict(axis="x", interleave=interleave)  # noqa: B023 - traced right here
@@ -658,19 +636,21 @@ def pcp_inputs(rng, w=2):
 
 
 def pcp_step(mesh, num_keys, **kw):
-    from functools import partial
-
-    from jax.sharding import PartitionSpec as P
-
     @jax.jit
-    @partial(jax.shard_map, mesh=mesh, in_specs=(P("x"),) * 5, out_specs=P("x"), check_vma=False)
+    @rank_body(mesh, 5)
     def step(qa, qb, mine, st, en):
-        opts = dict(axis="x", num_keys=num_keys, **kw)
-        idx, table = sharding.pcp_publish_prefill(qa, mine, st, en, CFG, **opts)
-        sel = sharding.pcp_select_prefill(qb, mine, st, en, table, CFG, **opts)
-        return idx, table.blocks, table.count, table.valid_lens, sel
+        ops = sharding.pcp_publish_prefill, sharding.pcp_select_prefill
+        return publish_and_select(*ops, qa, qb, (mine, st, en), axis="x", num_keys=num_keys, **kw)
 
     return step
+
+
+def publish_and_select(publish, select, q, q2, inputs, **kw):
+    """`publish` of `q` then `select` of `q2` in its table, over the same `inputs` and CFG (the
+    decode or the prefill pair, sharded or not): (top-k, blocks, count, valid_lens, selection)."""
+    idx, table = publish(q, *inputs, CFG, **kw)
+    sel = select(q2, *inputs, table, CFG, **kw)
+    return idx, table.blocks, table.count, table.valid_lens, sel
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
@@ -694,35 +674,23 @@ def test_row_sharding_takes_every_implementation_name(rng, impl):
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS)
-def test_dcp_takes_every_implementation_name(rng, impl):
+@pytest.mark.parametrize("scheme", ["dcp", "pcp"])
+def test_context_parallelism_takes_every_implementation_name(rng, scheme, impl):
     """`dcp_publish` / `dcp_select` read `implementation=` as `publish` / `select` do (a single
-    name is a preference: "pallas" runs the Pallas selects and the logits' own order)."""
-    (cache, bt), args = dcp_inputs(rng)
-    q, _, _, ctx, q2 = args
-
-    def unsharded():
-        idx, table = dj.publish(q, cache, ctx, bt, CFG, implementation=impl)
-        sel = dj.select(q2, cache, ctx, bt, table, CFG, implementation=impl)
-        return idx, table.blocks, table.count, table.valid_lens, sel
-
-    want = outcome(unsharded)
-    got = outcome(lambda: dcp_step(mesh_of(2), CFG, implementation=impl)(*args))
-    assert_same_outcome(got, want, ("dcp", impl))
-
-
-@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
-def test_pcp_takes_every_implementation_name(rng, impl):
-    keys, args, t = pcp_inputs(rng)
-    q, q2, _, st, en = args
-
-    def unsharded():
-        idx, table = dj.publish_prefill(q, keys, st, en, CFG, implementation=impl)
-        sel = dj.select_prefill(q2, keys, st, en, table, CFG, implementation=impl)
-        return idx, table.blocks, table.count, table.valid_lens, sel
-
-    want = outcome(unsharded)
-    got = outcome(lambda: pcp_step(mesh_of(2), t, implementation=impl)(*args))
-    assert_same_outcome(got, want, ("pcp", impl))
+    name is a preference: "pallas" runs the Pallas selects and the logits' own order), and the
+    PCP pair as `publish_prefill` / `select_prefill` do."""
+    if scheme == "dcp":
+        (cache, bt), args = dcp_inputs(rng)
+        q, _, _, ctx, q2 = args
+        ops, inputs = (dj.publish, dj.select), (cache, ctx, bt)
+        step = lambda: dcp_step(mesh_of(2), CFG, implementation=impl)  # noqa: E731
+    else:
+        keys, args, t = pcp_inputs(rng)
+        q, q2, _, st, en = args
+        ops, inputs = (dj.publish_prefill, dj.select_prefill), (keys, st, en)
+        step = lambda: pcp_step(mesh_of(2), t, implementation=impl)  # noqa: E731
+    want = outcome(lambda: publish_and_select(*ops, q, q2, inputs, implementation=impl))
+    assert_same_outcome(outcome(lambda: step()(*args)), want, (scheme, impl))
 
 
 def test_every_sharded_entry_point_forwards_topk_algorithm(rng):

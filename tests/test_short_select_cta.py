@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 from selection import (
     ROOT,
+    assert_mutants_caught,
     bf16_rows_equal_the_oracle,
     candidate_rows_equal_the_oracle,
     digit_row,
     emulate_equals_oracle,
-    mutants_survived,
 )
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
@@ -128,12 +128,7 @@ MUTANTS = [
 
 
 def test_mutants_of_the_one_cta_rows_are_caught(simt_topk, rng, tmp_path):
-    """Each mutant (an edited copy of the source, shadowing cuda/ when only short_topk.cc is
-    compiled again) fails the rows that the source itself passes."""
-    survived = mutants_survived(
-        simt_topk, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check, int(rng.integers(1 << 30))
-    )
-    assert not survived, f"mutants not caught: {survived}"
+    assert_mutants_caught(simt_topk, rng, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check)
 
 
 def test_signed_zeros_one_key_mutant_is_caught(simt_topk, rng, tmp_path):
@@ -141,8 +136,4 @@ def test_signed_zeros_one_key_mutant_is_caught(simt_topk, rng, tmp_path):
     zeros, whose k-th key falls among them, must then differ from the oracle."""
     mutant = ("zeros-two-keys", "__float_as_uint(v + 0.0f)", "__float_as_uint(v)")
     source = ROOT / "cuda" / "smxx_topk_keys.cuh"
-    seed = int(rng.integers(1 << 30))
-    survived = mutants_survived(
-        simt_topk, tmp_path, source, [mutant], "short_topk.cc", _check, seed
-    )
-    assert not survived, f"mutants not caught: {survived}"
+    assert_mutants_caught(simt_topk, rng, tmp_path, source, [mutant], "short_topk.cc", _check)

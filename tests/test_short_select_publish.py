@@ -15,7 +15,15 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import oracle
-from selection import ROOT, _launch, emulate, emulate_page_kernel, mutants_survived
+from selection import (
+    ROOT,
+    UNWRITTEN,
+    _launch,
+    assert_mutants_caught,
+    assert_written,
+    emulate,
+    emulate_page_kernel,
+)
 
 from dsv41_jax import ordering
 from dsv41_jax import rows as rows_module
@@ -23,7 +31,6 @@ from dsv41_jax.blocks import reference as blocks_reference
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
 B = 8
-UNWRITTEN = 0x7EADBEEF
 
 
 def emulate_table(exe, scores, lens, c, block_table, page_size):
@@ -67,7 +74,6 @@ def _check(exe, seed: int) -> None:
         scores, lens = _rows(rng, n, c)
         table = _pages(rng, len(lens), max_pages, page_size)
         status, *got = emulate_table(exe, scores, lens, c, table, page_size)
-        assert status == 0, f"launch error {status}"
         chosen = np.stack([oracle.candidate_row(s, int(x), c, B) for s, x in zip(scores, lens)])
         want = blocks_reference.sort_candidate_blocks(
             jnp.asarray(chosen), jnp.asarray(lens), jnp.asarray(table), B, page_size
@@ -76,7 +82,7 @@ def _check(exe, seed: int) -> None:
         for name, g, w in zip(
             fields, got, (want.blocks, want.count, want.valid_lens, want.physical)
         ):
-            assert not (g == UNWRITTEN).any(), f"{name}: an element was never written"
+            assert_written(status, g, f"{name}: ")
             np.testing.assert_array_equal(g, np.asarray(w), err_msg=f"{name}, {n} blocks")
 
 
@@ -171,16 +177,9 @@ BLOCK_MAX_MUTANTS = [
 
 
 def test_mutants_of_the_block_maxima_are_caught(simt_topk, rng, tmp_path):
-    survived = mutants_survived(
-        simt_topk,
-        tmp_path,
-        SOURCE,
-        BLOCK_MAX_MUTANTS,
-        "short_topk.cc",
-        _check_block_max,
-        int(rng.integers(1 << 30)),
+    assert_mutants_caught(
+        simt_topk, rng, tmp_path, SOURCE, BLOCK_MAX_MUTANTS, "short_topk.cc", _check_block_max
     )
-    assert not survived, f"mutants not caught: {survived}"
 
 
 # (what, the text of the source, its replacement): each breaks a step of the table's output.
@@ -202,10 +201,7 @@ MUTANTS = [
 
 
 def test_mutants_of_the_table_are_caught(simt_topk, rng, tmp_path):
-    survived = mutants_survived(
-        simt_topk, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check, int(rng.integers(1 << 30))
-    )
-    assert not survived, f"mutants not caught: {survived}"
+    assert_mutants_caught(simt_topk, rng, tmp_path, SOURCE, MUTANTS, "short_topk.cc", _check)
 
 
 def emulate_every_block(exe, scores, lens, k, c, block_table, page_size):
@@ -248,10 +244,9 @@ def _check_every_block(exe, seed: int) -> None:
         table = _pages(rng, len(lens), max_pages, page_size)
         k = 64
         status, top, got = emulate_every_block(exe, scores, lens, k, c, table, page_size)
-        assert status == 0, f"launch error {status}"
         want = _want_every_block(lens, c, table, page_size)
         for name, g, w in zip(("blocks", "count", "valid_lens", "physical"), got, want):
-            assert not (g == UNWRITTEN).any(), f"{name}: an element was never written"
+            assert_written(status, g, f"{name}: ")
             np.testing.assert_array_equal(g, w, err_msg=f"{name}, rows of {n}")
         for r, length in enumerate(lens):  # the selection itself is untouched
             want_top = oracle.topk_row(scores[r], min(max(int(length), 0), n), k)
@@ -296,13 +291,6 @@ EVERY_BLOCK_MUTANTS = [
 
 
 def test_mutants_of_the_table_of_every_block_are_caught(simt_topk, rng, tmp_path):
-    survived = mutants_survived(
-        simt_topk,
-        tmp_path,
-        SOURCE,
-        EVERY_BLOCK_MUTANTS,
-        "short_topk.cc",
-        _check_every_block,
-        int(rng.integers(1 << 30)),
+    assert_mutants_caught(
+        simt_topk, rng, tmp_path, SOURCE, EVERY_BLOCK_MUTANTS, "short_topk.cc", _check_every_block
     )
-    assert not survived, f"mutants not caught: {survived}"

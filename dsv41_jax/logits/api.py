@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,40 +14,25 @@ from dsv41_jax.logits import ffi, reference
 from dsv41_jax.rows import row_block_table, row_lengths
 from dsv41_jax.types import CandidateTable, KeyBuffer, PagedIndexCache, QueryBundle
 
+
+def _kernel_op(name: str, supports: Callable[..., str | None], what: str) -> Op:
+    """The op `name`: the ffi module's function of that name on the SM90 and SM100 kernel
+    families (their status records "sm90 <what>" and "sm100 <what>", docs/status.md), `supports`
+    saying which calls they take, then the reference module's function of that name."""
+    family = tuple((f, f"{f} {what}") for f in ("sm90", "sm100"))
+    run = Impl(getattr(ffi, name), supports, ffi.kernel_family, family)
+    return Op(name, ffi=run, reference=getattr(reference, name))
+
+
 # Dispatch by measurement (H200, BENCHMARKS.md, the logits rows): DeepGEMM's kernels run near
 # the byte floor (paged) and the FP8 FLOP floor (ragged prefill); the lax.map references are
-# two to three orders of magnitude slower.
-PAGED_MQA_LOGITS = Op(
-    "paged_mqa_logits",
-    ffi=Impl(
-        ffi.paged_mqa_logits,
-        ffi.paged_supports,
-        ffi.kernel_family,
-        (("sm90", "sm90 paged logits"), ("sm100", "sm100 paged logits")),
-    ),
-    reference=reference.paged_mqa_logits,
+# two to three orders of magnitude slower. Sparse: SM90 runs the project's kernel, SM100
+# DeepGEMM's (each one's status: docs/status.md).
+PAGED_MQA_LOGITS = _kernel_op("paged_mqa_logits", ffi.paged_supports, "paged logits")
+SPARSE_PAGED_MQA_LOGITS = _kernel_op(
+    "sparse_paged_mqa_logits", ffi.sparse_supports, "sparse logits"
 )
-SPARSE_PAGED_MQA_LOGITS = Op(
-    "sparse_paged_mqa_logits",
-    # SM90: the project's kernel; SM100: DeepGEMM's (each one's status: docs/status.md)
-    ffi=Impl(
-        ffi.sparse_paged_mqa_logits,
-        ffi.sparse_supports,
-        ffi.kernel_family,
-        (("sm90", "sm90 sparse logits"), ("sm100", "sm100 sparse logits")),
-    ),
-    reference=reference.sparse_paged_mqa_logits,
-)
-MQA_LOGITS = Op(
-    "mqa_logits",
-    ffi=Impl(
-        ffi.mqa_logits,
-        ffi.ragged_supports,
-        ffi.kernel_family,
-        (("sm90", "sm90 prefill logits"), ("sm100", "sm100 prefill logits")),
-    ),
-    reference=reference.mqa_logits,
-)
+MQA_LOGITS = _kernel_op("mqa_logits", ffi.ragged_supports, "prefill logits")
 
 
 def logits_width(max_pages: int, page_size: int) -> int:

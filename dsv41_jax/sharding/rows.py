@@ -86,41 +86,13 @@ def publish_row_sharded(
     rebuilds the top-k and the table. Falls back to replicated, with a log line, when the requests
     do not divide. `implementation`, `topk_algorithm`: as in `publish` (static).
     """
-
-    return _publish_row_sharded(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        config,
-        mesh,
-        axis,
-        shared(implementation),
-        check_algorithm(topk_algorithm),
+    options = (
+        ("implementation", shared(implementation)),
+        ("topk_algorithm", check_algorithm(topk_algorithm)),
     )
-
-
-@functools.partial(jax.jit, static_argnums=(4, 5, 6, 7, 8))
-def _publish_row_sharded(
-    query: QueryBundle,
-    cache: PagedIndexCache,
-    context_lens: jax.Array,
-    block_table: jax.Array,
-    config: IndexerConfig,
-    mesh: Mesh,
-    axis: str,
-    impl: Implementation,
-    topk_algorithm: str | None,
-) -> tuple[jax.Array, CandidateTable]:
-    def fn(
-        per_request: tuple[QueryBundle, jax.Array, jax.Array], cache: PagedIndexCache
-    ) -> tuple[jax.Array, CandidateTable]:
-        q, lens, bt = per_request
-        return publish(
-            q, cache, lens, bt, config, implementation=impl, topk_algorithm=topk_algorithm
-        )
-
-    return _row_sharded(fn, mesh, axis, query.batch, ((query, context_lens, block_table), cache))
+    return _jit_row_sharded(
+        publish, query, cache, context_lens, block_table, (), config, mesh, axis, options
+    )
 
 
 def select_row_sharded(
@@ -141,56 +113,39 @@ def select_row_sharded(
     `path`, `implementation`, `topk_algorithm`: as in `select`)."""
     _check_paged_config(config, query, cache)
     _check_table(table, query, config)  # before its rows are split per request
-    return _select_row_sharded(
-        query,
-        cache,
-        context_lens,
-        block_table,
-        table,
-        config,
-        mesh,
-        axis,
-        path,
-        shared(implementation),
-        check_algorithm(topk_algorithm),
+    options = (
+        ("path", path),
+        ("implementation", shared(implementation)),
+        ("topk_algorithm", check_algorithm(topk_algorithm)),
+    )
+    return _jit_row_sharded(
+        select, query, cache, context_lens, block_table, (table,), config, mesh, axis, options
     )
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6, 7, 8, 9, 10))
-def _select_row_sharded(
+@functools.partial(jax.jit, static_argnums=(0, 6, 7, 8, 9))
+def _jit_row_sharded(
+    op: Callable[..., Any],
     query: QueryBundle,
     cache: PagedIndexCache,
     context_lens: jax.Array,
     block_table: jax.Array,
-    table: CandidateTable,
+    tables: tuple[CandidateTable, ...],
     config: IndexerConfig,
     mesh: Mesh,
     axis: str,
-    path: Literal["auto", "mask", "sparse"],
-    implementation: Implementation,
-    topk_algorithm: str | None,
-) -> jax.Array:
+    options: tuple[tuple[str, Any], ...],
+) -> Any:
+    """`op(query, cache, context_lens, block_table, *tables, config, **dict(options))` (`publish`
+    or `select`) on each device's slice of the requests (`_row_sharded`), under `jax.jit`: the
+    rows of `tables` are split with their requests."""
     n = query.next_n
-    rows_table = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), table)
+    rows_tables = jax.tree.map(lambda x: x.reshape(query.batch, n, *x.shape[1:]), tables)
 
-    def fn(
-        per_request: tuple[QueryBundle, jax.Array, jax.Array, CandidateTable],
-        cache: PagedIndexCache,
-    ) -> jax.Array:
-        q, lens, bt, tbl = per_request
-        tbl = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbl)
-        return select(
-            q,
-            cache,
-            lens,
-            bt,
-            tbl,
-            config,
-            path=path,
-            implementation=implementation,
-            topk_algorithm=topk_algorithm,
-        )
+    def fn(per_request: tuple[Any, ...], cache: PagedIndexCache) -> Any:
+        q, lens, bt, tbls = per_request
+        tbls = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tbls)
+        return op(q, cache, lens, bt, *tbls, config, **dict(options))
 
-    return _row_sharded(
-        fn, mesh, axis, query.batch, ((query, context_lens, block_table, rows_table), cache)
-    )
+    per_request = (query, context_lens, block_table, rows_tables)
+    return _row_sharded(fn, mesh, axis, query.batch, (per_request, cache))
