@@ -442,15 +442,29 @@ def candidate_rows_equal_the_oracle(exe, rng, n: int, c: int) -> None:
     assert_rows_equal(status, got, want, "candidate")
 
 
-def emulate_sort(exe, selected, lens, block_table, block_size, page_size):
+def table_fields(out: np.ndarray, rows: int, c: int):
+    """A candidate table as tests/simt/main.cc writes it (blocks [rows, c], count, valid_lens,
+    physical [rows, c]) from the start of `out`'s bytes; returns (those four, the int32 after)."""
+    blocks, count, valid, physical, rest = np.split(
+        out.view(np.int32), np.cumsum([rows * c, rows, rows, rows * c])
+    )
+    return (blocks.reshape(rows, c), count, valid, physical.reshape(rows, c)), rest
+
+
+def emulate_sort(exe, selected, lens, block_table, block_size, page_size, c=None):
     """Runs LaunchSortCandidateBlocks on the CPU stand-in; returns (cudaError, CandidateTable
-    fields as numpy arrays: blocks, count, valid_lens, physical)."""
-    selected, table = np.asarray(selected, np.int32), np.asarray(block_table, np.int32)
-    rows, c = selected.shape
+    fields as numpy arrays: blocks, count, valid_lens, physical). `selected` None: the sort of
+    every block (no ids) into tables of `c` blocks."""
+    table, lens = np.asarray(block_table, np.int32), np.asarray(lens, np.int32)
+    rows = len(lens)
+    if selected is None:
+        command, arrays = "sort-every", [lens, table]
+    else:
+        selected = np.asarray(selected, np.int32)
+        command, arrays, c = "sort", [selected, lens, table], selected.shape[1]
     header = [rows, c, table.shape[1], block_size, page_size]
-    status, out = _launch(exe, "sort", header, [selected, np.asarray(lens, np.int32), table])
-    blocks, count, valid, physical = np.split(out.view(np.int32), np.cumsum([rows * c, rows, rows]))
-    return status, (blocks.reshape(rows, c), count, valid, physical.reshape(rows, c))
+    status, out = _launch(exe, command, header, arrays)
+    return status, table_fields(out, rows, c)[0]
 
 
 def emulate_page_kernel(exe, kernel, header, arrays, out_dtype, out_shape):

@@ -23,14 +23,16 @@ from selection import (
     assert_written,
     emulate,
     emulate_page_kernel,
+    emulate_sort,
+    table_fields,
 )
 
 from dsv41_jax import ordering
-from dsv41_jax import rows as rows_module
 from dsv41_jax.blocks import reference as blocks_reference
 
 SOURCE = ROOT / "cuda" / "smxx_short_topk.cu"
 B = 8
+K = 64  # the top-k's k beside the table of every block
 
 
 def emulate_table(exe, scores, lens, c, block_table, page_size):
@@ -40,8 +42,7 @@ def emulate_table(exe, scores, lens, c, block_table, page_size):
     rows, n = scores.shape
     header = [rows, n, c, B, table.shape[1], page_size]
     status, out = _launch(exe, "short-table", header, [scores, np.asarray(lens, np.int32), table])
-    blocks, count, valid, physical = np.split(out.view(np.int32), np.cumsum([rows * c, rows, rows]))
-    return status, blocks.reshape(rows, c), count, valid, physical.reshape(rows, c)
+    return status, *table_fields(out, rows, c)[0]
 
 
 def _rows(rng, n: int, c: int):
@@ -211,18 +212,14 @@ def emulate_every_block(exe, scores, lens, k, c, block_table, page_size):
     rows, n = scores.shape
     header = [rows, n, k, c, B, table.shape[1], page_size]
     status, out = _launch(exe, "short-every", header, [scores, np.asarray(lens, np.int32), table])
-    ints = out.view(np.int32)
-    blocks, count, valid, physical, top = np.split(
-        ints, np.cumsum([rows * c, rows, rows, rows * c])
-    )
-    table_out = (blocks.reshape(rows, c), count, valid, physical.reshape(rows, c))
+    table_out, top = table_fields(out, rows, c)
     return status, top.reshape(rows, k), table_out
 
 
 def _want_every_block(lens, c, table, page_size):
     """The reference sort of every block (`ordering.every_block`) of each row."""
     lens = jnp.asarray(np.asarray(lens, np.int32))
-    ids = ordering.every_block(rows_module.clamp_lengths(lens), c, B)
+    ids = ordering.every_block(lens, c, B)  # ids past the page table: the sort drops them
     want = blocks_reference.sort_candidate_blocks(ids, lens, jnp.asarray(table), B, page_size)
     return [np.asarray(x) for x in (want.blocks, want.count, want.valid_lens, want.physical)]
 
@@ -230,8 +227,9 @@ def _want_every_block(lens, c, table, page_size):
 def _check_every_block(exe, seed: int) -> None:
     rng = np.random.default_rng(seed)
     # (positions a row, max_pages, page_size, C): V4.1's 16K rows (C·8 positions), a page table
-    # wider than the logits (the lengths clamp to the logits, not to it), pages of 3 blocks (a
-    # division), and C smaller than a row's blocks (the table keeps the first C).
+    # wider than the logits (the table clamps the lengths to the page table, the top-k to the
+    # logits), pages of 3 blocks (a division), and C smaller than a row's blocks (the table
+    # keeps the first C).
     for n, max_pages, page_size, c in (
         (16384, 256, 64, 2048),
         (300, 6, 64, 64),
@@ -242,23 +240,19 @@ def _check_every_block(exe, seed: int) -> None:
         lens = np.asarray(lens, np.int32)
         scores = _score_rows(rng, len(lens), n)
         table = _pages(rng, len(lens), max_pages, page_size)
-        k = 64
-        status, top, got = emulate_every_block(exe, scores, lens, k, c, table, page_size)
+        status, top, got = emulate_every_block(exe, scores, lens, K, c, table, page_size)
         want = _want_every_block(lens, c, table, page_size)
         for name, g, w in zip(("blocks", "count", "valid_lens", "physical"), got, want):
             assert_written(status, g, f"{name}: ")
             np.testing.assert_array_equal(g, w, err_msg=f"{name}, rows of {n}")
         for r, length in enumerate(lens):  # the selection itself is untouched
-            want_top = oracle.topk_row(scores[r], min(max(int(length), 0), n), k)
+            want_top = oracle.topk_row(scores[r], min(max(int(length), 0), n), K)
             np.testing.assert_array_equal(top[r], want_top, err_msg=f"top-k row {r}, n {n}")
         # The sort of every block (no ids: SortBlocksArgs::selected null) builds the same table.
-        status, out = _launch(
-            exe, "sort-every", [len(lens), c, max_pages, B, page_size], [lens, table]
-        )
-        assert status == 0, f"sort launch error {status}"
-        sorted_ = np.split(out.view(np.int32), np.cumsum([len(lens) * c, len(lens), len(lens)]))
+        status, sorted_ = emulate_sort(exe, None, lens, table, B, page_size, c)
         for name, g, w in zip(("blocks", "count", "valid_lens", "physical"), sorted_, want):
-            np.testing.assert_array_equal(g.reshape(w.shape), w, err_msg=f"sort {name}, {n}")
+            assert_written(status, g, f"sort {name}: ")
+            np.testing.assert_array_equal(g, w, err_msg=f"sort {name}, {n}")
 
 
 def test_the_table_of_every_block_equals_the_sort_of_every_block(simt_topk, rng):
